@@ -1,0 +1,36 @@
+# make serve · make test · make lint · make bench — each sets up .venv itself.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PLUGINS := $(sort $(wildcard plugins/*/pyproject.toml))
+PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGINS))
+STAMP := $(VENV)/.installed
+
+.PHONY: serve test lint bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): constraints.txt core/pyproject.toml $(PLUGINS)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e 'core[testing]' $(addprefix -e ,$(PLUGIN_DIRS)) \
+		pytest pytest-timeout ruff mypy onnx
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/despina serve $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check core plugins tests bench
+	$(BIN)/ruff format --check core plugins tests bench
+	$(BIN)/mypy core/src
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV)

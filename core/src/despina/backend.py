@@ -1,0 +1,129 @@
+"""What a backend plugin implements: a :class:`Backend` per loaded model version and a
+:class:`ModelInstance` per instance of its ``instance_group``.
+
+Lifecycle, driven by the model manager:
+
+1. ``Backend(context)`` — once per model version, cheap (no framework work yet).
+2. ``await backend.auto_complete()`` — only when auto-complete is enabled; fills missing
+   parts of ``context.config`` (inputs, outputs, max_batch_size) from the model file.
+3. ``await backend.load()`` — load shared state (weights) once for all instances.
+4. ``await backend.create_instance(spec)`` — once per instance (``count`` x groups).
+5. ``await instance.execute(requests)`` — many times, from the scheduler.
+6. ``await instance.close()`` for every instance, then ``await backend.unload()``.
+
+Any exception from 2–4 makes the model UNAVAILABLE with the exception's text as reason.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from despina.config import ModelConfig, parameters_of
+from despina.inference import InferenceRequest, InferenceResponse
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+
+@dataclass
+class ModelContext:
+    """Everything a backend knows about the model version it serves."""
+
+    name: str
+    version: int
+    #: The model's folder in the repository (holds config.pbtxt and version folders).
+    model_dir: Path
+    config: ModelConfig
+    server: Server
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("despina.model"))
+
+    @property
+    def version_dir(self) -> Path:
+        """``<model_dir>/<version>``."""
+        return self.model_dir / str(self.version)
+
+    @property
+    def model_file(self) -> Path:
+        """The model file: ``default_model_filename`` in the version folder."""
+        return self.version_dir / self.config.default_model_filename
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """The config's ``parameters`` as ``{key: string_value}``."""
+        return parameters_of(self.config)
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One instance to create: Triton's instance name, kind and device."""
+
+    name: str
+    #: "KIND_CPU", "KIND_GPU" or "KIND_MODEL".
+    kind: str
+    device_id: int
+    group_index: int
+    index_in_group: int
+
+
+class ModelInstance(abc.ABC):
+    """One execution instance. The scheduler never calls ``execute`` concurrently on the
+    same instance unless ``concurrent`` is true."""
+
+    #: True when one instance may run several ``execute`` calls at once (async models).
+    concurrent: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    async def execute(
+        self, requests: Sequence[InferenceRequest]
+    ) -> Sequence[InferenceResponse] | None:
+        """Run a batch of requests.
+
+        Return one response per request in order, or None when the backend answered each
+        request itself through ``request.respond`` (decoupled models). Raising fails every
+        request of the batch with the exception's text; the instance stays in service.
+        """
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the instance (on unload and shutdown)."""
+
+    @property
+    def healthy(self) -> bool:
+        """False while the instance cannot serve (e.g. its process is restarting)."""
+        return True
+
+
+class Backend(abc.ABC):
+    """A backend serves the models whose config names it (``backend``) or one of its
+    ``platforms``. Subclasses set ``name`` and, to be picked for a folder holding only a
+    model file, ``default_model_filename``."""
+
+    name: ClassVar[str]
+    platforms: ClassVar[tuple[str, ...]] = ()
+    #: File (or folder) name looked for in a version folder, e.g. "model.onnx".
+    default_model_filename: ClassVar[str] = ""
+
+    def __init__(self, context: ModelContext) -> None:
+        self.context = context
+
+    async def auto_complete(self) -> None:  # noqa: B027 - optional hook
+        """Fill what ``self.context.config`` lacks from the model file (in place)."""
+
+    async def load(self) -> None:  # noqa: B027 - optional hook
+        """Load what all instances share (weights); called once before instances."""
+
+    @abc.abstractmethod
+    async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        """Create one instance; raise to fail the model's load."""
+
+    async def unload(self) -> None:  # noqa: B027 - optional hook
+        """Release shared state after every instance closed."""
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """What ``despina plugins`` prints for this backend."""
+        return {"name": cls.name, "platforms": list(cls.platforms)}

@@ -1,0 +1,222 @@
+"""Model configuration: ``config.pbtxt`` <-> Triton's ``inference.ModelConfig``.
+
+The schema is Triton's own protobuf (the generated module shipped in ``tritonclient``);
+``config.pbtxt`` is parsed with protobuf's text format, so an unknown field or bad value
+is an error naming the file, line and field. :func:`normalize` fills Triton's defaults
+once a backend has auto-completed the config, and :func:`validate` checks what Triton
+checks before a model loads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from despina.errors import ConfigError
+
+ModelConfig = mc.ModelConfig
+
+CONFIG_FILENAME = "config.pbtxt"
+
+#: Triton platform name -> the backend that serves it.
+PLATFORM_TO_BACKEND: dict[str, str] = {
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "tensorrt_plan": "tensorrt",
+    "openvino": "openvino",
+    "python": "python",
+    "tensorflow_graphdef": "tensorflow",
+    "tensorflow_savedmodel": "tensorflow",
+}
+BACKEND_TO_PLATFORM: dict[str, str] = {
+    "onnxruntime": "onnxruntime_onnx",
+    "pytorch": "pytorch_libtorch",
+    "tensorrt": "tensorrt_plan",
+}
+ENSEMBLE_PLATFORM = "ensemble"
+
+
+def parse_text(text: str, source: str = CONFIG_FILENAME) -> mc.ModelConfig:
+    """Parse config text; raise ConfigError naming ``source``, line, column and field."""
+    config = mc.ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        line, column = exc.GetLine(), exc.GetColumn()
+        detail = str(exc).split(" : ", 1)[-1]
+        raise ConfigError(f"{source}:{line}:{column}: {detail}") from None
+    return config
+
+
+def parse_json(text: str | bytes, source: str = "config") -> mc.ModelConfig:
+    """Parse a JSON config (the repository load extension's ``config`` parameter)."""
+    config = mc.ModelConfig()
+    try:
+        json_format.Parse(text, config)
+    except json_format.ParseError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return config
+
+
+def read_model_config(model_dir: Path) -> tuple[mc.ModelConfig, bool]:
+    """Read ``<model_dir>/config.pbtxt``; return (config, whether the file existed)."""
+    path = model_dir / CONFIG_FILENAME
+    if not path.is_file():
+        return mc.ModelConfig(), False
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{model_dir.name}/{CONFIG_FILENAME}: cannot read: {exc}") from None
+    return parse_text(text, f"{model_dir.name}/{CONFIG_FILENAME}"), True
+
+
+def to_json_dict(config: mc.ModelConfig) -> dict[str, Any]:
+    """The config as Triton's model-configuration JSON (proto field names, defaults shown).
+
+    Triton prints 64-bit integers as JSON numbers, unlike protobuf's JSON mapping, so
+    they are converted back here.
+    """
+    as_dict = json_format.MessageToDict(
+        config,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    return _int64_strings_to_numbers(config, as_dict)
+
+
+def to_text(config: mc.ModelConfig) -> str:
+    """The config in ``config.pbtxt`` text format."""
+    return text_format.MessageToString(config)
+
+
+def _int64_strings_to_numbers(message: Any, data: Any) -> Any:
+    """Walk a MessageToDict result, turning int64 fields (strings) into numbers."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    int64_types = {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+    for field in message.DESCRIPTOR.fields:
+        key = field.name
+        if key not in data:
+            continue
+        value = getattr(message, key)
+        if field.type in int64_types:
+            data[key] = [int(v) for v in data[key]] if _is_repeated(field) else int(data[key])
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            if field.message_type.GetOptions().map_entry:
+                value_field = field.message_type.fields_by_name["value"]
+                if value_field.type == FieldDescriptor.TYPE_MESSAGE:
+                    for map_key, item in value.items():
+                        _int64_strings_to_numbers(item, data[key][str(map_key)])
+                elif value_field.type in int64_types:
+                    data[key] = {k: int(v) for k, v in data[key].items()}
+            elif _is_repeated(field):
+                for item, item_data in zip(value, data[key], strict=True):
+                    _int64_strings_to_numbers(item, item_data)
+            else:
+                _int64_strings_to_numbers(value, data[key])
+    return data
+
+
+def _is_repeated(field: Any) -> bool:
+    return bool(field.label == field.LABEL_REPEATED)
+
+
+def backend_name(config: mc.ModelConfig) -> str:
+    """The backend that serves a config: ``backend``, else mapped from ``platform``."""
+    if config.backend:
+        return str(config.backend)
+    return PLATFORM_TO_BACKEND.get(config.platform, "")
+
+
+def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int) -> None:
+    """Fill Triton's defaults in place: name, platform, version policy, instance groups."""
+    if not config.name:
+        config.name = model_name
+    if config.backend in BACKEND_TO_PLATFORM and not config.platform:
+        config.platform = BACKEND_TO_PLATFORM[config.backend]
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    if config.platform == ENSEMBLE_PLATFORM:
+        return
+    if not config.instance_group:
+        config.instance_group.add()
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}" if len(config.instance_group) > 1 else config.name
+        if group.count < 1:
+            group.count = 1
+        if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
+            group.kind = (
+                mc.ModelInstanceGroup.KIND_GPU if gpu_count else mc.ModelInstanceGroup.KIND_CPU
+            )
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus:
+            group.gpus.extend(range(gpu_count))
+    if config.HasField("dynamic_batching") and config.max_batch_size == 0:
+        config.ClearField("dynamic_batching")
+
+
+def validate(config: mc.ModelConfig, model_name: str) -> None:
+    """Raise ConfigError for what Triton refuses before loading a model."""
+    where = f"model '{model_name}'"
+    if config.name != model_name:
+        raise ConfigError(
+            f"{where}: config name '{config.name}' does not match the folder name '{model_name}'"
+        )
+    if config.max_batch_size < 0:
+        raise ConfigError(f"{where}: max_batch_size must be >= 0")
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        seen: set[str] = set()
+        for tensor in tensors:
+            _validate_tensor(where, kind, tensor, seen)
+    if config.platform != ENSEMBLE_PLATFORM and not config.output:
+        raise ConfigError(f"{where}: must specify at least one output")
+    if config.platform != ENSEMBLE_PLATFORM and not config.input:
+        raise ConfigError(f"{where}: must specify at least one input")
+
+
+def _validate_tensor(where: str, kind: str, tensor: Any, seen: set[str]) -> None:
+    if not tensor.name:
+        raise ConfigError(f"{where}: an {kind} has no name")
+    if tensor.name in seen:
+        raise ConfigError(f"{where}: {kind} '{tensor.name}' is specified more than once")
+    seen.add(tensor.name)
+    if tensor.data_type == mc.TYPE_INVALID:
+        raise ConfigError(f"{where}: {kind} '{tensor.name}' must specify a data_type")
+    if any(d < -1 or d == 0 for d in tensor.dims):
+        raise ConfigError(
+            f"{where}: {kind} '{tensor.name}' dims must be positive or -1, got {list(tensor.dims)}"
+        )
+    if tensor.HasField("reshape"):
+        fixed = all(d > 0 for d in tensor.dims) and all(d > 0 for d in tensor.reshape.shape)
+        if fixed and _product(tensor.dims) != _product(tensor.reshape.shape):
+            raise ConfigError(
+                f"{where}: {kind} '{tensor.name}' reshape {list(tensor.reshape.shape)} "
+                f"has a different element count than dims {list(tensor.dims)}"
+            )
+
+
+def _product(values: Any) -> int:
+    result = 1
+    for value in values:
+        result *= int(value)
+    return result
+
+
+def parameters_of(config: mc.ModelConfig) -> dict[str, str]:
+    """The config's ``parameters`` as a plain ``{key: string_value}`` dict."""
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
+def config_json(config: mc.ModelConfig) -> str:
+    """The config JSON string handed to backends (Triton's ``args['model_config']``)."""
+    return json.dumps(to_json_dict(config))

@@ -1,0 +1,115 @@
+"""The plugin contract: every hook Despina calls, one documented function each.
+
+Hooks wire objects together at start-up and model load; none runs per request.
+Capability hooks (``despina_backends``, ``despina_schedulers``, ...) return classes; the
+core indexes them by their ``name`` and refuses two plugins claiming one name. Contracts
+only grow: new arguments may be added, existing ones are never renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from despina.backend import Backend
+    from despina.scheduling.base import Scheduler
+    from despina.server import Server
+
+PROJECT = "despina"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec(historic=True)
+def despina_addoption(parser: argparse.ArgumentParser) -> None:
+    """Add command-line flags (``parser.add_argument``) for ``despina serve``.
+
+    Called once per parser, for every plugin, including plugins registered later
+    (historic). Flags that tritonserver also has must keep tritonserver's name, type and
+    default. Return nothing.
+    """
+
+
+@hookspec(historic=True)
+def despina_configure(settings: argparse.Namespace) -> None:
+    """Read the parsed settings (every flag of every plugin) before the server starts.
+
+    Called once per server, before any model loads. Raise ``ValueError`` for an invalid
+    combination of flags; the message is shown to the user. Return nothing.
+    """
+
+
+@hookspec
+def despina_backends() -> list[type[Backend]]:
+    """Return the :class:`despina.backend.Backend` classes this plugin provides.
+
+    Called once per server at start-up. Each class has a unique ``name`` (the config's
+    ``backend`` field) and the ``platforms`` it serves. Results of all plugins are merged.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def despina_schedulers() -> list[type[Scheduler]]:
+    """Return :class:`despina.scheduling.base.Scheduler` classes.
+
+    Called once per server. Each class has a unique ``name`` and a ``handles(config)``
+    class method; the core picks, per model, the one scheduler that handles its config,
+    else the scheduler named "default".
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def despina_frontends() -> list[type[Any]]:
+    """Return frontend classes: ``Frontend(server)`` with async ``start()`` and ``stop()``.
+
+    Called once per server; every returned class is instantiated and started after the
+    models load (a frontend disabled by its flags starts nothing). ``name`` must be unique.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def despina_repository_sources() -> list[type[Any]]:
+    """Return repository source classes, each with ``schemes`` (e.g. ``("s3",)``).
+
+    Called once per server. A source turns a repository URL into a local folder:
+    ``Source(url, settings).localize() -> pathlib.Path``. Plain paths need no source.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def despina_repository_agents() -> list[type[Any]]:
+    """Return repository agent classes, each with a unique ``name``.
+
+    Called once per server. An agent named in a model's ``model_repository_agents`` runs,
+    in config order, before that model loads: ``await Agent(params).prepare(model_dir)``
+    may check or rewrite files and returns the folder to load from; raising fails the load.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def despina_metrics_exporters() -> list[type[Any]]:
+    """Return metrics exporter classes, each with a unique ``name``.
+
+    Called once per server. ``Exporter(server)`` with async ``start()``/``stop()``; it
+    reads ``server.models`` statistics at scrape time (no per-request work).
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def despina_server_started(server: Server) -> None:
+    """Called once after the models loaded and every frontend started."""
+
+
+@hookspec
+def despina_server_stopping(server: Server) -> None:
+    """Called once when shutdown begins, before frontends stop and models unload."""

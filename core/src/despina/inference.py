@@ -1,0 +1,169 @@
+"""Inference requests and responses: what frontends build and backends answer.
+
+A request holds its inputs as numpy arrays (BYTES as object arrays). Every request owns a
+:class:`ResponseStream` through which responses travel back to whoever submitted it; the
+scheduler writes to it, the frontend reads from it. Non-decoupled models answer with exactly
+one final response; decoupled models with zero or more, then a final flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from despina.errors import Cancelled, DespinaError
+
+
+class SequenceFlags(enum.IntFlag):
+    """Triton's sequence flags (``TRITONSERVER_REQUEST_FLAG_SEQUENCE_*``)."""
+
+    NONE = 0
+    START = 1
+    END = 2
+
+
+@dataclass
+class RequestedOutput:
+    """An output the client asked for, with its protocol parameters (binary_data, ...)."""
+
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class InferenceResponse:
+    """One response: outputs by name, or ``error`` set when the request failed."""
+
+    model_name: str = ""
+    model_version: str = ""
+    id: str = ""
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    error: DespinaError | None = None
+    #: True on the last response of a request (always true for non-decoupled models).
+    final: bool = True
+
+
+class ResponseStream:
+    """Carries a request's responses back to its submitter, across threads if needed.
+
+    ``send`` may be called from any thread; reading happens on the event loop that created
+    the stream. After a response with ``final=True`` (or :meth:`close`) the stream ends.
+    """
+
+    __slots__ = ("_done", "_lock", "_loop", "_queue")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        self._queue: asyncio.Queue[InferenceResponse | None] = asyncio.Queue()
+        self._done = False
+        self._lock = threading.Lock()
+
+    @property
+    def done(self) -> bool:
+        """True once a final response was sent."""
+        return self._done
+
+    def send(self, response: InferenceResponse | None, final: bool) -> None:
+        """Deliver ``response`` (None: only the final flag); ignored after the final one."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = final
+        if response is not None:
+            response.final = final
+        if final and response is None:
+            item: InferenceResponse | None = None
+        else:
+            item = response
+        if _running_loop() is self._loop:
+            self._put(item, final)
+        else:
+            self._loop.call_soon_threadsafe(self._put, item, final)
+
+    def fail(self, error: DespinaError) -> None:
+        """End the stream with an error response."""
+        self.send(InferenceResponse(error=error), final=True)
+
+    def _put(self, item: InferenceResponse | None, final: bool) -> None:
+        if item is not None:
+            self._queue.put_nowait(item)
+        if final:
+            self._queue.put_nowait(None)
+
+    async def __aiter__(self) -> AsyncIterator[InferenceResponse]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            yield item
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+@dataclass
+class InferenceRequest:
+    """A request to one model, as frontends build it and backends read it.
+
+    ``model_version`` "" means the version chosen by the model's version policy (the
+    highest loaded). ``outputs`` None means every output of the model. ``parameters`` are
+    the request's free-form parameters (protocol keys such as ``binary_data_output``
+    included). ``timeout_us`` 0 means no timeout.
+    """
+
+    model_name: str
+    inputs: dict[str, np.ndarray]
+    model_version: str = ""
+    id: str = ""
+    outputs: list[RequestedOutput] | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    timeout_us: int = 0
+    correlation_id: int | str = 0
+    flags: SequenceFlags = SequenceFlags.NONE
+    #: Set by the server when the request is accepted; backends send through it.
+    stream: ResponseStream | None = field(default=None, repr=False)
+    #: Monotonic nanoseconds when the server accepted the request.
+    received_ns: int = field(default_factory=time.monotonic_ns)
+    _cancelled: bool = field(default=False, repr=False)
+
+    @property
+    def requested_output_names(self) -> list[str] | None:
+        """Names of the requested outputs, or None for "all outputs"."""
+        return None if self.outputs is None else [o.name for o in self.outputs]
+
+    def cancel(self) -> None:
+        """Flag the request cancelled (client gone); the scheduler drops it if still queued."""
+        self._cancelled = True
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def respond(self, response: InferenceResponse, final: bool = True) -> None:
+        """Send a response to the submitter (backends of decoupled models call this)."""
+        if self.stream is None:
+            raise RuntimeError("request was not submitted to a server")
+        if not response.id:
+            response.id = self.id
+        self.stream.send(response, final)
+
+    def fail(self, error: DespinaError) -> None:
+        """Answer the request with an error (final)."""
+        self.respond(InferenceResponse(id=self.id, error=error), final=True)
+
+    def fail_cancelled(self) -> None:
+        """Answer a cancelled request with Triton's cancellation error."""
+        self.fail(Cancelled("Request was cancelled"))

@@ -1,0 +1,227 @@
+"""Building one servable model version: backend, config completion, instances, scheduler.
+
+:func:`load_version` is the whole load of one version; :func:`unload_version` the whole
+unload. The model manager (``models.py``) decides what to load and when.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from despina import config as cfg
+from despina.backend import Backend, InstanceSpec, ModelContext, ModelInstance
+from despina.errors import ConfigError, DespinaError, Unavailable
+from despina.scheduling.base import ScheduledModel, Scheduler
+from despina.stats import ModelStats
+from despina.validation import ModelSignature
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+log = logging.getLogger("despina.models")
+
+
+class ModelState(enum.StrEnum):
+    """Triton's model states as the repository index reports them."""
+
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass
+class ModelVersion:
+    """One version of a model: its config and, once loaded, what serves it."""
+
+    name: str
+    version: int
+    config: cfg.ModelConfig
+    state: ModelState = ModelState.LOADING
+    reason: str = ""
+    backend: Backend | None = None
+    instances: list[ModelInstance] = field(default_factory=list)
+    scheduler: Scheduler | None = None
+    signature: ModelSignature | None = None
+    stats: ModelStats = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stats = ModelStats(self.name, str(self.version))
+
+    @property
+    def ready(self) -> bool:
+        """READY and every instance healthy (a restarting instance makes it not ready)."""
+        return self.state is ModelState.READY and all(i.healthy for i in self.instances)
+
+    @property
+    def decoupled(self) -> bool:
+        return bool(self.config.model_transaction_policy.decoupled)
+
+
+def gpu_count() -> int:
+    """GPUs visible to this process, counted from device nodes (no CUDA import)."""
+    nodes = [p for p in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]
+    return len(nodes)
+
+
+def resolve_backend(server: Server, config: cfg.ModelConfig, model_dir: Path) -> type[Backend]:
+    """The Backend class for a model: from ``backend``/``platform``, else the installed
+    backend whose ``default_model_filename`` a version folder holds."""
+    backends: dict[str, type[Backend]] = server.registry.backends
+    name = cfg.backend_name(config)
+    if not name:
+        for cls in backends.values():
+            if cls.default_model_filename and any(
+                (v / cls.default_model_filename).exists() for v in model_dir.iterdir() if v.is_dir()
+            ):
+                return cls
+        raise ConfigError(
+            f"model '{model_dir.name}': config names no backend or platform and no "
+            f"installed backend recognises its files; installed: {', '.join(sorted(backends))}"
+        )
+    for cls in backends.values():
+        if cls.name == name or config.platform in cls.platforms:
+            return cls
+    reason = f"unknown backend '{name}'; installed: {', '.join(sorted(backends)) or 'none'}"
+    failure = server.plugins.failure_for(name)
+    if failure is not None:
+        reason += f" ({failure.describe()})"
+    raise Unavailable(reason)
+
+
+async def prepare_config(
+    server: Server, config: cfg.ModelConfig, model_dir: Path, versions: list[int]
+) -> type[Backend] | None:
+    """Resolve the backend, auto-complete (when enabled), fill defaults, validate."""
+    name = model_dir.name
+    backend_cls: type[Backend] | None = None
+    if config.platform != cfg.ENSEMBLE_PLATFORM:
+        backend_cls = resolve_backend(server, config, model_dir)
+        if not config.backend and not config.platform:
+            config.backend = backend_cls.name
+        if not config.default_model_filename and backend_cls.default_model_filename:
+            config.default_model_filename = backend_cls.default_model_filename
+    if not config.name:
+        config.name = name
+    if backend_cls is not None and server.settings.auto_complete and versions:
+        context = ModelContext(name, versions[-1], model_dir, config, server)
+        await backend_cls(context).auto_complete()
+    cfg.normalize(config, name, gpu_count())
+    cfg.validate(config, name)
+    return backend_cls
+
+
+def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:
+    """One spec per instance: ``count`` per group, times each GPU for KIND_GPU groups."""
+    specs: list[InstanceSpec] = []
+    kinds = cfg.mc.ModelInstanceGroup.Kind
+    for group_index, group in enumerate(config.instance_group):
+        kind = kinds.Name(group.kind)
+        if kind == "KIND_GPU" and not group.gpus:
+            raise Unavailable(
+                f"instance group '{group.name}' of model '{config.name}' has KIND_GPU "
+                "but no GPU is available on this machine"
+            )
+        devices = list(group.gpus) if kind == "KIND_GPU" else [0]
+        for device in devices:
+            for index in range(group.count):
+                suffix = f"_{index}" + (f"_gpu{device}" if kind == "KIND_GPU" else "")
+                specs.append(InstanceSpec(f"{group.name}{suffix}", kind, device, group_index, index))
+    return specs
+
+
+def pick_scheduler(server: Server, config: cfg.ModelConfig) -> type[Scheduler]:
+    """The single scheduler that handles ``config``, else "default"."""
+    schedulers: dict[str, type[Scheduler]] = server.registry.schedulers
+    chosen = [cls for cls in schedulers.values() if cls.handles(config)]
+    if len(chosen) > 1:
+        names = ", ".join(sorted(c.name for c in chosen))
+        raise ConfigError(f"model '{config.name}': several schedulers claim it: {names}")
+    if chosen:
+        return chosen[0]
+    if config.platform == cfg.ENSEMBLE_PLATFORM or config.HasField("sequence_batching"):
+        needed = "ensemble" if config.platform == cfg.ENSEMBLE_PLATFORM else "sequence batching"
+        raise Unavailable(f"model '{config.name}' needs {needed}, which no installed scheduler provides")
+    if "default" not in schedulers:
+        raise Unavailable("no default scheduler is installed")
+    return schedulers["default"]
+
+
+async def load_version(
+    server: Server, backend_cls: type[Backend] | None, model_dir: Path, version: ModelVersion
+) -> None:
+    """Load one version; on failure it ends UNAVAILABLE with the reason (never raises)."""
+    started = time.monotonic()
+    try:
+        if backend_cls is not None:
+            context = ModelContext(version.name, version.version, model_dir, version.config, server)
+            version.backend = backend_cls(context)
+            await version.backend.load()
+            for spec in instance_specs(version.config):
+                version.instances.append(await version.backend.create_instance(spec))
+        scheduler_cls = pick_scheduler(server, version.config)
+        version.signature = ModelSignature(version.name, version.config)
+        model = ScheduledModel(
+            version.name, str(version.version), version.config, version.instances, version.stats
+        )
+        version.scheduler = scheduler_cls(model)
+        await version.scheduler.start()
+    except Exception as exc:  # noqa: BLE001 - any load failure makes the version unavailable
+        version.reason = str(exc) if isinstance(exc, DespinaError) else f"{type(exc).__name__}: {exc}"
+        version.state = ModelState.UNAVAILABLE
+        log.error("failed to load '%s' version %d: %s", version.name, version.version, version.reason)
+        await _release(version)
+        return
+    version.state = ModelState.READY
+    log.info(
+        "successfully loaded '%s' version %d in %.0f ms",
+        version.name, version.version, (time.monotonic() - started) * 1000,
+    )
+
+
+async def unload_version(version: ModelVersion) -> None:
+    """Stop taking requests, drain, close instances and the backend; ends UNAVAILABLE."""
+    version.state = ModelState.UNLOADING
+    if version.scheduler is not None:
+        await version.scheduler.stop()
+    await _release(version)
+    version.state = ModelState.UNAVAILABLE
+    version.reason = "unloaded"
+    log.info("successfully unloaded '%s' version %d", version.name, version.version)
+
+
+async def _release(version: ModelVersion) -> None:
+    for instance in version.instances:
+        try:
+            await instance.close()
+        except Exception:
+            log.exception("closing an instance of '%s' failed", version.name)
+    version.instances.clear()
+    if version.backend is not None:
+        try:
+            await version.backend.unload()
+        except Exception:
+            log.exception("unloading backend of '%s' failed", version.name)
+        version.backend = None
+
+
+def version_config(config: cfg.ModelConfig) -> cfg.ModelConfig:
+    """A private copy of the model's config for one version."""
+    return copy.deepcopy(config)
+
+
+def describe(version: ModelVersion) -> dict[str, Any]:
+    """The repository index entry of a version."""
+    return {
+        "name": version.name,
+        "version": str(version.version),
+        "state": str(version.state),
+        "reason": version.reason,
+    }

@@ -1,0 +1,278 @@
+"""The model manager: which models are loaded, in which state, and loading/unloading them.
+
+Control modes as tritonserver: ``none`` loads every model at start-up and refuses
+load/unload requests; ``explicit`` loads the ``--load-model`` models (``*`` = all) and
+serves load/unload requests. Loading a loaded model reloads it: the new versions load
+beside the old ones, traffic moves once they are READY, then the old ones drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from despina import config as cfg
+from despina.errors import DespinaError, InvalidArgument, NotFound, Unavailable, Unsupported
+from despina.loader import (
+    ModelState,
+    ModelVersion,
+    describe,
+    load_version,
+    prepare_config,
+    unload_version,
+    version_config,
+)
+from despina.repository import ModelRepository, available_versions, select_versions
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+log = logging.getLogger("despina.models")
+
+
+class ModelEntry:
+    """A model known to the server: its versions, or why it has none."""
+
+    def __init__(self, name: str, model_dir: Path | None = None) -> None:
+        self.name = name
+        self.model_dir = model_dir
+        self.versions: dict[int, ModelVersion] = {}
+        self.state = ModelState.LOADING
+        self.reason = ""
+        self.config: cfg.ModelConfig | None = None
+        self.temp_dir: Path | None = None
+
+    @property
+    def ready(self) -> bool:
+        return any(v.ready for v in self.versions.values())
+
+
+class ModelManager:
+    """Owns every model of one server. All methods run on the server's event loop."""
+
+    def __init__(self, server: Server, repository: ModelRepository) -> None:
+        self.server = server
+        self.repository = repository
+        self.entries: dict[str, ModelEntry] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def explicit(self) -> bool:
+        return str(self.server.settings.model_control_mode) == "explicit"
+
+    async def load_startup(self) -> None:
+        """Load the start-up models of the control mode, in parallel."""
+        names = self.repository.model_names()
+        if self.explicit:
+            wanted = list(self.server.settings.load_model or [])
+            names = names if "*" in wanted else wanted
+        limit = asyncio.Semaphore(max(int(self.server.settings.model_load_thread_count), 1))
+
+        async def one(name: str) -> None:
+            async with limit:
+                try:
+                    await self.load(name)
+                except DespinaError:
+                    pass  # recorded on the entry; start-up policy decides (exit_on_error)
+
+        await asyncio.gather(*(one(n) for n in names))
+
+    async def load(
+        self,
+        name: str,
+        config_json: str | bytes | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Load or reload ``name``; raise the reason if any version fails to load.
+
+        ``config_json`` overrides config.pbtxt; ``files`` (``"1/model.onnx": bytes``)
+        replace the model folder with a temporary one (a config is then required).
+        """
+        async with self._lock(name):
+            entry = ModelEntry(name)
+            old = self.entries.get(name)
+            try:
+                entry.model_dir = self._model_dir(name, config_json, files, entry)
+                await self._load_entry(entry, config_json)
+            except DespinaError as exc:
+                entry.state, entry.reason = ModelState.UNAVAILABLE, str(exc)
+                log.error("failed to load '%s': %s", name, exc)
+                if old is None or not old.ready:
+                    self.entries[name] = entry
+                raise
+            self.entries[name] = entry
+            if old is not None:
+                await self._retire(old)
+            failed = [v for v in entry.versions.values() if v.state is not ModelState.READY]
+            if failed:
+                raise Unavailable(f"failed to load '{name}' version {failed[0].version}: {failed[0].reason}")
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload ``name`` (and, with ``unload_dependents``, the models its ensemble uses)."""
+        async with self._lock(name):
+            entry = self.entries.get(name)
+            if entry is None:
+                raise NotFound(f"failed to unload '{name}', no version is available")
+            composing = _composing_models(entry.config) if entry.config is not None else []
+            await self._retire(entry)
+            entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
+        if unload_dependents:
+            for dependent in composing:
+                if dependent in self.entries:
+                    await self.unload(dependent, unload_dependents=True)
+
+    async def unload_all(self) -> None:
+        """Unload every model (shutdown): queued requests are answered with an error."""
+        await asyncio.gather(*(self._retire(e) for e in list(self.entries.values())))
+
+    def check_control(self) -> None:
+        """Raise Unsupported unless the control mode allows load/unload requests."""
+        if not self.explicit:
+            raise Unsupported("explicit model load / unload is not allowed if polling is enabled")
+
+    def get(self, name: str, version: str = "") -> ModelVersion:
+        """The READY version to serve; Triton's NotFound/Unavailable texts otherwise."""
+        entry = self.entries.get(name)
+        if entry is None:
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        if version:
+            if not version.isdigit():
+                raise InvalidArgument(f"failed to parse model version '{version}' for model '{name}'")
+            found = entry.versions.get(int(version))
+            if found is None:
+                raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+            if not found.ready:
+                raise Unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+            return found
+        for number in sorted(entry.versions, reverse=True):
+            if entry.versions[number].ready:
+                return entry.versions[number]
+        raise Unavailable(f"Request for unknown model: '{name}' has no available versions")
+
+    def find(self, name: str, version: str = "") -> ModelVersion:
+        """Like :meth:`get` but also returns versions that are not READY (for metadata)."""
+        entry = self.entries.get(name)
+        if entry is None or not entry.versions:
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        if version:
+            found = entry.versions.get(int(version)) if version.isdigit() else None
+            if found is None:
+                raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+            return found
+        return entry.versions[max(entry.versions)]
+
+    def ready_versions(self) -> list[ModelVersion]:
+        """Every READY version of every model."""
+        return [v for e in self.entries.values() for v in e.versions.values() if v.ready]
+
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """The repository index: every model (and version) with state and reason."""
+        rows: list[dict[str, Any]] = []
+        for name in sorted(set(self.repository.model_names()) | set(self.entries)):
+            entry = self.entries.get(name)
+            if entry is None:
+                if not ready_only:
+                    rows.append({"name": name})
+                continue
+            if not entry.versions:
+                if not ready_only:
+                    rows.append({"name": name, "state": str(entry.state), "reason": entry.reason})
+                continue
+            rows.extend(
+                describe(v)
+                for _, v in sorted(entry.versions.items())
+                if v.ready or not ready_only
+            )
+        return rows
+
+    def all_ready(self) -> bool:
+        """True when every model the server tried to load has a READY version."""
+        return all(e.ready for e in self.entries.values() if e.state is not ModelState.UNAVAILABLE or e.versions)
+
+    def failures(self) -> list[tuple[str, str]]:
+        """(model, reason) of every model or version that failed to load."""
+        failed = [(e.name, e.reason) for e in self.entries.values() if e.reason and not e.versions]
+        failed += [
+            (v.name, v.reason)
+            for e in self.entries.values()
+            for v in e.versions.values()
+            if v.state is ModelState.UNAVAILABLE and v.reason != "unloaded"
+        ]
+        return failed
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    def _model_dir(
+        self,
+        name: str,
+        config_json: str | bytes | None,
+        files: Mapping[str, bytes] | None,
+        entry: ModelEntry,
+    ) -> Path:
+        if not files:
+            return self.repository.model_dir(name)
+        if config_json is None:
+            raise InvalidArgument(f"failed to load '{name}', a config must be given with file overrides")
+        temp = Path(tempfile.mkdtemp(prefix="despina-override-"))
+        entry.temp_dir = temp
+        model_dir = temp / name
+        model_dir.mkdir()
+        for relative, content in files.items():
+            target = _safe_join(model_dir, relative)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        return model_dir
+
+    async def _load_entry(self, entry: ModelEntry, config_json: str | bytes | None) -> None:
+        assert entry.model_dir is not None
+        name = entry.name
+        if config_json is not None:
+            config = cfg.parse_json(config_json, f"config of '{name}'")
+        else:
+            config, _ = cfg.read_model_config(entry.model_dir)
+        versions = available_versions(entry.model_dir)
+        backend_cls = await prepare_config(self.server, config, entry.model_dir, versions)
+        entry.config = config
+        if config.platform == cfg.ENSEMBLE_PLATFORM:
+            versions = versions or [1]
+        selected = select_versions(config, versions)
+        if not selected:
+            raise Unavailable(f"failed to load '{name}', no version is available")
+        entry.versions = {
+            v: ModelVersion(name, v, version_config(config)) for v in selected
+        }
+        await asyncio.gather(
+            *(load_version(self.server, backend_cls, entry.model_dir, v) for v in entry.versions.values())
+        )
+        entry.state = ModelState.READY if entry.ready else ModelState.UNAVAILABLE
+
+    async def _retire(self, entry: ModelEntry) -> None:
+        await asyncio.gather(
+            *(unload_version(v) for v in entry.versions.values() if v.state is ModelState.READY)
+        )
+        if entry.temp_dir is not None:
+            shutil.rmtree(entry.temp_dir, ignore_errors=True)
+            entry.temp_dir = None
+
+
+def _safe_join(root: Path, relative: str) -> Path:
+    """``root/relative`` if it stays inside ``root``; InvalidArgument otherwise."""
+    path = PurePosixPath(relative)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise InvalidArgument(f"invalid file override path '{relative}'")
+    target = root.joinpath(*path.parts)
+    resolved_root = root.resolve()
+    if not target.resolve().is_relative_to(resolved_root):
+        raise InvalidArgument(f"invalid file override path '{relative}'")
+    return target
+
+
+def _composing_models(config: cfg.ModelConfig) -> list[str]:
+    return [step.model_name for step in config.ensemble_scheduling.step]
+

@@ -1,0 +1,71 @@
+"""Model repositories: which model folders exist and which versions to serve.
+
+A repository is a folder of model folders (``<repo>/<model>/config.pbtxt`` and numeric
+version folders). Several repositories may be given; a model name found in two is an
+error for that model. :func:`select_versions` applies a config's ``version_policy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from despina.config import ModelConfig
+from despina.errors import ConfigError, NotFound
+
+
+class ModelRepository:
+    """The union of one or more local repository folders."""
+
+    def __init__(self, roots: Sequence[Path]) -> None:
+        self.roots = [Path(r) for r in roots]
+
+    def model_names(self) -> list[str]:
+        """Every model folder name, sorted; hidden folders are skipped."""
+        names: set[str] = set()
+        for root in self.roots:
+            if root.is_dir():
+                names.update(
+                    p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                )
+        return sorted(names)
+
+    def model_dir(self, name: str) -> Path:
+        """The folder of model ``name``; NotFound if absent, ConfigError if ambiguous."""
+        found = [root / name for root in self.roots if (root / name).is_dir()]
+        if not found:
+            raise NotFound(f"failed to load '{name}', failed to poll from model repository")
+        if len(found) > 1:
+            raise ConfigError(f"model '{name}' appears in more than one model repository")
+        return found[0]
+
+
+def available_versions(model_dir: Path) -> list[int]:
+    """Numeric version folders of a model, ascending (other entries are ignored)."""
+    versions = []
+    for entry in model_dir.iterdir():
+        if entry.is_dir() and entry.name.isdigit() and int(entry.name) > 0:
+            versions.append(int(entry.name))
+    return sorted(versions)
+
+
+def select_versions(config: ModelConfig, available: Sequence[int]) -> list[int]:
+    """The versions to serve under the config's ``version_policy`` (default: latest 1).
+
+    Raises ConfigError when ``specific`` names a version that has no folder.
+    """
+    policy = config.version_policy
+    kind = policy.WhichOneof("policy_choice")
+    if kind == "all":
+        return sorted(available)
+    if kind == "specific":
+        wanted = sorted(int(v) for v in policy.specific.versions)
+        missing = [v for v in wanted if v not in available]
+        if missing:
+            raise ConfigError(
+                f"model '{config.name}': version_policy names versions {missing} "
+                "that have no version folder"
+            )
+        return wanted
+    count = int(policy.latest.num_versions) if kind == "latest" else 1
+    return sorted(available)[-max(count, 1) :]

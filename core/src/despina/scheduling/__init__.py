@@ -1,0 +1,1 @@
+"""Builtin schedulers: default (one request per execution) and the dynamic batcher."""

@@ -1,0 +1,164 @@
+"""The scheduler contract and the one place that runs a batch on an instance.
+
+A scheduler receives validated requests through :meth:`Scheduler.submit`, decides which
+requests run together on which instance, and runs them with :func:`run_batch`, which
+records statistics and delivers every response (or an error) to each request's stream.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from despina.backend import ModelInstance
+from despina.config import ModelConfig
+from despina.errors import DespinaError, Internal, Unavailable
+from despina.inference import InferenceRequest, InferenceResponse
+from despina.stats import ModelStats
+
+log = logging.getLogger("despina.scheduling")
+
+
+@dataclass
+class ScheduledModel:
+    """What a scheduler works with: one model version's config, instances and stats."""
+
+    name: str
+    version: str
+    config: ModelConfig
+    instances: list[ModelInstance]
+    stats: ModelStats
+
+
+class Scheduler(abc.ABC):
+    """Queues requests of one model version and runs them on its instances."""
+
+    name: ClassVar[str]
+
+    def __init__(self, model: ScheduledModel) -> None:
+        self.model = model
+
+    @classmethod
+    def handles(cls, config: ModelConfig) -> bool:
+        """True when this scheduler is the one for ``config`` (default: never chosen)."""
+        return False
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Start workers; called once after the instances exist."""
+
+    @abc.abstractmethod
+    def submit(self, request: InferenceRequest) -> None:
+        """Queue a validated request whose ``stream`` is set; never blocks.
+
+        Raises Unavailable when the queue is full or the scheduler is stopping.
+        """
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Stop taking requests, let running executions finish, and fail every queued
+        request with Unavailable (nothing is dropped silently)."""
+
+    @property
+    def pending(self) -> int:
+        """Requests queued and not yet executing."""
+        return 0
+
+
+def batch_size_of(request: InferenceRequest, config: ModelConfig) -> int:
+    """A request's batch size: its first dimension when the model batches, else 1."""
+    if config.max_batch_size > 0 and request.inputs:
+        first = next(iter(request.inputs.values()))
+        return int(first.shape[0]) if first.ndim else 1
+    return 1
+
+
+async def run_batch(
+    model: ScheduledModel, instance: ModelInstance, requests: Sequence[InferenceRequest]
+) -> None:
+    """Execute ``requests`` on ``instance`` and answer each one; never raises.
+
+    Statistics: one execution of the summed batch size; per request success (with its
+    queue time) or failure. Backend errors fail the whole batch with the error's text.
+    """
+    stats = model.stats
+    start = time.monotonic_ns()
+    try:
+        responses = await instance.execute(requests)
+    except DespinaError as exc:
+        _fail_all(model, requests, exc, "BACKEND")
+        return
+    except Exception as exc:
+        log.exception("model '%s' failed to execute", model.name)
+        _fail_all(model, requests, Internal(f"{type(exc).__name__}: {exc}"), "BACKEND")
+        return
+    end = time.monotonic_ns()
+    batch = sum(batch_size_of(r, model.config) for r in requests)
+    stats.record_execution(batch, len(requests), 0, end - start, 0)
+    if responses is None:
+        for request in requests:
+            _record_outcome(stats, request, start, end, failed=False)
+        return
+    if len(responses) != len(requests):
+        error = Internal(
+            f"model '{model.name}' returned {len(responses)} responses for {len(requests)} requests"
+        )
+        _fail_all(model, requests, error, "BACKEND")
+        return
+    for request, response in zip(requests, responses, strict=True):
+        _deliver(model, request, response)
+        _record_outcome(stats, request, start, end, failed=response.error is not None)
+
+
+def _deliver(model: ScheduledModel, request: InferenceRequest, response: InferenceResponse) -> None:
+    response.model_name = model.name
+    response.model_version = model.version
+    response.id = response.id or request.id
+    if request.stream is not None:
+        request.stream.send(response, final=True)
+
+
+def _record_outcome(
+    stats: ModelStats, request: InferenceRequest, start: int, end: int, failed: bool
+) -> None:
+    total = end - request.received_ns
+    if failed:
+        stats.record_failure(total, "BACKEND")
+    else:
+        stats.record_success(total, start - request.received_ns)
+
+
+def _fail_all(
+    model: ScheduledModel,
+    requests: Sequence[InferenceRequest],
+    error: DespinaError,
+    reason: str,
+) -> None:
+    now = time.monotonic_ns()
+    for request in requests:
+        model.stats.record_failure(now - request.received_ns, reason)
+        if request.stream is not None:
+            request.stream.send(
+                InferenceResponse(model.name, model.version, request.id, error=error), final=True
+            )
+
+
+def reject(model: ScheduledModel, request: InferenceRequest, error: DespinaError) -> None:
+    """Answer a request the scheduler will not run (cancelled, timed out, shutdown)."""
+    reason = "CANCELED" if request.cancelled else "REJECTED"
+    _fail_all(model, [request], error, reason)
+
+
+def stopping_error(model: ScheduledModel) -> Unavailable:
+    return Unavailable(f"Server is stopping, request for model '{model.name}' was not executed")
+
+
+async def drain_queue(model: ScheduledModel, queue: asyncio.Queue[InferenceRequest]) -> None:
+    """Fail everything left in ``queue`` with the stopping error."""
+    while not queue.empty():
+        reject(model, queue.get_nowait(), stopping_error(model))

@@ -1,0 +1,13 @@
+"""The builtin schedulers, registered through the ``despina`` entry-point group."""
+
+from __future__ import annotations
+
+from despina.hookspecs import hookimpl
+from despina.scheduling.base import Scheduler
+from despina.scheduling.dynamic import DynamicBatchScheduler
+from despina.scheduling.workers import DefaultScheduler
+
+
+@hookimpl
+def despina_schedulers() -> list[type[Scheduler]]:
+    return [DefaultScheduler, DynamicBatchScheduler]

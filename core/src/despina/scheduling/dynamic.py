@@ -1,0 +1,86 @@
+"""Triton's dynamic batcher: requests queued together execute as one batch.
+
+A batch grows from the oldest request until it reaches a preferred batch size (or
+``max_batch_size``), or until ``max_queue_delay_microseconds`` passed since the batch
+began. Requests whose non-batch input shapes differ from the batch's first request are
+never batched together (unless the input allows ragged batches); they start the next
+batch. Priority levels, queue size limits and queue timeouts follow the queue policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from despina.config import ModelConfig
+from despina.inference import InferenceRequest
+from despina.scheduling.base import batch_size_of
+from despina.scheduling.queue import RequestQueue
+from despina.scheduling.workers import QueueScheduler
+
+
+class DynamicBatchScheduler(QueueScheduler):
+    """The scheduler for configs with ``dynamic_batching`` and ``max_batch_size > 0``."""
+
+    name = "dynamic"
+
+    @classmethod
+    def handles(cls, config: ModelConfig) -> bool:
+        return config.HasField("dynamic_batching") and config.max_batch_size > 0
+
+    def make_queue(self) -> RequestQueue:
+        batching = self.model.config.dynamic_batching
+        policy = batching.default_queue_policy
+        return RequestQueue(
+            self._reject,
+            levels=int(batching.priority_levels) or 1,
+            default_level=int(batching.default_priority_level) or 1,
+            max_size=int(policy.max_queue_size),
+            default_timeout_us=int(policy.default_timeout_microseconds),
+            allow_timeout_override=bool(policy.allow_timeout_override),
+        )
+
+    async def next_batch(self) -> list[InferenceRequest]:
+        config = self.model.config
+        batching = config.dynamic_batching
+        max_size = int(config.max_batch_size)
+        preferred = sorted(int(p) for p in batching.preferred_batch_size if 0 < p <= max_size)
+        target = preferred[-1] if preferred else max_size
+        delay_s = int(batching.max_queue_delay_microseconds) / 1e6
+        ragged = {i.name for i in config.input if i.allow_ragged_batch}
+
+        first = await self.queue.get()
+        batch, size = [first], batch_size_of(first, config)
+        deadline = time.monotonic() + delay_s
+        try:
+            while size < target:
+                candidate = self.queue.pop_nowait()
+                if candidate is None:
+                    if size in preferred:
+                        break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or not await self.queue.wait(remaining):
+                        break
+                    continue
+                candidate_size = batch_size_of(candidate, config)
+                if size + candidate_size > max_size or not _same_shapes(first, candidate, ragged):
+                    self.queue.push_front(candidate)
+                    break
+                batch.append(candidate)
+                size += candidate_size
+        except asyncio.CancelledError:
+            for request in reversed(batch):
+                self.queue.push_front(request)
+            raise
+        return batch
+
+
+def _same_shapes(a: InferenceRequest, b: InferenceRequest, ragged: set[str]) -> bool:
+    """True when every input has the same shape past the batch dimension."""
+    for name, array in a.inputs.items():
+        if name in ragged:
+            continue
+        other = b.inputs.get(name)
+        if other is None or other.shape[1:] != array.shape[1:]:
+            return False
+    return a.inputs.keys() == b.inputs.keys()

@@ -1,0 +1,230 @@
+"""The in-process API: a :class:`Server` owns its plugins, models and frontends.
+
+``Server(settings).infer(request)`` works without any frontend, like Triton's in-process
+API, and several servers can live in one process (each has its own plugin manager).
+Frontends call :meth:`Server.submit` / :meth:`Server.infer` and never touch backends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from despina import __version__
+from despina.backend import Backend
+from despina.config import mc
+from despina.errors import Internal, Unavailable, Unsupported
+from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
+from despina.loader import ModelVersion
+from despina.models import ModelManager
+from despina.plugins import Plugins, create_plugins
+from despina.repository import ModelRepository
+from despina.runtime_settings import LogSettings, TraceSettings
+from despina.scheduling.base import Scheduler
+from despina.shared_memory import SharedMemoryRegistry
+from despina.tensors import config_to_datatype
+from despina.validation import validate_request
+
+log = logging.getLogger("despina.server")
+
+
+class StartupError(Exception):
+    """The server cannot start (a model failed with ``--exit-on-error``, bad flags, ...)."""
+
+
+@dataclass
+class Registry:
+    """The capability classes of the installed plugins, by name."""
+
+    backends: dict[str, type[Backend]] = field(default_factory=dict)
+    schedulers: dict[str, type[Scheduler]] = field(default_factory=dict)
+    frontends: dict[str, type[Any]] = field(default_factory=dict)
+    exporters: dict[str, type[Any]] = field(default_factory=dict)
+    agents: dict[str, type[Any]] = field(default_factory=dict)
+    sources: dict[str, type[Any]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, plugins: Plugins) -> Registry:
+        def names(hook: str) -> dict[str, type[Any]]:
+            return {name: c for name, (c, _) in plugins.capabilities(hook).items()}
+
+        return cls(
+            backends=names("despina_backends"),
+            schedulers=names("despina_schedulers"),
+            frontends=names("despina_frontends"),
+            exporters=names("despina_metrics_exporters"),
+            agents=names("despina_repository_agents"),
+            sources=names("despina_repository_sources"),
+        )
+
+
+class Server:
+    """One Despina server. Create, ``await start()``, serve, ``await stop()``."""
+
+    def __init__(
+        self,
+        settings: argparse.Namespace | None = None,
+        plugins: Sequence[object] = (),
+        load_entrypoints: bool = True,
+    ) -> None:
+        from despina.cli import parse_settings
+
+        self.plugins = create_plugins(plugins, load_entrypoints)
+        self.settings = settings if settings is not None else parse_settings([], self.plugins)
+        self.registry = Registry.build(self.plugins)
+        self.id: str = self.settings.id
+        self.version: str = __version__
+        self.models = ModelManager(self, ModelRepository(self._repository_roots()))
+        self.shared_memory = SharedMemoryRegistry()
+        self.log_settings = LogSettings.from_settings(self.settings)
+        self.trace_settings = TraceSettings.from_settings(self.settings)
+        self.frontends: list[Any] = []
+        self.exporters: list[Any] = []
+        self.live = False
+        self._stopping = False
+
+    @classmethod
+    def from_args(cls, argv: Sequence[str], plugins: Sequence[object] = ()) -> Server:
+        """A server configured from a ``despina serve`` / tritonserver command line."""
+        from despina.cli import parse_settings
+
+        managed = create_plugins(plugins)
+        return cls(parse_settings(list(argv), managed), plugins)
+
+    def _repository_roots(self) -> list[Path]:
+        roots = self.settings.model_repository or []
+        return [Path(r).expanduser().resolve() for r in roots]
+
+    @property
+    def ready(self) -> bool:
+        """Triton's readiness: live, not stopping, and (strict) every model READY."""
+        if not self.live or self._stopping:
+            return False
+        return self.models.all_ready() if self.settings.strict_readiness else True
+
+    async def start(self) -> None:
+        """Configure plugins, load the start-up models, start exporters and frontends.
+
+        Raises StartupError when a model fails and ``--exit-on-error`` is true.
+        """
+        try:
+            self.plugins.hook.despina_configure.call_historic(kwargs={"settings": self.settings})
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        self.live = True
+        await self.models.load_startup()
+        failures = self.models.failures()
+        if failures and self.settings.exit_on_error:
+            await self.models.unload_all()
+            lines = "; ".join(f"{name}: {reason}" for name, reason in failures)
+            raise StartupError(f"failed to load all models: {lines}")
+        for cls in self.registry.exporters.values():
+            exporter = cls(self)
+            await exporter.start()
+            self.exporters.append(exporter)
+        for cls in self.registry.frontends.values():
+            frontend = cls(self)
+            try:
+                await frontend.start()
+            except OSError as exc:
+                await self.stop()
+                raise StartupError(f"frontend '{cls.name}' failed to start: {exc}") from None
+            self.frontends.append(frontend)
+        self.plugins.hook.despina_server_started(server=self)
+
+    async def stop(self) -> None:
+        """Stop: refuse new requests, finish in-flight ones, fail queued ones, unload."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.plugins.hook.despina_server_stopping(server=self)
+        await self.models.unload_all()
+        for frontend in reversed(self.frontends):
+            await frontend.stop()
+        for exporter in self.exporters:
+            await exporter.stop()
+        self.shared_memory.unregister_all()
+        self.live = False
+
+    def submit(self, request: InferenceRequest) -> tuple[ModelVersion, ResponseStream]:
+        """Validate and queue a request; return the model and the stream to read.
+
+        Raises DespinaError (unknown model, invalid input, full queue) synchronously.
+        """
+        if self._stopping:
+            raise Unavailable("Server is stopping")
+        model = self.models.get(request.model_name, request.model_version)
+        assert model.signature is not None and model.scheduler is not None
+        validate_request(request, model.signature)
+        stream = ResponseStream()
+        request.stream = stream
+        model.scheduler.submit(request)
+        return model, stream
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Run a request on a non-decoupled model; return its response or raise its error."""
+        model, stream = self.submit_checked(request, streaming=False)
+        response: InferenceResponse | None = None
+        async for item in stream:
+            response = item
+        if response is None:
+            raise Internal(f"model '{model.name}' sent no response")
+        if response.error is not None:
+            raise response.error
+        response.model_name, response.model_version = model.name, str(model.version)
+        return response
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """Run a request on any model; yield every response (errors as ``error`` set)."""
+        model, stream = self.submit_checked(request, streaming=True)
+        async for response in stream:
+            response.model_name, response.model_version = model.name, str(model.version)
+            yield response
+
+    def submit_checked(
+        self, request: InferenceRequest, streaming: bool
+    ) -> tuple[ModelVersion, ResponseStream]:
+        """:meth:`submit`, refusing decoupled models unless ``streaming``."""
+        if not streaming:
+            model = self.models.get(request.model_name, request.model_version)
+            if model.decoupled:
+                raise Unsupported(
+                    f"Model '{model.name}' is configured with decoupled transaction policy; "
+                    "use the streaming API"
+                )
+        return self.submit(request)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        """KServe v2 model metadata (name, versions, platform, inputs, outputs)."""
+        model = self.models.get(name, version)
+        entry = self.models.entries[name]
+        config = model.config
+        batch = [-1] if config.max_batch_size > 0 else []
+        def tensor(t: Any) -> dict[str, Any]:
+            datatype = config_to_datatype(mc.DataType.Name(t.data_type))
+            return {"name": t.name, "datatype": datatype, "shape": batch + [int(d) for d in t.dims]}
+
+        return {
+            "name": name,
+            "versions": [str(v) for v, mv in sorted(entry.versions.items()) if mv.ready],
+            "platform": config.platform or config.backend,
+            "inputs": [tensor(t) for t in config.input],
+            "outputs": [tensor(t) for t in config.output],
+        }
+
+    async def serve_forever(self, stop_event: asyncio.Event) -> None:
+        """Start, wait for ``stop_event``, then stop within ``--exit-timeout-secs``."""
+        await self.start()
+        try:
+            await stop_event.wait()
+        finally:
+            try:
+                await asyncio.wait_for(self.stop(), timeout=float(self.settings.exit_timeout_secs))
+            except TimeoutError:
+                log.warning("exit timeout reached with requests still running")
+

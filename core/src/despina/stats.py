@@ -1,0 +1,119 @@
+"""Per-model-version statistics, shaped like Triton's statistics extension.
+
+The scheduler records each request and each execution once; the statistics endpoints
+and the metrics exporter read :meth:`ModelStats.snapshot` (no per-request cost for them).
+Durations are nanoseconds. Updates happen on the event loop thread, so no locks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Failure reasons of ``nv_inference_request_failure``.
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+@dataclass
+class Duration:
+    """A count and a total duration in nanoseconds."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class BatchStats:
+    """Per batch size: compute durations of the executions of that size."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass
+class ModelStats:
+    """Counters of one model version."""
+
+    name: str
+    version: str
+    last_inference_ms: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    pending: int = 0
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
+    batches: defaultdict[int, BatchStats] = field(default_factory=lambda: defaultdict(BatchStats))
+
+    def record_execution(
+        self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        """One ``execute`` call covering ``requests`` requests of ``batch_size`` in all."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        batch = self.batches[batch_size]
+        batch.compute_input.add(input_ns)
+        batch.compute_infer.add(infer_ns)
+        batch.compute_output.add(output_ns)
+        self.compute_input.add(input_ns, requests)
+        self.compute_infer.add(infer_ns, requests)
+        self.compute_output.add(output_ns, requests)
+
+    def record_success(self, total_ns: int, queue_ns: int) -> None:
+        """A request answered successfully, ``total_ns`` after it arrived."""
+        self.success.add(total_ns)
+        self.queue.add(queue_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, total_ns: int, reason: str) -> None:
+        """A request that failed; ``reason`` is one of FAILURE_REASONS."""
+        self.fail.add(total_ns)
+        self.failures[reason] += 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def snapshot(self) -> dict[str, Any]:
+        """The model's entry of the statistics extension's ``model_stats`` list."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.as_dict(),
+                "fail": self.fail.as_dict(),
+                "queue": self.queue.as_dict(),
+                "compute_input": self.compute_input.as_dict(),
+                "compute_infer": self.compute_infer.as_dict(),
+                "compute_output": self.compute_output.as_dict(),
+                "cache_hit": self.cache_hit.as_dict(),
+                "cache_miss": self.cache_miss.as_dict(),
+            },
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": batch.compute_input.as_dict(),
+                    "compute_infer": batch.compute_infer.as_dict(),
+                    "compute_output": batch.compute_output.as_dict(),
+                }
+                for size, batch in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }

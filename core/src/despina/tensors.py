@@ -1,0 +1,120 @@
+"""Triton data types, numpy dtypes and the BYTES wire format.
+
+Tensors are numpy arrays end to end. BYTES tensors are numpy ``object`` arrays of
+``bytes``; BF16 uses ``ml_dtypes.bfloat16``. The wire name of an array's type is
+:func:`datatype_of`; config types (``TYPE_FP32``) map with :func:`config_to_datatype`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import ml_dtypes
+import numpy as np
+
+from despina.errors import InvalidArgument
+
+#: Triton wire datatype name -> numpy dtype.
+DATATYPE_TO_DTYPE: dict[str, np.dtype[object]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "BYTES": np.dtype(np.object_),
+}
+
+_DTYPE_TO_DATATYPE: dict[np.dtype[object], str] = {v: k for k, v in DATATYPE_TO_DTYPE.items()}
+
+#: Wire datatypes whose elements have a fixed size in bytes.
+FIXED_SIZE: dict[str, int] = {k: v.itemsize for k, v in DATATYPE_TO_DTYPE.items() if k != "BYTES"}
+
+
+def dtype_of(datatype: str) -> np.dtype[object]:
+    """Return the numpy dtype of a wire datatype; raise InvalidArgument if unknown."""
+    try:
+        return DATATYPE_TO_DTYPE[datatype]
+    except KeyError:
+        raise InvalidArgument(f"invalid datatype '{datatype}'") from None
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """Return the wire datatype of an array; str/bytes arrays are BYTES."""
+    kind = array.dtype.kind
+    if kind in ("O", "S", "U"):
+        return "BYTES"
+    try:
+        return _DTYPE_TO_DATATYPE[array.dtype]
+    except KeyError:
+        raise InvalidArgument(f"unsupported numpy dtype {array.dtype}") from None
+
+
+def config_to_datatype(config_type: str) -> str:
+    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES`` (Triton's naming)."""
+    name = config_type.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def datatype_to_config(datatype: str) -> str:
+    """``FP32`` -> ``TYPE_FP32``; ``BYTES`` -> ``TYPE_STRING``."""
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+
+
+def element_count(shape: Sequence[int]) -> int:
+    """Number of elements of a shape (1 for a scalar shape ``()``)."""
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """Encode a BYTES tensor as Triton does: each element a 4-byte LE length + bytes."""
+    parts: list[bytes] = []
+    pack = struct.Struct("<I").pack
+    for item in array.reshape(-1):
+        data = item if isinstance(item, bytes) else str(item).encode()
+        parts.append(pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> np.ndarray:
+    """Decode length-prefixed BYTES elements into a 1-D object array.
+
+    Raises InvalidArgument when a length runs past the buffer or, with ``count``, when
+    the number of elements differs.
+    """
+    view = memoryview(buffer).cast("B")
+    items: list[bytes] = []
+    offset, end = 0, len(view)
+    while offset < end:
+        if offset + 4 > end:
+            raise InvalidArgument("unexpected end of BYTES tensor data: incomplete length prefix")
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        if offset + length > end:
+            raise InvalidArgument("unexpected end of BYTES tensor data: element past the buffer")
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    if count is not None and len(items) != count:
+        raise InvalidArgument(f"expected {count} BYTES elements, got {len(items)}")
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
+
+
+def to_bytes_array(values: Sequence[object]) -> np.ndarray:
+    """Build a 1-D BYTES array from Python strings/bytes (strings encoded as UTF-8)."""
+    out = np.empty(len(values), dtype=np.object_)
+    out[:] = [v.encode() if isinstance(v, str) else bytes(v) for v in values]  # type: ignore[call-overload]
+    return out

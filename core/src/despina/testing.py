@@ -1,0 +1,196 @@
+"""Pytest fixtures for Despina and its plugins (registered through the ``pytest11`` entry point).
+
+- ``model_repository``: a :class:`RepositoryBuilder` on a temporary folder.
+- ``despina_server``: a factory starting a real :class:`~despina.server.Server` on free
+  127.0.0.1 ports in a background thread; stopped after the test.
+- ``http_client`` / ``grpc_client``: helpers returning real ``tritonclient`` clients for a
+  running server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from despina.server import Server
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RepositoryBuilder:
+    """Writes model folders: ``add(name, config_text, {"1/model.py": source})``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def add(
+        self, name: str, config: str | None = None, files: dict[str, str | bytes] | None = None
+    ) -> Path:
+        """Create ``<root>/<name>`` with config.pbtxt (if given) and files; return the folder."""
+        model_dir = self.root / name
+        model_dir.mkdir(parents=True, exist_ok=True)
+        if config is not None:
+            (model_dir / "config.pbtxt").write_text(config)
+        for relative, content in (files or {}).items():
+            path = model_dir / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+        return model_dir
+
+
+class RunningServer:
+    """A server running on its own event loop thread, with the ports it listens on."""
+
+    def __init__(self, server: Server, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+        self.server = server
+        self.loop = loop
+        self.thread = thread
+        settings = server.settings
+        self.http_port: int | None = getattr(settings, "http_port", None)
+        self.grpc_port: int | None = getattr(settings, "grpc_port", None)
+        self.metrics_port: int | None = getattr(settings, "metrics_port", None)
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        """Run a coroutine on the server's loop and wait for its result."""
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout)
+
+    def stop(self) -> None:
+        """Stop the server and its loop thread (idempotent)."""
+        if not self.thread.is_alive():
+            return
+        try:
+            self.call(self.server.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(30)
+
+
+def start_server(
+    repository: Path | Sequence[Path] | None,
+    args: Sequence[str] = (),
+    plugins: Sequence[object] = (),
+) -> RunningServer:
+    """Start a real server on free ports (HTTP, gRPC, metrics flags are set when the
+    plugins that own them are installed) and return once it serves."""
+    from despina.cli import parse_settings
+    from despina.plugins import create_plugins
+
+    argv: list[str] = []
+    roots = [repository] if isinstance(repository, Path) else list(repository or [])
+    for root in roots:
+        argv.append(f"--model-repository={root}")
+    for flag in ("--http-port", "--grpc-port", "--metrics-port"):
+        if not any(a.startswith(flag) for a in args):
+            argv.append(f"{flag}={free_port()}")
+    argv.extend(args)
+    settings = parse_settings(argv, create_plugins(plugins))
+    loop = asyncio.new_event_loop()
+    ready: Future[Server] = Future()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            server = Server(settings, plugins)
+            loop.run_until_complete(server.start())
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            ready.set_exception(exc)
+            loop.close()
+            return
+        ready.set_result(server)
+        loop.run_forever()
+        loop.close()
+
+    thread = threading.Thread(target=run, name="despina-test-server", daemon=True)
+    thread.start()
+    server = ready.result(120)
+    return RunningServer(server, loop, thread)
+
+
+@pytest.fixture
+def model_repository(tmp_path: Path) -> RepositoryBuilder:
+    """A repository builder on an empty temporary folder."""
+    return RepositoryBuilder(tmp_path / "models")
+
+
+@pytest.fixture
+def despina_server() -> Iterator[Callable[..., RunningServer]]:
+    """Factory: ``despina_server(repo_path, args=[...], plugins=[...])`` -> RunningServer."""
+    started: list[RunningServer] = []
+
+    def factory(
+        repository: Path | Sequence[Path] | None,
+        args: Sequence[str] = (),
+        plugins: Sequence[object] = (),
+    ) -> RunningServer:
+        running = start_server(repository, args, plugins)
+        started.append(running)
+        return running
+
+    yield factory
+    for running in reversed(started):
+        running.stop()
+
+
+@pytest.fixture
+def http_client() -> Iterator[Callable[[RunningServer], Any]]:
+    """Factory: ``http_client(running)`` -> ``tritonclient.http.InferenceServerClient``."""
+    import tritonclient.http as httpclient
+
+    clients: list[Any] = []
+
+    def factory(running: RunningServer, **kwargs: Any) -> Any:
+        client = httpclient.InferenceServerClient(running.http_url, **kwargs)
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def grpc_client() -> Iterator[Callable[[RunningServer], Any]]:
+    """Factory: ``grpc_client(running)`` -> ``tritonclient.grpc.InferenceServerClient``."""
+    import tritonclient.grpc as grpcclient
+
+    clients: list[Any] = []
+
+    def factory(running: RunningServer, **kwargs: Any) -> Any:
+        client = grpcclient.InferenceServerClient(running.grpc_url, **kwargs)
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        client.close()

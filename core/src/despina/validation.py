@@ -1,0 +1,144 @@
+"""Request validation against a model's config, with Triton's error texts.
+
+:func:`validate_request` checks inputs (names, data types, shapes, batch size) and
+requested outputs, and applies ``reshape`` to inputs (a view, no copy). It runs once per
+request before the request is queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from despina.config import ModelConfig, mc
+from despina.errors import InvalidArgument
+from despina.inference import InferenceRequest
+from despina.tensors import DATATYPE_TO_DTYPE, config_to_datatype, datatype_of
+
+
+class ModelSignature:
+    """The config's inputs and outputs, indexed once per model load."""
+
+    def __init__(self, name: str, config: ModelConfig) -> None:
+        self.name = name
+        self.max_batch_size = int(config.max_batch_size)
+        self.inputs: dict[str, Any] = {i.name: i for i in config.input}
+        self.outputs: dict[str, Any] = {o.name: o for o in config.output}
+        self.required = [i.name for i in config.input if not i.optional]
+        self.input_dtypes = {
+            i.name: DATATYPE_TO_DTYPE.get(config_to_datatype(mc.DataType.Name(i.data_type)))
+            for i in config.input
+        }
+        self.input_datatypes = {
+            i.name: config_to_datatype(mc.DataType.Name(i.data_type)) for i in config.input
+        }
+        self.ensemble = config.platform == "ensemble"
+
+
+def validate_request(request: InferenceRequest, sig: ModelSignature) -> None:
+    """Raise InvalidArgument (Triton's message) for a request the model cannot take."""
+    model = sig.name
+    for name in request.inputs:
+        if name not in sig.inputs:
+            raise InvalidArgument(f"unexpected inference input '{name}' for model '{model}'")
+    missing = [n for n in sig.required if n not in request.inputs]
+    if missing:
+        raise InvalidArgument(
+            f"expected {len(sig.inputs)} inputs but got {len(request.inputs)} inputs for model "
+            f"'{model}'. Got input(s) {_names(request.inputs)}, but missing required input(s) "
+            f"{_names(missing)}. Please provide all required input(s)."
+        )
+    batch: int | None = None
+    for name, array in request.inputs.items():
+        expected = sig.input_dtypes[name]
+        if array.dtype != expected and not (expected == np.object_ and array.dtype.kind in "SU"):
+            raise InvalidArgument(
+                f"[request id: {request.id or '<id_unknown>'}] inference input '{name}' "
+                f"data-type is '{datatype_of(array)}', but model '{model}' expects "
+                f"'{sig.input_datatypes[name]}'"
+            )
+        batch = _check_shape(request, sig, name, array, batch)
+    _check_outputs(request, sig)
+    _apply_reshapes(request, sig)
+
+
+def _check_shape(
+    request: InferenceRequest, sig: ModelSignature, name: str, array: np.ndarray, batch: int | None
+) -> int | None:
+    config = sig.inputs[name]
+    shape = tuple(array.shape)
+    dims = tuple(int(d) for d in config.dims)
+    if sig.max_batch_size > 0:
+        if not shape:
+            raise InvalidArgument(
+                f"[request id: {request.id or '<id_unknown>'}] inference input '{name}' for "
+                f"model '{sig.name}' must have a batch dimension"
+            )
+        if batch is not None and shape[0] != batch:
+            raise InvalidArgument(
+                f"[request id: {request.id or '<id_unknown>'}] inputs of model '{sig.name}' "
+                f"disagree on the batch size: {batch} and {shape[0]}"
+            )
+        batch = shape[0]
+        if batch > sig.max_batch_size:
+            raise InvalidArgument(
+                f"[request id: {request.id or '<id_unknown>'}] inference request batch-size "
+                f"must be <= {sig.max_batch_size} for '{sig.name}'"
+            )
+        shape = shape[1:]
+    reshape_dims = tuple(int(d) for d in config.reshape.shape) if config.HasField("reshape") else None
+    if not _matches(shape, dims) and not (reshape_dims is not None and _matches(shape, reshape_dims)):
+        expected = ([-1] if sig.max_batch_size > 0 else []) + list(dims)
+        raise InvalidArgument(
+            f"[request id: {request.id or '<id_unknown>'}] unexpected shape for input '{name}' "
+            f"for model '{sig.name}'. Expected {_shape(expected)}, got {_shape(array.shape)}. "
+        )
+    return batch
+
+
+def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
+    if not dims and shape == (1,):
+        return True  # Triton treats a [1] tensor as matching a scalar-shaped config
+    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
+
+
+def _check_outputs(request: InferenceRequest, sig: ModelSignature) -> None:
+    if request.outputs is None or (sig.ensemble and not sig.outputs):
+        return
+    if len(request.outputs) > max(len(sig.outputs), 1):
+        raise InvalidArgument(
+            f"request for model '{sig.name}' names {len(request.outputs)} outputs; "
+            f"the model has {len(sig.outputs)}"
+        )
+    seen: set[str] = set()
+    for output in request.outputs:
+        if output.name not in sig.outputs:
+            raise InvalidArgument(
+                f"[request id: {request.id or '<id_unknown>'}] unexpected inference output "
+                f"'{output.name}' for model '{sig.name}'"
+            )
+        if output.name in seen:
+            raise InvalidArgument(f"output '{output.name}' is requested more than once")
+        seen.add(output.name)
+
+
+def _apply_reshapes(request: InferenceRequest, sig: ModelSignature) -> None:
+    for name, array in request.inputs.items():
+        config = sig.inputs[name]
+        if not config.HasField("reshape"):
+            continue
+        target = [int(d) for d in config.reshape.shape]
+        lead = list(array.shape[:1]) if sig.max_batch_size > 0 else []
+        if -1 not in target or target.count(-1) == 1:
+            request.inputs[name] = array.reshape(lead + target)
+
+
+def _names(names: Any) -> str:
+    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+

@@ -1,0 +1,73 @@
+"""A tiny backend defined in the tests ("toy"): OUTPUT0 = INPUT0 + INPUT1,
+OUTPUT1 = INPUT0 - INPUT1. Files ``model.toy`` hold optional JSON behaviour switches."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+
+import numpy as np
+from despina.backend import Backend, InstanceSpec, ModelInstance
+from despina.errors import InvalidArgument
+from despina.hookspecs import hookimpl
+from despina.inference import InferenceRequest, InferenceResponse
+
+
+class ToyInstance(ModelInstance):
+    def __init__(self, spec: InstanceSpec, behaviour: dict[str, object], log: list[tuple[str, int]]) -> None:
+        self.spec = spec
+        self.behaviour = behaviour
+        self.log = log
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        self.log.append((self.spec.name, len(requests)))
+        delay = float(self.behaviour.get("delay_s", 0))  # type: ignore[arg-type]
+        if delay:
+            await asyncio.sleep(delay)
+        if self.behaviour.get("raise"):
+            raise RuntimeError("toy model exploded")
+        responses = []
+        for request in requests:
+            a, b = request.inputs["INPUT0"], request.inputs["INPUT1"]
+            if a.dtype == np.object_:
+                responses.append(InferenceResponse(outputs={"OUTPUT0": a, "OUTPUT1": b}))
+                continue
+            if np.any(a < 0) and self.behaviour.get("reject_negative"):
+                responses.append(InferenceResponse(error=InvalidArgument("negative input")))
+                continue
+            responses.append(InferenceResponse(outputs={"OUTPUT0": a + b, "OUTPUT1": a - b}))
+        return responses
+
+
+class ToyBackend(Backend):
+    name = "toy"
+    default_model_filename = "model.toy"
+
+    executions: list[tuple[str, int]] = []
+
+    async def auto_complete(self) -> None:
+        config = self.context.config
+        if not config.input:
+            for name in ("INPUT0", "INPUT1"):
+                tensor = config.input.add(name=name, data_type=11)  # TYPE_FP32
+                tensor.dims.append(4)
+        if not config.output:
+            for name in ("OUTPUT0", "OUTPUT1"):
+                tensor = config.output.add(name=name, data_type=11)
+                tensor.dims.append(4)
+
+    async def load(self) -> None:
+        path = self.context.model_file
+        text = path.read_text() if path.is_file() else ""
+        self.behaviour = json.loads(text) if text.strip() else {}
+        if self.behaviour.get("fail_load"):
+            raise RuntimeError("toy model refuses to load")
+
+    async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        return ToyInstance(spec, self.behaviour, ToyBackend.executions)
+
+
+@hookimpl
+def despina_backends() -> list[type[Backend]]:
+    return [ToyBackend]
