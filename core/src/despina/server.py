@@ -18,6 +18,7 @@ from typing import Any
 from despina import __version__
 from despina.backend import Backend
 from despina.config import mc
+from despina.custom_metrics import CustomMetrics
 from despina.errors import Internal, Unavailable, Unsupported
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
 from despina.loader import ModelVersion
@@ -81,6 +82,7 @@ class Server:
         self.version: str = __version__
         self.models = ModelManager(self, ModelRepository(self._repository_roots()))
         self.shared_memory = SharedMemoryRegistry()
+        self.custom_metrics = CustomMetrics()
         self.log_settings = LogSettings.from_settings(self.settings)
         self.trace_settings = TraceSettings.from_settings(self.settings)
         self.frontends: list[Any] = []
