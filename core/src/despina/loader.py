@@ -21,6 +21,7 @@ from despina.errors import ConfigError, DespinaError, Unavailable
 from despina.scheduling.base import ScheduledModel, Scheduler
 from despina.stats import ModelStats
 from despina.validation import ModelSignature
+from despina.warmup import warm_up
 
 if TYPE_CHECKING:
     from despina.server import Server
@@ -166,6 +167,7 @@ async def load_version(
             await version.backend.load()
             for spec in instance_specs(version.config):
                 version.instances.append(await version.backend.create_instance(spec))
+            await warm_up(version.config, model_dir, version.instances)
         scheduler_cls = pick_scheduler(server, version.config)
         version.signature = ModelSignature(version.name, version.config)
         model = ScheduledModel(
