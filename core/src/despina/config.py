@@ -128,7 +128,7 @@ def _int64_strings_to_numbers(message: Any, data: Any) -> Any:
 
 
 def _is_repeated(field: Any) -> bool:
-    return bool(field.label == field.LABEL_REPEATED)
+    return bool(field.is_repeated)
 
 
 def backend_name(config: mc.ModelConfig) -> str:

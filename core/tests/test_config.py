@@ -1,0 +1,104 @@
+"""config.pbtxt parsing, Triton's JSON form, defaults and validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from despina import config as cfg
+from despina.errors import ConfigError
+
+VALID = """
+name: "m"
+backend: "toy"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1, 4 ] optional: true } ]
+output [ { name: "Y" data_type: TYPE_STRING dims: [ 2 ] reshape: { shape: [ 1, 2 ] } } ]
+parameters { key: "k" value: { string_value: "v" } }
+version_policy: { specific: { versions: [ 1, 3 ] } }
+"""
+
+
+def test_valid_config_parses_with_every_field() -> None:
+    config = cfg.parse_text(VALID)
+    assert config.max_batch_size == 8
+    assert list(config.input[0].dims) == [-1, 4]
+    assert config.input[0].optional
+    assert list(config.output[0].reshape.shape) == [1, 2]
+    assert cfg.parameters_of(config) == {"k": "v"}
+    assert list(config.version_policy.specific.versions) == [1, 3]
+
+
+def test_unknown_field_names_file_line_and_field() -> None:
+    with pytest.raises(ConfigError) as info:
+        cfg.parse_text('name: "m"\nmax_batch_sise: 4\n', "m/config.pbtxt")
+    message = str(info.value)
+    assert message.startswith("m/config.pbtxt:2:")
+    assert "max_batch_sise" in message
+
+
+def test_bad_enum_value_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="TYPE_FLOAT99"):
+        cfg.parse_text('input [ { name: "X" data_type: TYPE_FLOAT99 dims: [1] } ]')
+
+
+def test_json_form_uses_field_names_and_numbers_for_int64() -> None:
+    config = cfg.parse_text(VALID)
+    cfg.normalize(config, "m", gpu_count=0)
+    data = cfg.to_json_dict(config)
+    assert data["input"][0]["dims"] == [-1, 4]
+    assert data["input"][0]["data_type"] == "TYPE_FP32"
+    assert data["output"][0]["reshape"]["shape"] == [1, 2]
+    assert data["version_policy"]["specific"]["versions"] == [1, 3]
+    assert data["instance_group"][0]["kind"] == "KIND_CPU"
+    assert data["instance_group"][0]["count"] == 1
+    assert data["parameters"] == {"k": {"string_value": "v"}}
+    assert cfg.parse_json(cfg.config_json(config)) == config
+
+
+def test_normalize_fills_triton_defaults() -> None:
+    config = cfg.parse_text('backend: "onnxruntime" instance_group [ { kind: KIND_AUTO } ]')
+    cfg.normalize(config, "net", gpu_count=0)
+    assert config.name == "net"
+    assert config.platform == "onnxruntime_onnx"
+    assert config.version_policy.latest.num_versions == 1
+    group = config.instance_group[0]
+    assert (group.name, group.count, group.kind) == ("net", 1, cfg.mc.ModelInstanceGroup.KIND_CPU)
+
+
+def test_auto_gpu_kind_takes_every_gpu() -> None:
+    config = cfg.parse_text("instance_group [ { kind: KIND_AUTO count: 2 } ]")
+    cfg.normalize(config, "net", gpu_count=2)
+    assert config.instance_group[0].kind == cfg.mc.ModelInstanceGroup.KIND_GPU
+    assert list(config.instance_group[0].gpus) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('name: "other"', "does not match the folder name"),
+        ("max_batch_size: -1", "max_batch_size must be >= 0"),
+        ('input [ { name: "X" dims: [1] } ]', "must specify a data_type"),
+        ('input [ { name: "X" data_type: TYPE_FP32 dims: [0] } ]', "dims must be positive or -1"),
+        (
+            'input [ { name: "X" data_type: TYPE_FP32 dims: [1] }, { name: "X" data_type: TYPE_FP32 dims: [1] } ]',
+            "specified more than once",
+        ),
+        (
+            'input [ { name: "X" data_type: TYPE_FP32 dims: [4] reshape: { shape: [3] } } ]',
+            "different element count",
+        ),
+        ('input [ { name: "X" data_type: TYPE_FP32 dims: [4] } ]', "at least one output"),
+    ],
+)
+def test_invalid_configs_are_refused_with_a_reason(text: str, message: str) -> None:
+    config = cfg.parse_text(text)
+    cfg.normalize(config, "m", gpu_count=0)
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate(config, "m")
+
+
+def test_backend_name_comes_from_backend_or_platform() -> None:
+    assert cfg.backend_name(cfg.parse_text('platform: "pytorch_libtorch"')) == "pytorch"
+    assert cfg.backend_name(cfg.parse_text('platform: "tensorrt_plan"')) == "tensorrt"
+    assert cfg.backend_name(cfg.parse_text('backend: "python"')) == "python"
+    assert cfg.backend_name(cfg.parse_text("")) == ""

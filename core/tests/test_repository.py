@@ -1,0 +1,58 @@
+"""Version folders and version policies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from despina import config as cfg
+from despina.errors import ConfigError, NotFound
+from despina.repository import ModelRepository, available_versions, select_versions
+
+
+def _model(root: Path, name: str, versions: list[str]) -> Path:
+    for version in versions:
+        (root / name / version).mkdir(parents=True)
+    return root / name
+
+
+def test_only_positive_numeric_folders_are_versions(tmp_path: Path) -> None:
+    model = _model(tmp_path, "m", ["1", "3", "10", "0", "latest", ".hidden"])
+    (model / "7").write_text("a file, not a folder")
+    assert available_versions(model) == [1, 3, 10]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("", [10]),
+        ("version_policy: { latest: { num_versions: 2 } }", [3, 10]),
+        ("version_policy: { all: {} }", [1, 3, 10]),
+        ("version_policy: { specific: { versions: [ 3, 1 ] } }", [1, 3]),
+    ],
+)
+def test_version_policies(policy: str, expected: list[int]) -> None:
+    config = cfg.parse_text(policy)
+    assert select_versions(config, [1, 3, 10]) == expected
+
+
+def test_specific_version_without_folder_is_an_error() -> None:
+    config = cfg.parse_text('name: "m" version_policy: { specific: { versions: [ 4 ] } }')
+    with pytest.raises(ConfigError, match=r"versions \[4\]"):
+        select_versions(config, [1, 3])
+
+
+def test_several_repositories_and_ambiguous_names(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    _model(first, "x", ["1"])
+    _model(first, "both", ["1"])
+    _model(second, "y", ["1"])
+    _model(second, "both", ["1"])
+    repository = ModelRepository([first, second])
+    assert repository.model_names() == ["both", "x", "y"]
+    assert repository.model_dir("y") == second / "y"
+    with pytest.raises(ConfigError, match="more than one model repository"):
+        repository.model_dir("both")
+    with pytest.raises(NotFound):
+        repository.model_dir("missing")
