@@ -188,10 +188,16 @@ async def load_version(
     )
 
 
-async def unload_version(version: ModelVersion) -> None:
-    """Stop taking requests, drain, close instances and the backend; ends UNAVAILABLE."""
+async def unload_version(version: ModelVersion, drain: bool = True) -> None:
+    """Stop taking requests, close instances and the backend; ends UNAVAILABLE.
+
+    With ``drain`` every accepted request is executed first (unload, reload); without it
+    (shutdown) queued requests are answered with an error and only running ones finish.
+    """
     version.state = ModelState.UNLOADING
     if version.scheduler is not None:
+        if drain:
+            await version.scheduler.drain()
         await version.scheduler.stop()
     await _release(version)
     version.state = ModelState.UNAVAILABLE

@@ -128,7 +128,7 @@ class ModelManager:
 
     async def unload_all(self) -> None:
         """Unload every model (shutdown): queued requests are answered with an error."""
-        await asyncio.gather(*(self._retire(e) for e in list(self.entries.values())))
+        await asyncio.gather(*(self._retire(e, drain=False) for e in list(self.entries.values())))
 
     def check_control(self) -> None:
         """Raise Unsupported unless the control mode allows load/unload requests."""
@@ -252,9 +252,9 @@ class ModelManager:
         )
         entry.state = ModelState.READY if entry.ready else ModelState.UNAVAILABLE
 
-    async def _retire(self, entry: ModelEntry) -> None:
+    async def _retire(self, entry: ModelEntry, drain: bool = True) -> None:
         await asyncio.gather(
-            *(unload_version(v) for v in entry.versions.values() if v.state is ModelState.READY)
+            *(unload_version(v, drain) for v in entry.versions.values() if v.state is ModelState.READY)
         )
         if entry.temp_dir is not None:
             shutil.rmtree(entry.temp_dir, ignore_errors=True)

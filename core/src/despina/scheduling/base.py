@@ -23,6 +23,9 @@ from despina.stats import ModelStats
 
 log = logging.getLogger("despina.scheduling")
 
+#: How often :meth:`Scheduler.drain` looks whether the queue emptied.
+DRAIN_POLL_S = 0.005
+
 
 @dataclass
 class ScheduledModel:
@@ -68,6 +71,17 @@ class Scheduler(abc.ABC):
     def pending(self) -> int:
         """Requests queued and not yet executing."""
         return 0
+
+    @property
+    def busy(self) -> int:
+        """Executions running now."""
+        return 0
+
+    async def drain(self) -> None:
+        """Wait until nothing is queued or executing; unload and reload call this before
+        :meth:`stop`, so a reload never fails a request that was already accepted."""
+        while self.pending or self.busy:
+            await asyncio.sleep(DRAIN_POLL_S)
 
 
 def batch_size_of(request: InferenceRequest, config: ModelConfig) -> int:

@@ -49,6 +49,10 @@ class QueueScheduler(Scheduler):
     def pending(self) -> int:
         return len(self.queue)
 
+    @property
+    def busy(self) -> int:
+        return len(self._executing)
+
     @abc.abstractmethod
     async def next_batch(self) -> list[InferenceRequest]:
         """Wait for and return the next requests to execute together (never empty).

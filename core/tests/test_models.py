@@ -1,0 +1,175 @@
+"""Model manager: start-up policies, control modes, reload, overrides, warm-up, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import toy_backend
+from conftest import toy_config, toy_request
+
+from despina.errors import InvalidArgument, NotFound, Unavailable, Unsupported
+from despina.server import StartupError
+from despina.testing import RepositoryBuilder, RunningServer, start_server
+
+Start = Callable[..., RunningServer]
+
+
+def states(running: RunningServer) -> dict[str, str]:
+    return {row["name"]: row.get("state", "") for row in running.server.models.index()}
+
+
+def test_folder_with_only_a_model_file_loads_by_auto_complete(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    model_repository.add("bare", None, {"1/model.toy": ""})
+    running = despina_server(model_repository.root, plugins=[toy_backend])
+    config = running.server.models.get("bare").config
+    assert config.backend == "toy"
+    assert [i.name for i in config.input] == ["INPUT0", "INPUT1"]
+    assert running.call(running.server.infer(toy_request("bare"))).outputs["OUTPUT0"][0] == 2.0
+
+
+def test_strict_model_config_refuses_incomplete_config(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    model_repository.add("bare", None, {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root, ["--strict-model-config=true", "--exit-on-error=false"], plugins=[toy_backend]
+    )
+    assert states(running)["bare"] == "UNAVAILABLE"
+    assert "must specify at least one" in running.server.models.entries["bare"].reason
+
+
+def test_failed_model_does_not_stop_the_others(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+    model_repository.add("good", toy_config(), {"1/model.toy": ""})
+    model_repository.add("bad", toy_config(), {"1/model.toy": '{"fail_load": true}'})
+    model_repository.add("typo", 'backend: "toy"\nmax_batch_sise: 3', {"1/model.toy": ""})
+    running = despina_server(model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend])
+    assert states(running) == {"good": "READY", "bad": "UNAVAILABLE", "typo": "UNAVAILABLE"}
+    reasons = dict(running.server.models.failures())
+    assert "toy model refuses to load" in reasons["bad"]
+    assert "typo/config.pbtxt:2:" in reasons["typo"]
+    assert running.server.ready is False  # strict readiness: a model is not ready
+    with pytest.raises(Unavailable, match="'bad' has no available versions"):
+        running.call(running.server.infer(toy_request("bad")))
+    assert running.call(running.server.infer(toy_request("good"))).outputs["OUTPUT0"][0] == 2.0
+
+
+def test_exit_on_error_refuses_to_start(model_repository: RepositoryBuilder) -> None:
+    model_repository.add("bad", toy_config(), {"1/model.toy": '{"fail_load": true}'})
+    with pytest.raises(StartupError, match="toy model refuses to load"):
+        start_server(model_repository.root, plugins=[toy_backend])
+
+
+def test_unknown_backend_names_the_installed_ones(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+    model_repository.add("trt", 'platform: "tensorrt_plan"', {"1/model.plan": ""})
+    running = despina_server(model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend])
+    reason = running.server.models.entries["trt"].reason
+    assert "unknown backend 'tensorrt'" in reason and "toy" in reason
+
+
+def test_explicit_mode_loads_unloads_and_reloads(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+    model_repository.add("a", toy_config(), {"1/model.toy": ""})
+    model_repository.add("b", toy_config(), {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root, ["--model-control-mode=explicit", "--load-model=a"], plugins=[toy_backend]
+    )
+    manager = running.server.models
+    assert states(running) == {"a": "READY", "b": ""}
+    running.call(manager.load("b"))
+    assert states(running)["b"] == "READY"
+    running.call(manager.unload("a"))
+    assert states(running)["a"] == "UNAVAILABLE"
+    with pytest.raises(Unavailable):
+        running.call(running.server.infer(toy_request("a")))
+    # reload with a config override: version 1 keeps serving until the new one is READY
+    override = '{"backend": "toy", "max_batch_size": 4, "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}, {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}], "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}, {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}]}'
+    running.call(manager.load("b", config_json=override))
+    assert manager.get("b").config.max_batch_size == 4
+    with pytest.raises(NotFound):
+        running.call(manager.load("missing"))
+
+
+def test_reload_keeps_serving_in_flight_requests(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+    model_repository.add("slow", toy_config(), {"1/model.toy": '{"delay_s": 0.3}'})
+    running = despina_server(model_repository.root, ["--model-control-mode=explicit", "--load-model=*"], plugins=[toy_backend])
+
+    async def scenario() -> list[Any]:
+        in_flight = [asyncio.ensure_future(running.server.infer(toy_request("slow"))) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        await running.server.models.load("slow")
+        after = await running.server.infer(toy_request("slow"))
+        return [*(await asyncio.gather(*in_flight)), after]
+
+    responses = running.call(scenario())
+    assert [r.outputs["OUTPUT0"][0] for r in responses] == [2.0] * 4
+
+
+def test_none_mode_refuses_load_requests(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+    model_repository.add("a", toy_config(), {"1/model.toy": ""})
+    running = despina_server(model_repository.root, plugins=[toy_backend])
+    with pytest.raises(Unsupported):
+        running.server.models.check_control()
+
+
+@pytest.mark.parametrize("path", ["../escape/1/model.toy", "/etc/passwd", "1/../../x", "a/../../b"])
+def test_file_overrides_never_leave_the_temporary_folder(
+    model_repository: RepositoryBuilder, despina_server: Start, path: str
+) -> None:
+    running = despina_server(model_repository.root, ["--model-control-mode=explicit"], plugins=[toy_backend])
+    config = '{"backend": "toy"}'
+    with pytest.raises(InvalidArgument, match="invalid file override path"):
+        running.call(running.server.models.load("over", config_json=config, files={path: b""}))
+    assert not (model_repository.root.parent / "escape").exists()
+
+
+def test_file_overrides_load_a_model_from_request_bytes(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    running = despina_server(model_repository.root, ["--model-control-mode=explicit"], plugins=[toy_backend])
+    running.call(running.server.models.load("over", config_json='{"backend": "toy"}', files={"1/model.toy": b""}))
+    assert running.call(running.server.infer(toy_request("over"))).outputs["OUTPUT1"][0] == 0.0
+
+
+def test_warm_up_runs_before_ready_and_failures_fail_the_load(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    warm = 'model_warmup [ { name: "zeros" batch_size: 2 count: 3 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [4] zero_data: true } } inputs { key: "INPUT1" value: { data_type: TYPE_FP32 dims: [4] random_data: true } } } ]'
+    model_repository.add("warm", toy_config(mbs=4, extra=warm), {"1/model.toy": ""})
+    model_repository.add("cold", toy_config(mbs=4, extra=warm), {"1/model.toy": '{"raise": true}'})
+    toy_backend.ToyBackend.executions.clear()
+    running = despina_server(model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend])
+    assert [e for e in toy_backend.ToyBackend.executions if e[0] == "warm_0"] == [("warm_0", 1)] * 3
+    assert states(running) == {"warm": "READY", "cold": "UNAVAILABLE"}
+    assert "warm-up 'zeros' failed: toy model exploded" in dict(running.server.models.failures())["cold"]
+
+
+def test_shutdown_answers_every_request(model_repository: RepositoryBuilder) -> None:
+    model_repository.add("slow", toy_config(), {"1/model.toy": '{"delay_s": 0.2}'})
+    running = start_server(model_repository.root, plugins=[toy_backend])
+
+    async def scenario() -> list[Any]:
+        pending = [asyncio.ensure_future(running.server.infer(toy_request("slow"))) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        await running.server.stop()
+        return await asyncio.gather(*pending, return_exceptions=True)
+
+    results = running.call(scenario())
+    running.stop()
+    answered = [r for r in results if not isinstance(r, Exception)]
+    refused = [r for r in results if isinstance(r, Unavailable)]
+    assert len(answered) >= 1 and len(answered) + len(refused) == 5
+    assert all("Server is stopping" in str(r) for r in refused)
+
+
+def test_two_servers_live_in_one_process(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+    model_repository.add("a", toy_config(), {"1/model.toy": ""})
+    one = despina_server(model_repository.root, plugins=[toy_backend])
+    two = despina_server(model_repository.root, ["--id=second"], plugins=[toy_backend])
+    assert one.server.plugins is not two.server.plugins
+    assert (one.server.id, two.server.id) == ("triton", "second")
+    assert one.call(one.server.infer(toy_request("a"))).outputs["OUTPUT0"][0] == 2.0
+    assert two.call(two.server.infer(toy_request("a"))).outputs["OUTPUT0"][0] == 2.0
