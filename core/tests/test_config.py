@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from despina import config as cfg
 from despina.errors import ConfigError
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import toy_backend
 from conftest import toy_config, toy_request
-
 from despina.errors import InvalidArgument, NotFound, Unavailable
 from despina.inference import InferenceRequest, RequestedOutput
 from despina.testing import RepositoryBuilder, RunningServer

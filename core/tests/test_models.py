@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import toy_backend
 from conftest import toy_config, toy_request
-
 from despina.errors import InvalidArgument, NotFound, Unavailable, Unsupported
 from despina.server import StartupError
 from despina.testing import RepositoryBuilder, RunningServer, start_server

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from despina import config as cfg
 from despina.errors import ConfigError, NotFound
 from despina.repository import ModelRepository, available_versions, select_versions

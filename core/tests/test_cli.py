@@ -1,0 +1,130 @@
+"""``despina serve`` takes a tritonserver command line; ``despina plugins`` lists plugins."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from despina.cli import parse_settings
+from despina.plugins import create_plugins
+
+FLAGS_FILE = Path(__file__).with_name("tritonserver_flags.txt")
+SAMPLE_VALUES = {"<boolean>": "true", "<integer>": "1", "<float>": "1.5", "<string>": "x"}
+
+
+def _sample_argument(line: str) -> list[str]:
+    flag, _, syntax = line.partition(" ")
+    if not syntax:
+        return [flag]
+    value = SAMPLE_VALUES.get(syntax, "a:b=c")
+    if flag in ("--model-control-mode",):
+        value = "explicit"
+    if flag == "--log-format":
+        value = "ISO8601"
+    return [f"{flag}={value}"]
+
+
+def tritonserver_flags() -> list[str]:
+    lines = FLAGS_FILE.read_text().splitlines()
+    return [line for line in lines if line.startswith("--")]
+
+
+@pytest.mark.parametrize("line", tritonserver_flags())
+def test_every_tritonserver_flag_is_recognised(line: str) -> None:
+    settings = parse_settings(_sample_argument(line), create_plugins())
+    assert settings is not None
+
+
+def test_flags_without_effect_are_reported() -> None:
+    settings = parse_settings(["--rate-limit=execution_count", "--pinned-memory-pool-byte-size=1"], create_plugins())
+    joined = "\n".join(settings.inert_flags_given)
+    assert "--rate-limit: the rate limiter is not implemented yet" in joined
+    assert "--pinned-memory-pool-byte-size" in joined
+
+
+def test_tritonserver_boolean_syntax() -> None:
+    plugins = create_plugins()
+    assert parse_settings(["--exit-on-error=0"], plugins).exit_on_error is False
+    assert parse_settings(["--exit-on-error", "ON"], plugins).exit_on_error is True
+    assert parse_settings(["--strict-model-config=true"], plugins).auto_complete is False
+
+
+def test_model_store_is_an_alias_and_repositories_repeat(tmp_path: Path) -> None:
+    settings = parse_settings([f"--model-store={tmp_path}", "--model-repository=/b"], create_plugins())
+    assert settings.model_repository == [str(tmp_path), "/b"]
+
+
+def test_without_repository_the_bundled_examples_are_served() -> None:
+    settings = parse_settings([], create_plugins())
+    assert settings.model_repository
+    assert Path(settings.model_repository[0]).name == "model_repository"
+
+
+def _despina(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "despina", *args], capture_output=True, text=True, timeout=60, **kwargs  # type: ignore[call-overload]
+    )
+
+
+def test_unknown_flag_is_an_error() -> None:
+    result = _despina("serve", "--no-such-flag=1")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --no-such-flag=1" in result.stderr
+
+
+def test_help_documents_every_flag() -> None:
+    result = _despina("--help")
+    assert result.returncode == 0
+    for line in tritonserver_flags():
+        assert line.split()[0] in result.stdout
+
+
+def test_serve_starts_warns_about_inert_flags_and_stops_on_sigterm(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "despina", "serve", f"--model-repository={tmp_path / 'repo'}",
+         "--rate-limit=off", "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    assert process.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        seen.append(line)
+        if ("Model" in line and "Status" in line) or not line:
+            break
+    process.send_signal(signal.SIGTERM)
+    _, rest = process.communicate(timeout=30)
+    output = "".join(seen) + rest
+    assert process.returncode == 0, output
+    assert "flag has no effect: --rate-limit: the rate limiter is not implemented yet" in output
+
+
+FRAMEWORKS = ("torch", "onnxruntime", "openvino", "tensorrt", "tensorflow", "cupy")
+
+
+def test_plugins_and_help_import_no_ml_framework() -> None:
+    code = (
+        "import sys, contextlib, io\n"
+        "from despina.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['plugins']); main(['--help'])\n"
+        f"print(sorted(m for m in {FRAMEWORKS!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_plugins_lists_distributions_and_capabilities() -> None:
+    result = _despina("plugins")
+    assert result.returncode == 0
+    assert "schedulers  (despina " in result.stdout
+    assert "schedulers: default, dynamic" in result.stdout
