@@ -25,7 +25,9 @@ def toy_config(mbs: int = 0, extra: str = "") -> str:
     return TOY_CONFIG.format(mbs=mbs, extra=extra)
 
 
-def toy_request(model: str, batch: int | None = None, value: float = 1.0, **kwargs: object) -> InferenceRequest:
+def toy_request(
+    model: str, batch: int | None = None, value: float = 1.0, **kwargs: object
+) -> InferenceRequest:
     """INPUT0 = value, INPUT1 = 1, shape [4] or [batch, 4]."""
     shape = (4,) if batch is None else (batch, 4)
     return InferenceRequest(

@@ -41,7 +41,9 @@ def test_every_tritonserver_flag_is_recognised(line: str) -> None:
 
 
 def test_flags_without_effect_are_reported() -> None:
-    settings = parse_settings(["--rate-limit=execution_count", "--pinned-memory-pool-byte-size=1"], create_plugins())
+    settings = parse_settings(
+        ["--rate-limit=execution_count", "--pinned-memory-pool-byte-size=1"], create_plugins()
+    )
     joined = "\n".join(settings.inert_flags_given)
     assert "--rate-limit: the rate limiter is not implemented yet" in joined
     assert "--pinned-memory-pool-byte-size" in joined
@@ -55,7 +57,9 @@ def test_tritonserver_boolean_syntax() -> None:
 
 
 def test_model_store_is_an_alias_and_repositories_repeat(tmp_path: Path) -> None:
-    settings = parse_settings([f"--model-store={tmp_path}", "--model-repository=/b"], create_plugins())
+    settings = parse_settings(
+        [f"--model-store={tmp_path}", "--model-repository=/b"], create_plugins()
+    )
     assert settings.model_repository == [str(tmp_path), "/b"]
 
 
@@ -67,7 +71,11 @@ def test_without_repository_the_bundled_examples_are_served() -> None:
 
 def _despina(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "despina", *args], capture_output=True, text=True, timeout=60, **kwargs  # type: ignore[call-overload]
+        [sys.executable, "-m", "despina", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kwargs,  # type: ignore[call-overload]
     )
 
 
@@ -87,9 +95,19 @@ def test_help_documents_every_flag() -> None:
 def test_serve_starts_warns_about_inert_flags_and_stops_on_sigterm(tmp_path: Path) -> None:
     (tmp_path / "repo").mkdir()
     process = subprocess.Popen(
-        [sys.executable, "-m", "despina", "serve", f"--model-repository={tmp_path / 'repo'}",
-         "--rate-limit=off", "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"],
-        stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "despina",
+            "serve",
+            f"--model-repository={tmp_path / 'repo'}",
+            "--rate-limit=off",
+            "--allow-http=false",
+            "--allow-grpc=false",
+            "--allow-metrics=false",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert process.stderr is not None
     seen: list[str] = []
@@ -117,8 +135,13 @@ def test_plugins_and_help_import_no_ml_framework() -> None:
         "    main(['plugins']); main(['--help'])\n"
         f"print(sorted(m for m in {FRAMEWORKS!r} if m in sys.modules))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 

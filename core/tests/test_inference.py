@@ -46,19 +46,31 @@ def test_infer_returns_outputs_and_ids(toy: RunningServer) -> None:
         ),
         (
             lambda: InferenceRequest(
-                "plain", {"INPUT0": np.ones(4, np.float32), "INPUT1": np.ones(4, np.float32), "EXTRA": np.ones(1)}
+                "plain",
+                {
+                    "INPUT0": np.ones(4, np.float32),
+                    "INPUT1": np.ones(4, np.float32),
+                    "EXTRA": np.ones(1),
+                },
             ),
             "unexpected inference input 'EXTRA' for model 'plain'",
         ),
         (
-            lambda: InferenceRequest("plain", {"INPUT0": np.ones(4), "INPUT1": np.ones(4, np.float32)}),
+            lambda: InferenceRequest(
+                "plain", {"INPUT0": np.ones(4), "INPUT1": np.ones(4, np.float32)}
+            ),
             "inference input 'INPUT0' data-type is 'FP64', but model 'plain' expects 'FP32'",
         ),
         (
-            lambda: InferenceRequest("plain", {"INPUT0": np.ones(5, np.float32), "INPUT1": np.ones(4, np.float32)}),
+            lambda: InferenceRequest(
+                "plain", {"INPUT0": np.ones(5, np.float32), "INPUT1": np.ones(4, np.float32)}
+            ),
             "unexpected shape for input 'INPUT0' for model 'plain'. Expected [4], got [5]",
         ),
-        (lambda: toy_request("batched", batch=9), "inference request batch-size must be <= 8 for 'batched'"),
+        (
+            lambda: toy_request("batched", batch=9),
+            "inference request batch-size must be <= 8 for 'batched'",
+        ),
         (
             lambda: toy_request("plain", outputs=[RequestedOutput("NOPE")]),
             "unexpected inference output 'NOPE' for model 'plain'",
@@ -138,11 +150,15 @@ def test_dynamic_batcher_forms_batches_from_concurrent_requests(
     model_repository: RepositoryBuilder, despina_server: Start
 ) -> None:
     extra = "dynamic_batching { max_queue_delay_microseconds: 100000 }"
-    model_repository.add("dyn", toy_config(mbs=8, extra=extra), {"1/model.toy": '{"delay_s": 0.05}'})
+    model_repository.add(
+        "dyn", toy_config(mbs=8, extra=extra), {"1/model.toy": '{"delay_s": 0.05}'}
+    )
     running = despina_server(model_repository.root, plugins=[toy_backend])
 
     async def burst() -> list[Any]:
-        return await asyncio.gather(*(running.server.infer(toy_request("dyn", batch=1)) for _ in range(16)))
+        return await asyncio.gather(
+            *(running.server.infer(toy_request("dyn", batch=1)) for _ in range(16))
+        )
 
     responses = running.call(burst())
     assert all(r.outputs["OUTPUT0"].shape == (1, 4) for r in responses)
@@ -151,14 +167,19 @@ def test_dynamic_batcher_forms_batches_from_concurrent_requests(
     assert stats["execution_count"] < 16
 
 
-def test_full_queue_rejects_with_unavailable(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+def test_full_queue_rejects_with_unavailable(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
     extra = "dynamic_batching { default_queue_policy { max_queue_size: 1 } }"
-    model_repository.add("tight", toy_config(mbs=1, extra=extra), {"1/model.toy": '{"delay_s": 0.3}'})
+    model_repository.add(
+        "tight", toy_config(mbs=1, extra=extra), {"1/model.toy": '{"delay_s": 0.3}'}
+    )
     running = despina_server(model_repository.root, plugins=[toy_backend])
 
     async def burst() -> list[Any]:
         return await asyncio.gather(
-            *(running.server.infer(toy_request("tight", batch=1)) for _ in range(4)), return_exceptions=True
+            *(running.server.infer(toy_request("tight", batch=1)) for _ in range(4)),
+            return_exceptions=True,
         )
 
     results = running.call(burst())
@@ -174,8 +195,12 @@ def test_kind_gpu_without_gpu_is_unavailable_with_reason(
 
     if gpu_count():
         pytest.skip("this machine has a GPU; the no-GPU refusal cannot be shown")
-    model_repository.add("gpu", toy_config(extra="instance_group [ { kind: KIND_GPU } ]"), {"1/model.toy": ""})
-    running = despina_server(model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend])
+    model_repository.add(
+        "gpu", toy_config(extra="instance_group [ { kind: KIND_GPU } ]"), {"1/model.toy": ""}
+    )
+    running = despina_server(
+        model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend]
+    )
     (row,) = running.server.models.index()
     assert row["state"] == "UNAVAILABLE"
     assert "KIND_GPU but no GPU is available" in row["reason"]

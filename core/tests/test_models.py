@@ -36,17 +36,23 @@ def test_strict_model_config_refuses_incomplete_config(
 ) -> None:
     model_repository.add("bare", None, {"1/model.toy": ""})
     running = despina_server(
-        model_repository.root, ["--strict-model-config=true", "--exit-on-error=false"], plugins=[toy_backend]
+        model_repository.root,
+        ["--strict-model-config=true", "--exit-on-error=false"],
+        plugins=[toy_backend],
     )
     assert states(running)["bare"] == "UNAVAILABLE"
     assert "must specify at least one" in running.server.models.entries["bare"].reason
 
 
-def test_failed_model_does_not_stop_the_others(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+def test_failed_model_does_not_stop_the_others(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
     model_repository.add("good", toy_config(), {"1/model.toy": ""})
     model_repository.add("bad", toy_config(), {"1/model.toy": '{"fail_load": true}'})
     model_repository.add("typo", 'backend: "toy"\nmax_batch_sise: 3', {"1/model.toy": ""})
-    running = despina_server(model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend])
+    running = despina_server(
+        model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend]
+    )
     assert states(running) == {"good": "READY", "bad": "UNAVAILABLE", "typo": "UNAVAILABLE"}
     reasons = dict(running.server.models.failures())
     assert "toy model refuses to load" in reasons["bad"]
@@ -63,18 +69,26 @@ def test_exit_on_error_refuses_to_start(model_repository: RepositoryBuilder) -> 
         start_server(model_repository.root, plugins=[toy_backend])
 
 
-def test_unknown_backend_names_the_installed_ones(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+def test_unknown_backend_names_the_installed_ones(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
     model_repository.add("trt", 'platform: "tensorrt_plan"', {"1/model.plan": ""})
-    running = despina_server(model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend])
+    running = despina_server(
+        model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend]
+    )
     reason = running.server.models.entries["trt"].reason
     assert "unknown backend 'tensorrt'" in reason and "toy" in reason
 
 
-def test_explicit_mode_loads_unloads_and_reloads(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+def test_explicit_mode_loads_unloads_and_reloads(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
     model_repository.add("a", toy_config(), {"1/model.toy": ""})
     model_repository.add("b", toy_config(), {"1/model.toy": ""})
     running = despina_server(
-        model_repository.root, ["--model-control-mode=explicit", "--load-model=a"], plugins=[toy_backend]
+        model_repository.root,
+        ["--model-control-mode=explicit", "--load-model=a"],
+        plugins=[toy_backend],
     )
     manager = running.server.models
     assert states(running) == {"a": "READY", "b": ""}
@@ -92,12 +106,20 @@ def test_explicit_mode_loads_unloads_and_reloads(model_repository: RepositoryBui
         running.call(manager.load("missing"))
 
 
-def test_reload_keeps_serving_in_flight_requests(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+def test_reload_keeps_serving_in_flight_requests(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
     model_repository.add("slow", toy_config(), {"1/model.toy": '{"delay_s": 0.3}'})
-    running = despina_server(model_repository.root, ["--model-control-mode=explicit", "--load-model=*"], plugins=[toy_backend])
+    running = despina_server(
+        model_repository.root,
+        ["--model-control-mode=explicit", "--load-model=*"],
+        plugins=[toy_backend],
+    )
 
     async def scenario() -> list[Any]:
-        in_flight = [asyncio.ensure_future(running.server.infer(toy_request("slow"))) for _ in range(3)]
+        in_flight = [
+            asyncio.ensure_future(running.server.infer(toy_request("slow"))) for _ in range(3)
+        ]
         await asyncio.sleep(0.05)
         await running.server.models.load("slow")
         after = await running.server.infer(toy_request("slow"))
@@ -107,7 +129,9 @@ def test_reload_keeps_serving_in_flight_requests(model_repository: RepositoryBui
     assert [r.outputs["OUTPUT0"][0] for r in responses] == [2.0] * 4
 
 
-def test_none_mode_refuses_load_requests(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+def test_none_mode_refuses_load_requests(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
     model_repository.add("a", toy_config(), {"1/model.toy": ""})
     running = despina_server(model_repository.root, plugins=[toy_backend])
     with pytest.raises(Unsupported):
@@ -118,7 +142,9 @@ def test_none_mode_refuses_load_requests(model_repository: RepositoryBuilder, de
 def test_file_overrides_never_leave_the_temporary_folder(
     model_repository: RepositoryBuilder, despina_server: Start, path: str
 ) -> None:
-    running = despina_server(model_repository.root, ["--model-control-mode=explicit"], plugins=[toy_backend])
+    running = despina_server(
+        model_repository.root, ["--model-control-mode=explicit"], plugins=[toy_backend]
+    )
     config = '{"backend": "toy"}'
     with pytest.raises(InvalidArgument, match="invalid file override path"):
         running.call(running.server.models.load("over", config_json=config, files={path: b""}))
@@ -128,8 +154,14 @@ def test_file_overrides_never_leave_the_temporary_folder(
 def test_file_overrides_load_a_model_from_request_bytes(
     model_repository: RepositoryBuilder, despina_server: Start
 ) -> None:
-    running = despina_server(model_repository.root, ["--model-control-mode=explicit"], plugins=[toy_backend])
-    running.call(running.server.models.load("over", config_json='{"backend": "toy"}', files={"1/model.toy": b""}))
+    running = despina_server(
+        model_repository.root, ["--model-control-mode=explicit"], plugins=[toy_backend]
+    )
+    running.call(
+        running.server.models.load(
+            "over", config_json='{"backend": "toy"}', files={"1/model.toy": b""}
+        )
+    )
     assert running.call(running.server.infer(toy_request("over"))).outputs["OUTPUT1"][0] == 0.0
 
 
@@ -140,10 +172,15 @@ def test_warm_up_runs_before_ready_and_failures_fail_the_load(
     model_repository.add("warm", toy_config(mbs=4, extra=warm), {"1/model.toy": ""})
     model_repository.add("cold", toy_config(mbs=4, extra=warm), {"1/model.toy": '{"raise": true}'})
     toy_backend.ToyBackend.executions.clear()
-    running = despina_server(model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend])
+    running = despina_server(
+        model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend]
+    )
     assert [e for e in toy_backend.ToyBackend.executions if e[0] == "warm_0"] == [("warm_0", 1)] * 3
     assert states(running) == {"warm": "READY", "cold": "UNAVAILABLE"}
-    assert "warm-up 'zeros' failed: toy model exploded" in dict(running.server.models.failures())["cold"]
+    assert (
+        "warm-up 'zeros' failed: toy model exploded"
+        in dict(running.server.models.failures())["cold"]
+    )
 
 
 def test_shutdown_answers_every_request(model_repository: RepositoryBuilder) -> None:
@@ -151,7 +188,9 @@ def test_shutdown_answers_every_request(model_repository: RepositoryBuilder) -> 
     running = start_server(model_repository.root, plugins=[toy_backend])
 
     async def scenario() -> list[Any]:
-        pending = [asyncio.ensure_future(running.server.infer(toy_request("slow"))) for _ in range(5)]
+        pending = [
+            asyncio.ensure_future(running.server.infer(toy_request("slow"))) for _ in range(5)
+        ]
         await asyncio.sleep(0.05)
         await running.server.stop()
         return await asyncio.gather(*pending, return_exceptions=True)
@@ -164,7 +203,9 @@ def test_shutdown_answers_every_request(model_repository: RepositoryBuilder) -> 
     assert all("Server is stopping" in str(r) for r in refused)
 
 
-def test_two_servers_live_in_one_process(model_repository: RepositoryBuilder, despina_server: Start) -> None:
+def test_two_servers_live_in_one_process(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
     model_repository.add("a", toy_config(), {"1/model.toy": ""})
     one = despina_server(model_repository.root, plugins=[toy_backend])
     two = despina_server(model_repository.root, ["--id=second"], plugins=[toy_backend])

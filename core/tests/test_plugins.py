@@ -38,7 +38,7 @@ dependencies = ["despina"]
 """
 
 # What a backend author writes: one hook returning one Backend class.
-DOUBLER = '''
+DOUBLER = """
 from despina.backend import Backend, ModelInstance
 from despina.hookspecs import hookimpl
 from despina.inference import InferenceResponse
@@ -60,7 +60,7 @@ class DoublerBackend(Backend):
 @hookimpl
 def despina_backends():
     return [DoublerBackend]
-'''
+"""
 
 DOUBLER_CONFIG = """
 backend: "doubler"
@@ -72,7 +72,9 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 3 ] } ]
 def _distribution(root: Path, dist: str, entry: str, module: str, source: str) -> Path:
     folder = root / dist
     (folder / module).mkdir(parents=True)
-    (folder / "pyproject.toml").write_text(THIRD_PARTY_PYPROJECT.format(dist=dist, entry=entry, module=module))
+    (folder / "pyproject.toml").write_text(
+        THIRD_PARTY_PYPROJECT.format(dist=dist, entry=entry, module=module)
+    )
     (folder / module / "__init__.py").write_text(textwrap.dedent(source))
     return folder
 
@@ -83,13 +85,33 @@ def third_party(tmp_path_factory: pytest.TempPathFactory) -> Path:
     backend and one whose module fails to import."""
     root = tmp_path_factory.mktemp("third_party")
     target = root / "site"
-    good = _distribution(root, "despina-backend-doubler", "doubler", "despina_backend_doubler", DOUBLER)
-    bad = _distribution(root, "despina-backend-broken", "brokenbackend", "despina_backend_broken",
-                        "raise ImportError('libbroken.so: cannot open shared object file')\n")
+    good = _distribution(
+        root, "despina-backend-doubler", "doubler", "despina_backend_doubler", DOUBLER
+    )
+    bad = _distribution(
+        root,
+        "despina-backend-broken",
+        "brokenbackend",
+        "despina_backend_broken",
+        "raise ImportError('libbroken.so: cannot open shared object file')\n",
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(good), str(bad)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(good),
+            str(bad),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     return target
 
@@ -127,12 +149,17 @@ def test_misspelled_hooks_are_caught() -> None:
 
 
 def test_broken_plugin_is_reported_and_its_models_are_unavailable(
-    third_party: Path, monkeypatch: pytest.MonkeyPatch, model_repository: RepositoryBuilder, despina_server: Start
+    third_party: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
 ) -> None:
     monkeypatch.syspath_prepend(str(third_party))
     model_repository.add("needs_broken", 'backend: "brokenbackend"', {"1/model.bin": ""})
     model_repository.add("fine", toy_config(), {"1/model.toy": ""})
-    running = despina_server(model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend])
+    running = despina_server(
+        model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend]
+    )
     (failure,) = [f for f in running.server.plugins.failures if f.origin.name == "brokenbackend"]
     assert failure.origin.distribution == "despina-backend-broken"
     assert failure.origin.version == "1.2.3"
@@ -153,10 +180,20 @@ def test_third_party_backend_installed_from_a_folder_serves_over_http(
     port = free_port()
     env_path = f"{third_party}"
     process = subprocess.Popen(
-        [sys.executable, "-m", "despina", "serve", f"--model-repository={repo.root}", f"--http-port={port}",
-         "--allow-grpc=false", "--allow-metrics=false", "--exit-on-error=false"],
+        [
+            sys.executable,
+            "-m",
+            "despina",
+            "serve",
+            f"--model-repository={repo.root}",
+            f"--http-port={port}",
+            "--allow-grpc=false",
+            "--allow-metrics=false",
+            "--exit-on-error=false",
+        ],
         env={**os.environ, "PYTHONPATH": env_path},
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
@@ -171,10 +208,17 @@ def test_third_party_backend_installed_from_a_folder_serves_over_http(
         tensor.set_data_from_numpy(np.array([1, 2, 3], np.int32))
         result = client.infer("double", [tensor])
         np.testing.assert_array_equal(result.as_numpy("Y"), [2, 4, 6])
-        listing = subprocess.run([sys.executable, "-m", "despina", "plugins"], capture_output=True, text=True,
-                                 env={**os.environ, "PYTHONPATH": env_path}, timeout=60)
+        listing = subprocess.run(
+            [sys.executable, "-m", "despina", "plugins"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": env_path},
+            timeout=60,
+        )
         assert "doubler  (despina-backend-doubler 1.2.3)  backends: doubler" in listing.stdout
-        assert "brokenbackend  (despina-backend-broken 1.2.3)  FAILED: ImportError" in listing.stdout
+        assert (
+            "brokenbackend  (despina-backend-broken 1.2.3)  FAILED: ImportError" in listing.stdout
+        )
         client.close()
     finally:
         process.terminate()

@@ -15,7 +15,9 @@ from despina.inference import InferenceRequest, InferenceResponse
 
 
 class ToyInstance(ModelInstance):
-    def __init__(self, spec: InstanceSpec, behaviour: dict[str, object], log: list[tuple[str, int]]) -> None:
+    def __init__(
+        self, spec: InstanceSpec, behaviour: dict[str, object], log: list[tuple[str, int]]
+    ) -> None:
         self.spec = spec
         self.behaviour = behaviour
         self.log = log

@@ -11,7 +11,7 @@ Lifecycle, driven by the model manager:
 5. ``await instance.execute(requests)`` — many times, from the scheduler.
 6. ``await instance.close()`` for every instance, then ``await backend.unload()``.
 
-Any exception from 2–4 makes the model UNAVAILABLE with the exception's text as reason.
+Any exception from steps 2 to 4 makes the model UNAVAILABLE with the exception's text as reason.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class ModelContext:
     @property
     def model_file(self) -> Path:
         """The model file: ``default_model_filename`` in the version folder."""
-        return self.version_dir / self.config.default_model_filename
+        return self.version_dir / str(self.config.default_model_filename)
 
     @property
     def parameters(self) -> dict[str, str]:

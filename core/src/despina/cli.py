@@ -38,26 +38,118 @@ def default_repository() -> Path | None:
 def add_core_flags(parser: argparse.ArgumentParser) -> None:
     """The flags the core implements, with tritonserver's names and defaults."""
     server = parser.add_argument_group("server")
-    server.add_argument("--id", default="triton", help="server identifier reported in server metadata (default: triton, as tritonserver)")
-    server.add_argument("--exit-timeout-secs", type=int, default=30, metavar="INT", help="seconds to wait for in-flight requests on shutdown (default: 30)")
-    server.add_argument("--exit-on-error", type=triton_bool, default=True, metavar="BOOL", help="exit when a model fails to load at start-up (default: true)")
-    server.add_argument("--strict-readiness", type=triton_bool, default=True, metavar="BOOL", help="ready only when every model is ready (default: true)")
+    server.add_argument(
+        "--id",
+        default="triton",
+        help="server identifier reported in server metadata (default: triton, as tritonserver)",
+    )
+    server.add_argument(
+        "--exit-timeout-secs",
+        type=int,
+        default=30,
+        metavar="INT",
+        help="seconds to wait for in-flight requests on shutdown (default: 30)",
+    )
+    server.add_argument(
+        "--exit-on-error",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="exit when a model fails to load at start-up (default: true)",
+    )
+    server.add_argument(
+        "--strict-readiness",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="ready only when every model is ready (default: true)",
+    )
     repo = parser.add_argument_group("model repository")
-    repo.add_argument("--model-repository", "--model-store", dest="model_repository", action="append", metavar="PATH", help="model repository folder; repeat for several (default: the bundled examples)")
-    repo.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none", help="none: load all at start-up; explicit: load/unload through the API (default: none)")
-    repo.add_argument("--load-model", action="append", metavar="NAME", help="with explicit mode: model to load at start-up, '*' for all; repeatable")
-    repo.add_argument("--model-load-thread-count", type=int, default=4, metavar="INT", help="models loaded in parallel (default: 4)")
-    repo.add_argument("--strict-model-config", type=triton_bool, default=False, metavar="BOOL", help="require a complete config.pbtxt, no auto-complete (default: false)")
-    repo.add_argument("--disable-auto-complete-config", action="store_true", help="do not auto-complete model configs from model files")
+    repo.add_argument(
+        "--model-repository",
+        "--model-store",
+        dest="model_repository",
+        action="append",
+        metavar="PATH",
+        help="model repository folder; repeat for several (default: the bundled examples)",
+    )
+    repo.add_argument(
+        "--model-control-mode",
+        choices=["none", "explicit", "poll"],
+        default="none",
+        help="none: load all at start-up; explicit: load/unload through the API (default: none)",
+    )
+    repo.add_argument(
+        "--load-model",
+        action="append",
+        metavar="NAME",
+        help="with explicit mode: model to load at start-up, '*' for all; repeatable",
+    )
+    repo.add_argument(
+        "--model-load-thread-count",
+        type=int,
+        default=4,
+        metavar="INT",
+        help="models loaded in parallel (default: 4)",
+    )
+    repo.add_argument(
+        "--strict-model-config",
+        type=triton_bool,
+        default=False,
+        metavar="BOOL",
+        help="require a complete config.pbtxt, no auto-complete (default: false)",
+    )
+    repo.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="do not auto-complete model configs from model files",
+    )
     logs = parser.add_argument_group("logging")
-    logs.add_argument("--log-verbose", type=int, default=0, metavar="INT", help="verbose logging level; > 0 enables debug logs (default: 0)")
-    logs.add_argument("--log-info", type=triton_bool, default=True, metavar="BOOL", help="log info messages (default: true)")
-    logs.add_argument("--log-warning", type=triton_bool, default=True, metavar="BOOL", help="log warnings (default: true)")
-    logs.add_argument("--log-error", type=triton_bool, default=True, metavar="BOOL", help="log errors (default: true)")
-    logs.add_argument("--log-format", choices=["default", "ISO8601"], default="default", help="log line format (default: default)")
-    logs.add_argument("--log-file", metavar="PATH", help="write logs to this file instead of stderr")
+    logs.add_argument(
+        "--log-verbose",
+        type=int,
+        default=0,
+        metavar="INT",
+        help="verbose logging level; > 0 enables debug logs (default: 0)",
+    )
+    logs.add_argument(
+        "--log-info",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="log info messages (default: true)",
+    )
+    logs.add_argument(
+        "--log-warning",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="log warnings (default: true)",
+    )
+    logs.add_argument(
+        "--log-error",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="log errors (default: true)",
+    )
+    logs.add_argument(
+        "--log-format",
+        choices=["default", "ISO8601"],
+        default="default",
+        help="log line format (default: default)",
+    )
+    logs.add_argument(
+        "--log-file", metavar="PATH", help="write logs to this file instead of stderr"
+    )
     plugins = parser.add_argument_group("plugins")
-    plugins.add_argument("--plugin", action="append", default=[], metavar="MODULE", help="import MODULE and register it as a plugin; repeatable")
+    plugins.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE and register it as a plugin; repeatable",
+    )
 
 
 def build_serve_parser(plugins: Plugins) -> tuple[argparse.ArgumentParser, dict[str, str]]:
@@ -77,11 +169,15 @@ def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
     """Parse a serve command line into settings (argparse exits on an unknown flag)."""
     parser, inert = build_serve_parser(plugins)
     settings = parser.parse_args(list(argv))
-    settings.auto_complete = not (settings.strict_model_config or settings.disable_auto_complete_config)
+    settings.auto_complete = not (
+        settings.strict_model_config or settings.disable_auto_complete_config
+    )
     if not settings.model_repository:
         default = default_repository()
         settings.model_repository = [str(default)] if default is not None else []
-    settings.inert_flags_given = [reason for dest, reason in inert.items() if getattr(settings, dest) is not None]
+    settings.inert_flags_given = [
+        reason for dest, reason in inert.items() if getattr(settings, dest) is not None
+    ]
     return settings
 
 
@@ -98,7 +194,9 @@ def _plugins_from_flags(argv: Sequence[str]) -> list[object]:
 def configure_logging(settings: argparse.Namespace) -> None:
     """Triton-like log lines on stderr (or ``--log-file``)."""
     handler: logging.Handler
-    handler = logging.FileHandler(settings.log_file) if settings.log_file else logging.StreamHandler()
+    handler = (
+        logging.FileHandler(settings.log_file) if settings.log_file else logging.StreamHandler()
+    )
     if settings.log_format == "ISO8601":
         fmt = "%(asctime)s %(levelname).1s %(process)d %(filename)s:%(lineno)d] %(message)s"
         handler.setFormatter(logging.Formatter(fmt, "%Y-%m-%dT%H:%M:%SZ"))

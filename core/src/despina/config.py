@@ -22,6 +22,25 @@ ModelConfig = mc.ModelConfig
 
 CONFIG_FILENAME = "config.pbtxt"
 
+__all__ = [
+    "BACKEND_TO_PLATFORM",
+    "CONFIG_FILENAME",
+    "ENSEMBLE_PLATFORM",
+    "PLATFORM_TO_BACKEND",
+    "ModelConfig",
+    "backend_name",
+    "config_json",
+    "mc",
+    "normalize",
+    "parameters_of",
+    "parse_json",
+    "parse_text",
+    "read_model_config",
+    "to_json_dict",
+    "to_text",
+    "validate",
+]
+
 #: Triton platform name -> the backend that serves it.
 PLATFORM_TO_BACKEND: dict[str, str] = {
     "onnxruntime_onnx": "onnxruntime",
@@ -85,12 +104,13 @@ def to_json_dict(config: mc.ModelConfig) -> dict[str, Any]:
         preserving_proto_field_name=True,
         always_print_fields_with_no_presence=True,
     )
-    return _int64_strings_to_numbers(config, as_dict)
+    result: dict[str, Any] = _int64_strings_to_numbers(config, as_dict)
+    return result
 
 
 def to_text(config: mc.ModelConfig) -> str:
     """The config in ``config.pbtxt`` text format."""
-    return text_format.MessageToString(config)
+    return str(text_format.MessageToString(config))
 
 
 def _int64_strings_to_numbers(message: Any, data: Any) -> Any:

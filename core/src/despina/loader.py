@@ -134,7 +134,9 @@ def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:
         for device in devices:
             for index in range(group.count):
                 suffix = f"_{index}" + (f"_gpu{device}" if kind == "KIND_GPU" else "")
-                specs.append(InstanceSpec(f"{group.name}{suffix}", kind, device, group_index, index))
+                specs.append(
+                    InstanceSpec(f"{group.name}{suffix}", kind, device, group_index, index)
+                )
     return specs
 
 
@@ -149,7 +151,9 @@ def pick_scheduler(server: Server, config: cfg.ModelConfig) -> type[Scheduler]:
         return chosen[0]
     if config.platform == cfg.ENSEMBLE_PLATFORM or config.HasField("sequence_batching"):
         needed = "ensemble" if config.platform == cfg.ENSEMBLE_PLATFORM else "sequence batching"
-        raise Unavailable(f"model '{config.name}' needs {needed}, which no installed scheduler provides")
+        raise Unavailable(
+            f"model '{config.name}' needs {needed}, which no installed scheduler provides"
+        )
     if "default" not in schedulers:
         raise Unavailable("no default scheduler is installed")
     return schedulers["default"]
@@ -176,15 +180,21 @@ async def load_version(
         version.scheduler = scheduler_cls(model)
         await version.scheduler.start()
     except Exception as exc:  # noqa: BLE001 - any load failure makes the version unavailable
-        version.reason = str(exc) if isinstance(exc, DespinaError) else f"{type(exc).__name__}: {exc}"
+        version.reason = (
+            str(exc) if isinstance(exc, DespinaError) else f"{type(exc).__name__}: {exc}"
+        )
         version.state = ModelState.UNAVAILABLE
-        log.error("failed to load '%s' version %d: %s", version.name, version.version, version.reason)
+        log.error(
+            "failed to load '%s' version %d: %s", version.name, version.version, version.reason
+        )
         await _release(version)
         return
     version.state = ModelState.READY
     log.info(
         "successfully loaded '%s' version %d in %.0f ms",
-        version.name, version.version, (time.monotonic() - started) * 1000,
+        version.name,
+        version.version,
+        (time.monotonic() - started) * 1000,
     )
 
 

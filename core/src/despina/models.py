@@ -9,6 +9,7 @@ beside the old ones, traffic moves once they are READY, then the old ones drain.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -75,10 +76,9 @@ class ModelManager:
 
         async def one(name: str) -> None:
             async with limit:
-                try:
+                # A failure is recorded on the entry; Server.start applies --exit-on-error.
+                with contextlib.suppress(DespinaError):
                     await self.load(name)
-                except DespinaError:
-                    pass  # recorded on the entry; start-up policy decides (exit_on_error)
 
         await asyncio.gather(*(one(n) for n in names))
 
@@ -110,7 +110,9 @@ class ModelManager:
                 await self._retire(old)
             failed = [v for v in entry.versions.values() if v.state is not ModelState.READY]
             if failed:
-                raise Unavailable(f"failed to load '{name}' version {failed[0].version}: {failed[0].reason}")
+                raise Unavailable(
+                    f"failed to load '{name}' version {failed[0].version}: {failed[0].reason}"
+                )
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` (and, with ``unload_dependents``, the models its ensemble uses)."""
@@ -142,12 +144,18 @@ class ModelManager:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if version:
             if not version.isdigit():
-                raise InvalidArgument(f"failed to parse model version '{version}' for model '{name}'")
+                raise InvalidArgument(
+                    f"failed to parse model version '{version}' for model '{name}'"
+                )
             found = entry.versions.get(int(version))
             if found is None:
-                raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+                raise NotFound(
+                    f"Request for unknown model: '{name}' version {version} is not found"
+                )
             if not found.ready:
-                raise Unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+                raise Unavailable(
+                    f"Request for unknown model: '{name}' version {version} is not at ready state"
+                )
             return found
         for number in sorted(entry.versions, reverse=True):
             if entry.versions[number].ready:
@@ -162,7 +170,9 @@ class ModelManager:
         if version:
             found = entry.versions.get(int(version)) if version.isdigit() else None
             if found is None:
-                raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+                raise NotFound(
+                    f"Request for unknown model: '{name}' version {version} is not found"
+                )
             return found
         return entry.versions[max(entry.versions)]
 
@@ -184,15 +194,17 @@ class ModelManager:
                     rows.append({"name": name, "state": str(entry.state), "reason": entry.reason})
                 continue
             rows.extend(
-                describe(v)
-                for _, v in sorted(entry.versions.items())
-                if v.ready or not ready_only
+                describe(v) for _, v in sorted(entry.versions.items()) if v.ready or not ready_only
             )
         return rows
 
     def all_ready(self) -> bool:
         """True when every model the server tried to load has a READY version."""
-        return all(e.ready for e in self.entries.values() if e.state is not ModelState.UNAVAILABLE or e.versions)
+        return all(
+            e.ready
+            for e in self.entries.values()
+            if e.state is not ModelState.UNAVAILABLE or e.versions
+        )
 
     def failures(self) -> list[tuple[str, str]]:
         """(model, reason) of every model or version that failed to load."""
@@ -218,7 +230,9 @@ class ModelManager:
         if not files:
             return self.repository.model_dir(name)
         if config_json is None:
-            raise InvalidArgument(f"failed to load '{name}', a config must be given with file overrides")
+            raise InvalidArgument(
+                f"failed to load '{name}', a config must be given with file overrides"
+            )
         temp = Path(tempfile.mkdtemp(prefix="despina-override-"))
         entry.temp_dir = temp
         model_dir = temp / name
@@ -244,17 +258,22 @@ class ModelManager:
         selected = select_versions(config, versions)
         if not selected:
             raise Unavailable(f"failed to load '{name}', no version is available")
-        entry.versions = {
-            v: ModelVersion(name, v, version_config(config)) for v in selected
-        }
+        entry.versions = {v: ModelVersion(name, v, version_config(config)) for v in selected}
         await asyncio.gather(
-            *(load_version(self.server, backend_cls, entry.model_dir, v) for v in entry.versions.values())
+            *(
+                load_version(self.server, backend_cls, entry.model_dir, v)
+                for v in entry.versions.values()
+            )
         )
         entry.state = ModelState.READY if entry.ready else ModelState.UNAVAILABLE
 
     async def _retire(self, entry: ModelEntry, drain: bool = True) -> None:
         await asyncio.gather(
-            *(unload_version(v, drain) for v in entry.versions.values() if v.state is ModelState.READY)
+            *(
+                unload_version(v, drain)
+                for v in entry.versions.values()
+                if v.state is ModelState.READY
+            )
         )
         if entry.temp_dir is not None:
             shutil.rmtree(entry.temp_dir, ignore_errors=True)
@@ -275,4 +294,3 @@ def _safe_join(root: Path, relative: str) -> Path:
 
 def _composing_models(config: cfg.ModelConfig) -> list[str]:
     return [step.model_name for step in config.ensemble_scheduling.step]
-

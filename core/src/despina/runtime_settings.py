@@ -15,7 +15,14 @@ from typing import Any
 from despina.errors import InvalidArgument
 
 _LOG_BOOL_KEYS = ("log_info", "log_warning", "log_error")
-_TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode")
+_TRACE_KEYS = (
+    "trace_level",
+    "trace_rate",
+    "trace_count",
+    "log_frequency",
+    "trace_file",
+    "trace_mode",
+)
 
 
 @dataclass

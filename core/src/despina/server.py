@@ -207,6 +207,7 @@ class Server:
         entry = self.models.entries[name]
         config = model.config
         batch = [-1] if config.max_batch_size > 0 else []
+
         def tensor(t: Any) -> dict[str, Any]:
             datatype = config_to_datatype(mc.DataType.Name(t.data_type))
             return {"name": t.name, "datatype": datatype, "shape": batch + [int(d) for d in t.dims]}
@@ -229,4 +230,3 @@ class Server:
                 await asyncio.wait_for(self.stop(), timeout=float(self.settings.exit_timeout_secs))
             except TimeoutError:
                 log.warning("exit timeout reached with requests still running")
-

@@ -33,7 +33,12 @@ class Region:
     mapping: mmap.mmap
 
     def status(self) -> dict[str, Any]:
-        return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
+        return {
+            "name": self.name,
+            "key": self.key,
+            "offset": self.offset,
+            "byte_size": self.byte_size,
+        }
 
 
 class SharedMemoryRegistry:

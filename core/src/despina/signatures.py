@@ -79,7 +79,8 @@ def complete_config(
     if config.max_batch_size == 0 and supports_batching(config, inputs, outputs):
         config.max_batch_size = default_max_batch_size
         scheduled = any(
-            config.HasField(f) for f in ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
+            config.HasField(f)
+            for f in ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
         )
         if config.max_batch_size > 1 and not scheduled:
             config.dynamic_batching.SetInParent()
@@ -121,7 +122,10 @@ def check_config(
             f"{where}: the model's input(s) {_names(missing)} are missing from the config "
             f"(configuration expects {len(config_inputs)} inputs, model provides {len(model_inputs)})"
         )
-    for kind, tensors, specs in (("input", config.input, model_inputs), ("output", config.output, model_outputs)):
+    for kind, tensors, specs in (
+        ("input", config.input, model_inputs),
+        ("output", config.output, model_outputs),
+    ):
         for tensor in tensors:
             spec = specs.get(tensor.name)
             if spec is None:

@@ -8,6 +8,7 @@ Tensors are numpy arrays end to end. BYTES tensors are numpy ``object`` arrays o
 from __future__ import annotations
 
 import struct
+from typing import Any
 from collections.abc import Sequence
 
 import ml_dtypes
@@ -16,7 +17,7 @@ import numpy as np
 from despina.errors import InvalidArgument
 
 #: Triton wire datatype name -> numpy dtype.
-DATATYPE_TO_DTYPE: dict[str, np.dtype[object]] = {
+DATATYPE_TO_DTYPE: dict[str, np.dtype[Any]] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
     "UINT16": np.dtype(np.uint16),
@@ -33,13 +34,13 @@ DATATYPE_TO_DTYPE: dict[str, np.dtype[object]] = {
     "BYTES": np.dtype(np.object_),
 }
 
-_DTYPE_TO_DATATYPE: dict[np.dtype[object], str] = {v: k for k, v in DATATYPE_TO_DTYPE.items()}
+_DTYPE_TO_DATATYPE: dict[np.dtype[Any], str] = {v: k for k, v in DATATYPE_TO_DTYPE.items()}
 
 #: Wire datatypes whose elements have a fixed size in bytes.
 FIXED_SIZE: dict[str, int] = {k: v.itemsize for k, v in DATATYPE_TO_DTYPE.items() if k != "BYTES"}
 
 
-def dtype_of(datatype: str) -> np.dtype[object]:
+def dtype_of(datatype: str) -> np.dtype[Any]:
     """Return the numpy dtype of a wire datatype; raise InvalidArgument if unknown."""
     try:
         return DATATYPE_TO_DTYPE[datatype]

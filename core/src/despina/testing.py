@@ -59,7 +59,9 @@ class RepositoryBuilder:
 class RunningServer:
     """A server running on its own event loop thread, with the ports it listens on."""
 
-    def __init__(self, server: Server, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    def __init__(
+        self, server: Server, loop: asyncio.AbstractEventLoop, thread: threading.Thread
+    ) -> None:
         self.server = server
         self.loop = loop
         self.thread = thread

@@ -9,6 +9,8 @@ the server starts with a one-line warning naming the flag and why it has no effe
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 #: Parses tritonserver's boolean syntax.
 _TRUE = {"true", "1", "on", "yes", "y", "t"}
@@ -97,16 +99,24 @@ TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--response-cache-byte-size": ("int", False, "the response cache is not implemented yet"),
     "--rate-limit": ("str", False, "the rate limiter is not implemented yet"),
     "--rate-limit-resource": ("str", True, "the rate limiter is not implemented yet"),
-    "--pinned-memory-pool-byte-size": ("int", False, "Despina keeps tensors in ordinary host memory"),
+    "--pinned-memory-pool-byte-size": (
+        "int",
+        False,
+        "Despina keeps tensors in ordinary host memory",
+    ),
     "--cuda-memory-pool-byte-size": ("str", True, _CUDA_MEM),
     "--cuda-virtual-address-size": ("str", True, _CUDA_MEM),
-    "--min-supported-compute-capability": ("float", False, "GPU selection is left to the frameworks"),
+    "--min-supported-compute-capability": (
+        "float",
+        False,
+        "GPU selection is left to the frameworks",
+    ),
     "--buffer-manager-thread-count": ("int", False, "Despina has no buffer manager threads"),
     "--host-policy": ("str", True, "host policies (NUMA, CPU pinning) are not supported"),
     "--model-load-gpu-limit": ("str", True, "GPU memory limits on loading are not supported"),
 }
 
-_TYPES = {"int": int, "float": float, "str": str, "bool": triton_bool}
+_TYPES: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "bool": triton_bool}
 
 
 def add_inert_flags(parser: argparse.ArgumentParser) -> dict[str, str]:

@@ -88,8 +88,12 @@ def _check_shape(
                 f"must be <= {sig.max_batch_size} for '{sig.name}'"
             )
         shape = shape[1:]
-    reshape_dims = tuple(int(d) for d in config.reshape.shape) if config.HasField("reshape") else None
-    if not _matches(shape, dims) and not (reshape_dims is not None and _matches(shape, reshape_dims)):
+    reshape_dims = (
+        tuple(int(d) for d in config.reshape.shape) if config.HasField("reshape") else None
+    )
+    if not _matches(shape, dims) and not (
+        reshape_dims is not None and _matches(shape, reshape_dims)
+    ):
         expected = ([-1] if sig.max_batch_size > 0 else []) + list(dims)
         raise InvalidArgument(
             f"[request id: {request.id or '<id_unknown>'}] unexpected shape for input '{name}' "
@@ -101,7 +105,9 @@ def _check_shape(
 def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
     if not dims and shape == (1,):
         return True  # Triton treats a [1] tensor as matching a scalar-shaped config
-    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
+    return len(shape) == len(dims) and all(
+        d == -1 or d == s for s, d in zip(shape, dims, strict=True)
+    )
 
 
 def _check_outputs(request: InferenceRequest, sig: ModelSignature) -> None:
@@ -141,4 +147,3 @@ def _names(names: Any) -> str:
 
 def _shape(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
-

@@ -22,13 +22,17 @@ from despina.tensors import config_to_datatype, deserialize_bytes, dtype_of, ele
 WARMUP_DIR = "warmup"
 
 
-def warmup_requests(config: ModelConfig, model_dir: Path) -> list[tuple[str, int, InferenceRequest]]:
+def warmup_requests(
+    config: ModelConfig, model_dir: Path
+) -> list[tuple[str, int, InferenceRequest]]:
     """(sample name, repetitions, request) for every warm-up sample of the config."""
     samples = []
     for sample in config.model_warmup:
         batch = max(int(sample.batch_size), 1)
         if config.max_batch_size == 0 and batch > 1:
-            raise ConfigError(f"model '{config.name}': warm-up '{sample.name}' batch_size must be 1")
+            raise ConfigError(
+                f"model '{config.name}': warm-up '{sample.name}' batch_size must be 1"
+            )
         inputs = {
             name: _input_array(config, model_dir, sample.name, name, spec, batch)
             for name, spec in sample.inputs.items()
@@ -63,7 +67,9 @@ def _input_array(
     single = np.frombuffer(data, dtype=dtype)
     per_item = element_count(dims)
     if single.size < per_item:
-        raise ConfigError(f"model '{config.name}': warm-up '{sample}' file for '{name}' is too short")
+        raise ConfigError(
+            f"model '{config.name}': warm-up '{sample}' file for '{name}' is too short"
+        )
     item = single[:per_item].reshape(dims)
     return np.broadcast_to(item, shape).copy() if config.max_batch_size > 0 else item.copy()
 
@@ -84,7 +90,9 @@ async def warm_up(config: ModelConfig, model_dir: Path, instances: list[ModelIns
                 await _run_once(config.name, sample_name, instance, request)
 
 
-async def _run_once(model: str, sample: str, instance: ModelInstance, template: InferenceRequest) -> None:
+async def _run_once(
+    model: str, sample: str, instance: ModelInstance, template: InferenceRequest
+) -> None:
     request = InferenceRequest(template.model_name, dict(template.inputs), id=template.id)
     stream = ResponseStream()
     request.stream = stream

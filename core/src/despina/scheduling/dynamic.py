@@ -26,7 +26,7 @@ class DynamicBatchScheduler(QueueScheduler):
 
     @classmethod
     def handles(cls, config: ModelConfig) -> bool:
-        return config.HasField("dynamic_batching") and config.max_batch_size > 0
+        return bool(config.HasField("dynamic_batching")) and config.max_batch_size > 0
 
     def make_queue(self) -> RequestQueue:
         batching = self.model.config.dynamic_batching
