@@ -59,7 +59,11 @@ class ModelVersion:
     @property
     def ready(self) -> bool:
         """READY and every instance healthy (a restarting instance makes it not ready)."""
-        return self.state is ModelState.READY and all(i.healthy for i in self.instances)
+        return (
+            self.state is ModelState.READY
+            and all(i.healthy for i in self.instances)
+            and (self.scheduler is None or self.scheduler.ready)
+        )
 
     @property
     def decoupled(self) -> bool:
@@ -175,7 +179,13 @@ async def load_version(
         scheduler_cls = pick_scheduler(server, version.config)
         version.signature = ModelSignature(version.name, version.config)
         model = ScheduledModel(
-            version.name, str(version.version), version.config, version.instances, version.stats
+            version.name,
+            str(version.version),
+            version.config,
+            version.instances,
+            version.stats,
+            server=server,
+            model_dir=model_dir,
         )
         version.scheduler = scheduler_cls(model)
         await version.scheduler.start()

@@ -13,13 +13,17 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 from despina.backend import ModelInstance
 from despina.config import ModelConfig
 from despina.errors import DespinaError, Internal, Unavailable
 from despina.inference import InferenceRequest, InferenceResponse
 from despina.stats import ModelStats
+
+if TYPE_CHECKING:
+    from despina.server import Server
 
 log = logging.getLogger("despina.scheduling")
 
@@ -36,6 +40,10 @@ class ScheduledModel:
     config: ModelConfig
     instances: list[ModelInstance]
     stats: ModelStats
+    #: The server serving the model (ensembles submit their steps through it).
+    server: Server | None = None
+    #: The model's folder in the repository (sequence batching reads initial states there).
+    model_dir: Path | None = None
 
 
 class Scheduler(abc.ABC):
@@ -71,6 +79,12 @@ class Scheduler(abc.ABC):
     def pending(self) -> int:
         """Requests queued and not yet executing."""
         return 0
+
+    @property
+    def ready(self) -> bool:
+        """False while the scheduler cannot serve (an ensemble whose composing model is
+        not ready); the model version is READY only while this is true."""
+        return True
 
     @property
     def busy(self) -> int:
