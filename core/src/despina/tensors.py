@@ -8,8 +8,8 @@ Tensors are numpy arrays end to end. BYTES tensors are numpy ``object`` arrays o
 from __future__ import annotations
 
 import struct
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import ml_dtypes
 import numpy as np
