@@ -178,6 +178,10 @@ def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
     settings.inert_flags_given = [
         reason for dest, reason in inert.items() if getattr(settings, dest) is not None
     ]
+    if settings.model_control_mode == "poll":
+        settings.inert_flags_given.append(
+            "--model-control-mode=poll: poll mode is not implemented yet; models load at start-up only"
+        )
     return settings
 
 
