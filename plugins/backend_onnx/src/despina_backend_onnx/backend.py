@@ -1,0 +1,196 @@
+"""The ONNX Runtime backend: one ``InferenceSession`` per instance, run off the event loop.
+
+Auto-complete reads inputs, outputs, data types and dims from the ONNX graph, with
+``max_batch_size`` set to the default (4) when every tensor has a dynamic first
+dimension. Each instance owns a session and a one-thread executor, so N instances run N
+sessions at once (onnxruntime releases the GIL while it runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from despina.backend import Backend, InstanceSpec, ModelInstance
+from despina.batching import batch_sizes, concat_inputs, select_outputs, split_outputs
+from despina.errors import ConfigError, DespinaError, Internal, InvalidArgument
+from despina.inference import InferenceRequest, InferenceResponse
+from despina.signatures import TensorSpec, check_config, complete_config, default_max_batch_size
+
+from despina_backend_onnx import options
+
+#: onnxruntime's type strings -> Triton wire datatypes.
+ORT_TO_DATATYPE = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
+}
+
+
+class OnnxBackend(Backend):
+    """Serves ``<version>/model.onnx`` (platform ``onnxruntime_onnx``)."""
+
+    name = "onnxruntime"
+    platforms = ("onnxruntime_onnx",)
+    default_model_filename = "model.onnx"
+
+    @property
+    def file_label(self) -> str:
+        """The model file as error messages name it: ``<version>/<file>``."""
+        return f"{self.context.version}/{self.context.config.default_model_filename}"
+
+    async def auto_complete(self) -> None:
+        """Fill inputs, outputs and max_batch_size from the graph (no optimisation pass)."""
+        import onnxruntime as ort
+
+        session_opts = ort.SessionOptions()
+        session_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = await asyncio.to_thread(self._open, session_opts, [("CPUExecutionProvider", {})])
+        inputs, outputs = self._signature(session)
+        default = default_max_batch_size(self.context.server.settings, self.name)
+        complete_config(self.context.config, inputs, outputs, default)
+
+    async def load(self) -> None:
+        """Check the model file exists; sessions are created per instance."""
+        if not self.context.model_file.is_file():
+            raise ConfigError(f"model '{self.context.name}': model file '{self.file_label}' not found")
+
+    async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        """Open a session on the instance's device and check the config against it."""
+        config, model = self.context.config, self.context.name
+        providers = options.providers(config, spec.kind, spec.device_id, model)
+        session_opts = options.session_options(config, model)
+        session = await asyncio.to_thread(self._open, session_opts, providers)
+        inputs, outputs = self._signature(session)
+        check_config(config, inputs, outputs, model, self.file_label)
+        run_opts = options.run_options(config, model)
+        strings = {s.name for s in inputs if s.datatype == "BYTES"}
+        served = {o.name for o in config.output}
+        names = [s.name for s in outputs if s.name in served]
+        return OnnxInstance(spec, session, run_opts, strings, names, config.max_batch_size > 0)
+
+    def _open(self, session_opts: Any, providers: list[options.Provider]) -> Any:
+        import onnxruntime as ort
+
+        path = self.context.model_file
+        if not path.is_file():
+            raise ConfigError(f"model '{self.context.name}': model file '{self.file_label}' not found")
+        try:
+            return ort.InferenceSession(
+                str(path),
+                session_opts,
+                providers=[name for name, _ in providers],
+                provider_options=[opts for _, opts in providers],
+            )
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors derive from Exception
+            raise Internal(
+                f"model '{self.context.name}': onnxruntime cannot load '{self.file_label}': {exc}"
+            ) from None
+
+    def _signature(self, session: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
+        return (
+            [self._spec(arg) for arg in session.get_inputs()],
+            [self._spec(arg) for arg in session.get_outputs()],
+        )
+
+    def _spec(self, arg: Any) -> TensorSpec:
+        datatype = ORT_TO_DATATYPE.get(arg.type)
+        if datatype is None:
+            raise ConfigError(
+                f"model '{self.context.name}', file '{self.file_label}': tensor '{arg.name}' has "
+                f"type {arg.type}, which Despina's onnxruntime backend cannot exchange"
+            )
+        shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape)
+        return TensorSpec(arg.name, datatype, shape)
+
+
+class OnnxInstance(ModelInstance):
+    """One session; ``execute`` runs a whole batch as one ``session.run`` in its thread."""
+
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        session: Any,
+        run_opts: Any,
+        strings: set[str],
+        output_names: list[str],
+        batched: bool,
+    ) -> None:
+        self.spec = spec
+        self.session = session
+        self.run_opts = run_opts
+        self.strings = strings
+        self.batched = batched
+        #: The config's outputs, in the model's order.
+        self.output_names = output_names
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"onnx-{spec.name}")
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        """Run the requests as one batch; when onnxruntime rejects a batch of several,
+        run each alone so only the requests it rejects fail."""
+        if len(requests) > 1 and not self.batched:
+            return [r for request in requests for r in await self.execute([request])]
+        try:
+            outputs = await self._run(requests)
+        except DespinaError as error:
+            if len(requests) > 1:
+                return [r for request in requests for r in await self.execute([request])]
+            return [InferenceResponse(error=error)]
+        parts = split_outputs(outputs, batch_sizes(requests)) if self.batched else [outputs]
+        return [
+            InferenceResponse(outputs=select_outputs(part, request))
+            for part, request in zip(parts, requests, strict=True)
+        ]
+
+    async def _run(self, requests: Sequence[InferenceRequest]) -> dict[str, np.ndarray]:
+        feeds = concat_inputs(requests)
+        for name in self.strings.intersection(feeds):
+            feeds[name] = _decode(name, feeds[name])
+        names = self._wanted(requests)
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(
+                self._executor, self.session.run, names, feeds, self.run_opts
+            )
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors derive from Exception
+            kind = InvalidArgument if type(exc).__name__ == "InvalidArgument" else Internal
+            raise kind(f"onnx runtime error: {exc}") from None
+        return dict(zip(names, results, strict=True))
+
+    def _wanted(self, requests: Sequence[InferenceRequest]) -> list[str]:
+        """Outputs any request of the batch asked for, in model order (all when one named none)."""
+        wanted: set[str] = set()
+        for request in requests:
+            names = request.requested_output_names
+            if names is None:
+                return self.output_names
+            wanted.update(names)
+        return [name for name in self.output_names if name in wanted]
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._executor.shutdown)
+
+
+def _decode(name: str, array: np.ndarray) -> np.ndarray:
+    """BYTES elements as ``str`` (onnxruntime's string tensors hold UTF-8 text)."""
+    out = np.empty(array.shape, dtype=np.object_)
+    try:
+        out.flat[:] = [x.decode() if isinstance(x, bytes) else str(x) for x in array.flat]
+    except UnicodeDecodeError:
+        raise InvalidArgument(
+            f"input '{name}': onnxruntime string tensors must hold UTF-8 text"
+        ) from None
+    return out

@@ -1,0 +1,13 @@
+"""Entry-point module: registers the ONNX Runtime backend (imports no onnxruntime)."""
+
+from __future__ import annotations
+
+from despina.backend import Backend
+from despina.hookspecs import hookimpl
+
+from despina_backend_onnx.backend import OnnxBackend
+
+
+@hookimpl
+def despina_backends() -> list[type[Backend]]:
+    return [OnnxBackend]
