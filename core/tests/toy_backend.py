@@ -24,6 +24,7 @@ class ToyInstance(ModelInstance):
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
         self.log.append((self.spec.name, len(requests)))
+        ToyBackend.order.extend(r.id for r in requests)
         delay = float(self.behaviour.get("delay_s", 0))  # type: ignore[arg-type]
         if delay:
             await asyncio.sleep(delay)
@@ -47,6 +48,8 @@ class ToyBackend(Backend):
     default_model_filename = "model.toy"
 
     executions: list[tuple[str, int]] = []
+    #: Request ids in the order they were executed (all toy models of the process).
+    order: list[str] = []
 
     async def auto_complete(self) -> None:
         config = self.context.config

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
-from despina.config import ModelConfig
+from despina.config import ModelConfig, mc
 from despina.inference import InferenceRequest
 from despina.scheduling.base import batch_size_of
-from despina.scheduling.queue import RequestQueue
+from despina.scheduling.queue import QueuePolicy, RequestQueue
 from despina.scheduling.workers import QueueScheduler
 
 
@@ -30,15 +31,14 @@ class DynamicBatchScheduler(QueueScheduler):
 
     def make_queue(self) -> RequestQueue:
         batching = self.model.config.dynamic_batching
-        policy = batching.default_queue_policy
-        return RequestQueue(
-            self._reject,
-            levels=int(batching.priority_levels) or 1,
-            default_level=int(batching.default_priority_level) or 1,
-            max_size=int(policy.max_queue_size),
-            default_timeout_us=int(policy.default_timeout_microseconds),
-            allow_timeout_override=bool(policy.allow_timeout_override),
-        )
+        levels = int(batching.priority_levels) or 1
+        policies = [
+            _policy(batching.priority_queue_policy[level])
+            if level in batching.priority_queue_policy
+            else _policy(batching.default_queue_policy)
+            for level in range(1, levels + 1)
+        ]
+        return RequestQueue(self._reject, policies, int(batching.default_priority_level) or 1)
 
     async def next_batch(self) -> list[InferenceRequest]:
         config = self.model.config
@@ -73,6 +73,16 @@ class DynamicBatchScheduler(QueueScheduler):
                 self.queue.push_front(request)
             raise
         return batch
+
+
+def _policy(policy: Any) -> QueuePolicy:
+    """A config ``ModelQueuePolicy`` as a :class:`QueuePolicy`."""
+    return QueuePolicy(
+        max_size=int(policy.max_queue_size),
+        default_timeout_us=int(policy.default_timeout_microseconds),
+        allow_timeout_override=bool(policy.allow_timeout_override),
+        delay_on_timeout=policy.timeout_action == mc.ModelQueuePolicy.DELAY,
+    )
 
 
 def _same_shapes(a: InferenceRequest, b: InferenceRequest, ragged: set[str]) -> bool:

@@ -1,8 +1,11 @@
-"""A request queue with priority levels, a size limit and queue timeouts.
+"""A request queue with priority levels and Triton's queue policies.
 
-Level 1 is the highest priority (Triton's convention); a request with priority 0 goes to
-the default level. Requests whose timeout expires while queued are rejected when they
-reach the head. All methods run on the event loop thread.
+Level 1 is the highest priority (Triton's convention); a request with priority 0 (or out of
+range) goes to the default level. Each level has a :class:`QueuePolicy`: a size limit (a
+full level refuses with UNAVAILABLE "Exceeds maximum queue size"), a default timeout that
+requests may override, and what happens on timeout: REJECT answers the request with an
+error when it reaches the head, DELAY moves it behind every live request of every level.
+All methods run on the event loop thread.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from despina.errors import Cancelled, DespinaError, Unavailable
 from despina.inference import InferenceRequest
@@ -18,25 +22,36 @@ from despina.inference import InferenceRequest
 Rejecter = Callable[[InferenceRequest, DespinaError], None]
 
 
+@dataclass(frozen=True)
+class QueuePolicy:
+    """Triton's ``ModelQueuePolicy`` for one priority level."""
+
+    max_size: int = 0
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    delay_on_timeout: bool = False
+
+    def deadline_ns(self, request: InferenceRequest) -> int:
+        """Monotonic deadline of a request at this level, 0 for none."""
+        timeout_us = self.default_timeout_us
+        if request.timeout_us and (self.allow_timeout_override or not timeout_us):
+            timeout_us = request.timeout_us
+        return request.received_ns + timeout_us * 1000 if timeout_us else 0
+
+
 class RequestQueue:
-    """FIFO per priority level; ``get`` returns the oldest request of the best level."""
+    """FIFO per priority level; ``get`` returns the oldest live request of the best level."""
 
     def __init__(
         self,
         reject: Rejecter,
-        levels: int = 1,
+        policies: Sequence[QueuePolicy] = (QueuePolicy(),),
         default_level: int = 1,
-        max_size: int = 0,
-        default_timeout_us: int = 0,
-        allow_timeout_override: bool = True,
     ) -> None:
-        self._levels: list[deque[tuple[int, InferenceRequest]]] = [
-            deque() for _ in range(max(levels, 1))
-        ]
+        self._policies = list(policies) or [QueuePolicy()]
+        self._levels: list[deque[tuple[int, InferenceRequest]]] = [deque() for _ in self._policies]
+        self._delayed: deque[InferenceRequest] = deque()
         self._default_level = min(max(default_level, 1), len(self._levels))
-        self._max_size = max_size
-        self._default_timeout_us = default_timeout_us
-        self._allow_override = allow_timeout_override
         self._reject = reject
         self._size = 0
         self._ready = asyncio.Event()
@@ -44,50 +59,57 @@ class RequestQueue:
     def __len__(self) -> int:
         return self._size
 
+    def level_of(self, request: InferenceRequest) -> int:
+        """The 1-based level a request is queued at."""
+        return (
+            request.priority if 0 < request.priority <= len(self._levels) else self._default_level
+        )
+
     def put(self, request: InferenceRequest) -> None:
-        """Queue a request; raise Unavailable when the queue is full."""
-        if self._max_size and self._size >= self._max_size:
+        """Queue a request; raise Unavailable when its level is full."""
+        level = self.level_of(request)
+        policy = self._policies[level - 1]
+        if policy.max_size and len(self._levels[level - 1]) >= policy.max_size:
             raise Unavailable("Exceeds maximum queue size")
-        level = request.priority if 0 < request.priority <= len(self._levels) else 0
-        if not level:
-            level = self._default_level
-        timeout_us = self._default_timeout_us
-        if request.timeout_us and (self._allow_override or not timeout_us):
-            timeout_us = request.timeout_us
-        deadline = request.received_ns + timeout_us * 1000 if timeout_us else 0
-        self._levels[level - 1].append((deadline, request))
+        self._levels[level - 1].append((policy.deadline_ns(request), request))
         self._size += 1
         self._ready.set()
 
     def pop_nowait(self) -> InferenceRequest | None:
-        """The next live request, or None; expired and cancelled ones are answered."""
+        """The next live request, or None; expired and cancelled ones are dealt with."""
         while self._size:
-            for level in self._levels:
-                if level:
-                    deadline, request = level.popleft()
-                    self._size -= 1
-                    break
-            if request.cancelled:
-                self._reject(request, Cancelled("Request was cancelled"))
-            elif deadline and time.monotonic_ns() > deadline:
-                self._reject(request, Unavailable("Request timeout expired"))
-            else:
+            request = self._pop_head()
+            if request is not None:
                 return request
         self._ready.clear()
         return None
 
-    def peek(self) -> InferenceRequest | None:
-        """The request ``pop_nowait`` would return next (after dropping dead ones)."""
-        request = self.pop_nowait()
-        if request is not None:
-            self.push_front(request)
-        return request
+    def _pop_head(self) -> InferenceRequest | None:
+        """Pop one entry; return it if it may run now, else handle it and return None."""
+        for index, level in enumerate(self._levels):
+            if not level:
+                continue
+            deadline, request = level.popleft()
+            if request.cancelled:
+                self._size -= 1
+                self._reject(request, Cancelled("Request was cancelled"))
+                return None
+            if deadline and time.monotonic_ns() > deadline:
+                if self._policies[index].delay_on_timeout:
+                    self._delayed.append(request)
+                    return None
+                self._size -= 1
+                self._reject(request, Unavailable("Request timeout expired"))
+                return None
+            self._size -= 1
+            return request
+        self._size -= 1
+        return self._delayed.popleft()
 
     def push_front(self, request: InferenceRequest) -> None:
-        """Put a popped request back at the head of its level (its queue timeout no longer
-        applies: it was already found live)."""
-        level = request.priority if 0 < request.priority <= len(self._levels) else 0
-        self._levels[(level or self._default_level) - 1].appendleft((0, request))
+        """Put a popped request back at the head of its level; it was found live, so its
+        queue timeout no longer applies."""
+        self._levels[self.level_of(request) - 1].appendleft((0, request))
         self._size += 1
         self._ready.set()
 
@@ -112,8 +134,10 @@ class RequestQueue:
     def drain(self) -> list[InferenceRequest]:
         """Remove and return every queued request."""
         drained = [request for level in self._levels for _, request in level]
+        drained.extend(self._delayed)
         for level in self._levels:
             level.clear()
+        self._delayed.clear()
         self._size = 0
         self._ready.clear()
         return drained
