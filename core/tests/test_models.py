@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import toy_backend
 from conftest import toy_config, toy_request
-from despina.errors import InvalidArgument, NotFound, Unavailable, Unsupported
+from despina.errors import InvalidArgument, NotFound, Unavailable
 from despina.server import StartupError
 from despina.testing import RepositoryBuilder, RunningServer, start_server
 
@@ -134,7 +135,7 @@ def test_none_mode_refuses_load_requests(
 ) -> None:
     model_repository.add("a", toy_config(), {"1/model.toy": ""})
     running = despina_server(model_repository.root, plugins=[toy_backend])
-    with pytest.raises(Unsupported):
+    with pytest.raises(Unavailable, match="explicit model load / unload is not allowed"):
         running.server.models.check_control()
 
 
@@ -213,3 +214,37 @@ def test_two_servers_live_in_one_process(
     assert (one.server.id, two.server.id) == ("triton", "second")
     assert one.call(one.server.infer(toy_request("a"))).outputs["OUTPUT0"][0] == 2.0
     assert two.call(two.server.infer(toy_request("a"))).outputs["OUTPUT0"][0] == 2.0
+
+
+def test_poll_mode_follows_the_repository(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    model_repository.add("kept", toy_config(), {"1/model.toy": ""})
+    model_repository.add("removed", toy_config(), {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root,
+        ["--model-control-mode=poll", "--repository-poll-secs=3600"],
+        plugins=[toy_backend],
+    )
+    poller = running.server.poller
+    assert poller is not None
+
+    def poll_twice() -> None:  # a change acts once two polls saw the same folder
+        running.call(poller.poll_once())
+        running.call(poller.poll_once())
+
+    shutil.rmtree(model_repository.root / "removed")
+    model_repository.add("added", toy_config(), {"1/model.toy": ""})
+    running.call(poller.poll_once())
+    assert "added" not in running.server.models.entries  # seen once: maybe still being written
+    running.call(poller.poll_once())
+    assert states(running) == {"added": "READY", "kept": "READY", "removed": "UNAVAILABLE"}
+
+    model_repository.add("kept", None, {"2/model.toy": ""})  # a new version folder
+    poll_twice()
+    assert running.server.models.get("kept").version == 2
+
+    model_repository.add("kept", toy_config(), {"3/model.toy": '{"fail_load": true}'})
+    poll_twice()  # the broken version fails; version 2 keeps serving
+    assert running.server.models.get("kept").version == 2
+    assert running.call(running.server.infer(toy_request("kept"))).outputs["OUTPUT0"][0] == 2.0

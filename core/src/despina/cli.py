@@ -77,7 +77,15 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         "--model-control-mode",
         choices=["none", "explicit", "poll"],
         default="none",
-        help="none: load all at start-up; explicit: load/unload through the API (default: none)",
+        help="none: load all at start-up; explicit: load/unload through the API; "
+        "poll: follow repository changes (default: none)",
+    )
+    repo.add_argument(
+        "--repository-poll-secs",
+        type=int,
+        default=15,
+        metavar="INT",
+        help="with poll mode: seconds between repository polls (default: 15)",
     )
     repo.add_argument(
         "--load-model",
@@ -178,10 +186,6 @@ def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
     settings.inert_flags_given = [
         reason for dest, reason in inert.items() if getattr(settings, dest) is not None
     ]
-    if settings.model_control_mode == "poll":
-        settings.inert_flags_given.append(
-            "--model-control-mode=poll: poll mode is not implemented yet; models load at start-up only"
-        )
     return settings
 
 

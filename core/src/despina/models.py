@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from despina import config as cfg
-from despina.errors import DespinaError, InvalidArgument, NotFound, Unavailable, Unsupported
+from despina.errors import DespinaError, InvalidArgument, NotFound, Unavailable
 from despina.loader import (
     ModelState,
     ModelVersion,
@@ -96,23 +96,27 @@ class ModelManager:
         async with self._lock(name):
             entry = ModelEntry(name)
             old = self.entries.get(name)
+            keep_old = old is not None and old.ready
             try:
                 entry.model_dir = self._model_dir(name, config_json, files, entry)
                 await self._load_entry(entry, config_json)
+                failed = [v for v in entry.versions.values() if v.state is not ModelState.READY]
+                if failed:
+                    raise Unavailable(
+                        f"failed to load '{name}' version {failed[0].version}: {failed[0].reason}"
+                    )
             except DespinaError as exc:
                 entry.state, entry.reason = ModelState.UNAVAILABLE, str(exc)
                 log.error("failed to load '%s': %s", name, exc)
-                if old is None or not old.ready:
+                if keep_old:
+                    log.warning("'%s' keeps serving its previous versions", name)
+                    await self._retire(entry)
+                else:
                     self.entries[name] = entry
                 raise
             self.entries[name] = entry
             if old is not None:
                 await self._retire(old)
-            failed = [v for v in entry.versions.values() if v.state is not ModelState.READY]
-            if failed:
-                raise Unavailable(
-                    f"failed to load '{name}' version {failed[0].version}: {failed[0].reason}"
-                )
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` (and, with ``unload_dependents``, the models its ensemble uses)."""
@@ -133,9 +137,9 @@ class ModelManager:
         await asyncio.gather(*(self._retire(e, drain=False) for e in list(self.entries.values())))
 
     def check_control(self) -> None:
-        """Raise Unsupported unless the control mode allows load/unload requests."""
+        """Raise Unavailable unless the control mode is explicit (Triton's text and code)."""
         if not self.explicit:
-            raise Unsupported("explicit model load / unload is not allowed if polling is enabled")
+            raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
 
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The READY version to serve; Triton's NotFound/Unavailable texts otherwise."""

@@ -24,6 +24,7 @@ from despina.inference import InferenceRequest, InferenceResponse, ResponseStrea
 from despina.loader import ModelVersion
 from despina.models import ModelManager
 from despina.plugins import Plugins, create_plugins
+from despina.poller import RepositoryPoller
 from despina.repository import ModelRepository
 from despina.runtime_settings import LogSettings, TraceSettings
 from despina.scheduling.base import Scheduler
@@ -89,6 +90,7 @@ class Server:
         self.exporters: list[Any] = []
         self.live = False
         self._stopping = False
+        self.poller: RepositoryPoller | None = None
 
     @classmethod
     def from_args(cls, argv: Sequence[str], plugins: Sequence[object] = ()) -> Server:
@@ -137,6 +139,10 @@ class Server:
                 await self.stop()
                 raise StartupError(f"frontend '{cls.name}' failed to start: {exc}") from None
             self.frontends.append(frontend)
+        if self.settings.model_control_mode == "poll":
+            self.poller = RepositoryPoller(self.models, float(self.settings.repository_poll_secs))
+            self.poller.remember_loaded()
+            self.poller.start()
         self.plugins.hook.despina_server_started(server=self)
 
     async def stop(self) -> None:
@@ -144,6 +150,8 @@ class Server:
         if self._stopping:
             return
         self._stopping = True
+        if self.poller is not None:
+            await self.poller.stop()
         self.plugins.hook.despina_server_stopping(server=self)
         await self.models.unload_all()
         for frontend in reversed(self.frontends):

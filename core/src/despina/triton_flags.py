@@ -40,7 +40,6 @@ TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--model-load-retry-count": ("int", False, "model loads are not retried yet"),
     "--model-namespacing": ("bool", False, "model namespacing is not supported yet"),
     "--model-config-name": ("str", False, "custom config names are not supported yet"),
-    "--repository-poll-secs": ("int", False, "poll mode is not implemented yet"),
     "--enable-peer-access": ("bool", False, "GPU peer access is left to the frameworks"),
     "--allow-http": ("bool", False, _HTTP),
     "--http-address": ("str", False, _HTTP),
