@@ -46,7 +46,7 @@ def validate_request(request: InferenceRequest, sig: ModelSignature) -> None:
     missing = [n for n in sig.required if n not in request.inputs]
     if missing:
         raise InvalidArgument(
-            f"expected {len(sig.inputs)} inputs but got {len(request.inputs)} inputs for model "
+            f"[request id: {request.id or '<id_unknown>'}] expected {len(sig.inputs)} inputs but got {len(request.inputs)} inputs for model "
             f"'{model}'. Got input(s) {_names(request.inputs)}, but missing required input(s) "
             f"{_names(missing)}. Please provide all required input(s)."
         )
@@ -122,8 +122,7 @@ def _check_outputs(request: InferenceRequest, sig: ModelSignature) -> None:
     for output in request.outputs:
         if output.name not in sig.outputs:
             raise InvalidArgument(
-                f"[request id: {request.id or '<id_unknown>'}] unexpected inference output "
-                f"'{output.name}' for model '{sig.name}'"
+                f"unexpected inference output '{output.name}' for model '{sig.name}'"
             )
         if output.name in seen:
             raise InvalidArgument(f"output '{output.name}' is requested more than once")
@@ -142,7 +141,7 @@ def _apply_reshapes(request: InferenceRequest, sig: ModelSignature) -> None:
 
 
 def _names(names: Any) -> str:
-    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
 def _shape(shape: Sequence[int]) -> str:

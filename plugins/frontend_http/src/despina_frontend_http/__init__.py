@@ -1,0 +1,1 @@
+"""Despina's HTTP/REST frontend (KServe v2 + Triton extensions) on aiohttp."""

@@ -1,0 +1,38 @@
+"""What every endpoint module works with: the server and the frontend's settings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from despina_frontend_http.restricted import Restrictions
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: (method, path, restricted-API group, handler)
+Route = tuple[str, str, str, Handler]
+
+
+@dataclass
+class Context:
+    """Shared by the endpoint modules of one frontend."""
+
+    server: Server
+    max_input_size: int
+    executor: ThreadPoolExecutor
+    restrictions: Restrictions
+    #: Request headers matching this are forwarded as request parameters.
+    forward: re.Pattern[str] | None
+    allow_client_shm: bool
+
+
+def versioned(path: str) -> list[str]:
+    """``/v2/models/{model}<path>`` with and without ``/versions/{version}``."""
+    return [f"/v2/models/{{model}}{path}", f"/v2/models/{{model}}/versions/{{version:[0-9]+}}{path}"]

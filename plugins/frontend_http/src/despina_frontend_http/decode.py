@@ -1,0 +1,236 @@
+"""Request bodies -> :class:`InferenceRequest`: JSON tensors, binary tensors, shared memory.
+
+Binary tensors become numpy arrays over the request body (``numpy.frombuffer``, no copy);
+shared-memory inputs are views of the registered region, checked against its window.
+Every size is checked before anything is allocated. Messages follow Triton's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+from despina.errors import InvalidArgument, NotFound
+from despina.inference import InferenceRequest, RequestedOutput, SequenceFlags
+from despina.shared_memory import SharedMemoryRegistry
+from despina.tensors import DATATYPE_TO_DTYPE, deserialize_bytes, element_count
+
+_OBJECT = np.dtype(np.object_)
+
+
+def parse_header(body: bytes, header_length: str | None) -> tuple[dict[str, Any], int]:
+    """The request's JSON object and where its binary part starts."""
+    if header_length is None:
+        size = len(body)
+        text: bytes | memoryview = body
+    else:
+        try:
+            size = int(header_length)
+        except ValueError:
+            raise InvalidArgument(f"invalid inference header size '{header_length}'") from None
+        if size <= 0 or size > len(body):
+            raise InvalidArgument(
+                f"inference header size should be in range (0, {len(body)}), got: {size}"
+            )
+        text = memoryview(body)[:size]
+    try:
+        header = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(header, dict):
+        raise _parse_error("inputs", None, "array")
+    return header, size
+
+
+def decode_request(
+    body: bytes,
+    header_length: str | None,
+    model: str,
+    version: str,
+    shm: SharedMemoryRegistry,
+) -> InferenceRequest:
+    """Build the request for ``model``; InvalidArgument for anything malformed."""
+    header, offset = parse_header(body, header_length)
+    inputs_json = header.get("inputs")
+    if not isinstance(inputs_json, list):
+        raise _parse_error("inputs", inputs_json, "array")
+    inputs: dict[str, np.ndarray] = {}
+    for item in inputs_json:
+        name, array, offset = _decode_input(item, body, offset, model, shm)
+        inputs[name] = array
+    params = _params(header.get("parameters"), "request")
+    request = InferenceRequest(model, inputs, model_version=version, parameters=params)
+    request_id = header.get("id")
+    if request_id is not None:
+        request.id = str(request_id)
+    outputs_json = header.get("outputs")
+    if outputs_json is not None:
+        if not isinstance(outputs_json, list):
+            raise InvalidArgument("Unable to parse 'outputs': expected a JSON array")
+        request.outputs = [_decode_output(o) for o in outputs_json]
+    if params:
+        _sequence_and_policy(request, params)
+    return request
+
+
+def _decode_input(
+    item: Any, body: bytes, offset: int, model: str, shm: SharedMemoryRegistry
+) -> tuple[str, np.ndarray, int]:
+    if not isinstance(item, dict):
+        raise _parse_error("inputs", item, "object")
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise _parse_error("name", name, "string")
+    datatype = item.get("datatype")
+    if not isinstance(datatype, str):
+        raise _parse_error("datatype", datatype, "string")
+    dtype = DATATYPE_TO_DTYPE.get(datatype)
+    if dtype is None:
+        raise InvalidArgument(f"invalid datatype for input {name}")
+    shape = _shape(item.get("shape"), name)
+    params = item.get("parameters")
+    params = _params(params, f"input '{name}'") if params is not None else {}
+    data = item.get("data")
+    size = params.get("binary_data_size")
+    region = params.get("shared_memory_region")
+    if (data is not None) + (size is not None) + (region is not None) != 1:
+        given = zip(("data", "binary_data_size", "shared_memory_region"), (data, size, region), strict=True)
+        fields = [f for f, value in given if value is not None]
+        raise InvalidArgument(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            "'parameters', 'shared_memory_region' in 'parameters'. But "
+            + ("set " + " ".join(f"'{f}'" for f in fields) if fields else "no field is set")
+        )
+    count = element_count(shape)
+    if size is not None:
+        if not _is_int(size) or size < 0:
+            raise _parse_error("binary_data_size", size, "unsigned-integer")
+        if offset + size > len(body):
+            raise InvalidArgument(
+                f"unexpected size for input '{name}', expecting {offset + size - len(body)} "
+                f"additional bytes for model '{model}'"
+            )
+        array = _from_buffer(memoryview(body)[offset : offset + size], dtype, datatype, count, name, model)
+        return name, array.reshape(shape), offset + size
+    if region is not None:
+        byte_size = params.get("shared_memory_byte_size")
+        region_offset = params.get("shared_memory_offset", 0)
+        if not _is_int(byte_size) or not _is_int(region_offset):
+            raise InvalidArgument(f"invalid shared memory parameters for input '{name}'")
+        view = region_view(shm, region, region_offset, byte_size)
+        array = _from_buffer(view, dtype, datatype, count, name, model)
+        return name, array.reshape(shape), offset
+    return name, _from_json(data, dtype, datatype, shape, count, name), offset
+
+
+def _from_buffer(
+    view: memoryview, dtype: np.dtype[Any], datatype: str, count: int, name: str, model: str
+) -> np.ndarray:
+    if dtype is _OBJECT:
+        return deserialize_bytes(view, count)
+    expected = count * dtype.itemsize
+    if len(view) != expected:
+        raise InvalidArgument(
+            f"[request id: <id_unknown>] input byte size mismatch for input '{name}' for model '{model}'. "
+            f"Expected {expected}, got {len(view)}"
+        )
+    return np.frombuffer(view, dtype=dtype, count=count)
+
+
+def _from_json(
+    data: Any, dtype: np.dtype[Any], datatype: str, shape: list[int], count: int, name: str
+) -> np.ndarray:
+    if not isinstance(data, list):
+        data = [data]
+    try:
+        if dtype is _OBJECT:
+            flat = np.array(data, dtype=np.object_).reshape(-1)
+            out = np.empty(flat.size, dtype=np.object_)
+            out[:] = [_to_bytes(v) for v in flat]
+            array = out
+        else:
+            if datatype == "BOOL":
+                flat_check = np.asarray(data)
+                if flat_check.size and flat_check.dtype != np.bool_:
+                    raise ValueError("attempt to access JSON non-boolean as boolean")
+            array = np.asarray(data, dtype=dtype).reshape(-1)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidArgument(f"Unable to parse 'data': {exc}") from None
+    if array.size != count:
+        raise InvalidArgument("Unable to parse 'data': Shape does not match true shape of 'data' field")
+    return array.reshape(shape)
+
+
+def _to_bytes(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    raise ValueError("attempt to access JSON non-string as string")
+
+
+def _shape(value: Any, name: str) -> list[int]:
+    if not isinstance(value, list):
+        raise _parse_error("shape", value, "array")
+    if not all(_is_int(d) and d >= 0 for d in value):
+        raise _parse_error("shape", "", "unsigned-integer")
+    return value
+
+
+def _parse_error(member: str, value: Any, kind: str) -> InvalidArgument:
+    """Triton's text for a missing or mistyped JSON member (Triton answers 500; we 400)."""
+    if value is None:
+        return InvalidArgument(
+            f"Unable to parse '{member}': attempt to access non-existing object member '{member}'"
+        )
+    return InvalidArgument(f"Unable to parse '{member}': attempt to access JSON non-{kind} as {kind}")
+
+
+def region_view(shm: SharedMemoryRegistry, region: Any, offset: int, byte_size: int) -> memoryview:
+    """The checked window of a registered region, with Triton's text for an unknown one."""
+    try:
+        return shm.view(str(region), offset, byte_size)
+    except NotFound:
+        raise NotFound(f"Unable to find shared memory region: '{region}'") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _params(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"Unable to parse 'parameters' of {where}: expected a JSON object")
+    return value
+
+
+def _decode_output(item: Any) -> RequestedOutput:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise InvalidArgument("Unable to parse 'outputs': expected objects with a 'name'")
+    return RequestedOutput(item["name"], _params(item.get("parameters"), f"output '{item['name']}'"))
+
+
+def _sequence_and_policy(request: InferenceRequest, params: dict[str, Any]) -> None:
+    """Triton's reserved request parameters: sequence, priority and timeout."""
+    sequence_id = params.get("sequence_id")
+    if sequence_id is not None:
+        if not isinstance(sequence_id, int | str) or isinstance(sequence_id, bool):
+            raise InvalidArgument("Unable to parse 'sequence_id': expected an integer or a string")
+        request.correlation_id = sequence_id
+    flags = SequenceFlags.NONE
+    if params.get("sequence_start") is True:
+        flags |= SequenceFlags.START
+    if params.get("sequence_end") is True:
+        flags |= SequenceFlags.END
+    request.flags = flags
+    for key in ("priority", "timeout"):
+        value = params.get(key)
+        if value is None:
+            continue
+        if not _is_int(value) or value < 0:
+            raise _parse_error(key, value, "unsigned-integer")
+        if key == "priority":
+            request.priority = value
+        else:
+            request.timeout_us = value

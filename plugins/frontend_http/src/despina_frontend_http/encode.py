@@ -1,0 +1,113 @@
+""":class:`InferenceResponse` -> response body: JSON data, binary tensors, shared memory,
+classification. Binary outputs are returned as buffers over the arrays (no copy); the
+caller writes them after the JSON header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import orjson
+from despina.errors import InvalidArgument
+from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput
+from despina.shared_memory import SharedMemoryRegistry
+from despina.tensors import datatype_of, serialize_bytes
+
+from despina_frontend_http.decode import region_view
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+#: (output name, k) -> classification array; given by the frontend (reads label files).
+Classifier = Callable[[str, np.ndarray, int], np.ndarray]
+
+
+def encode_response(
+    request: InferenceRequest,
+    response: InferenceResponse,
+    shm: SharedMemoryRegistry,
+    classify: Classifier,
+) -> tuple[bytes, list[memoryview | bytes]]:
+    """Return the JSON header and the binary buffers that follow it (maybe none)."""
+    binary_default = request.parameters.get("binary_data_output") is True
+    wanted = request.outputs
+    if wanted is None:
+        wanted = [RequestedOutput(name) for name in response.outputs]
+    outputs: list[dict[str, Any]] = []
+    blobs: list[memoryview | bytes] = []
+    for output in wanted:
+        array = response.outputs.get(output.name)
+        if array is None:
+            continue
+        params = output.parameters
+        k = params.get("classification")
+        if k is not None:
+            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+                raise InvalidArgument(f"invalid classification count for output '{output.name}'")
+            array = classify(output.name, array, k)
+        outputs.append(_output(output.name, array, params, binary_default, shm, blobs))
+    body: dict[str, Any] = {}
+    if response.id:
+        body["id"] = response.id
+    body["model_name"] = response.model_name
+    body["model_version"] = response.model_version
+    if response.parameters:
+        body["parameters"] = response.parameters
+    body["outputs"] = outputs
+    return orjson.dumps(body, option=_NUMPY), blobs
+
+
+def _output(
+    name: str,
+    array: np.ndarray,
+    params: dict[str, Any],
+    binary_default: bool,
+    shm: SharedMemoryRegistry,
+    blobs: list[memoryview | bytes],
+) -> dict[str, Any]:
+    datatype = datatype_of(array)
+    entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+    region = params.get("shared_memory_region")
+    if region is not None:
+        data = _raw(array, datatype)
+        size = params.get("shared_memory_byte_size")
+        offset = params.get("shared_memory_offset", 0)
+        if not isinstance(size, int) or not isinstance(offset, int):
+            raise InvalidArgument(f"invalid shared memory parameters for output '{name}'")
+        window = region_view(shm, region, offset, size)
+        if len(data) > size:
+            raise InvalidArgument(
+                f"shared memory size specified with the request for output '{name}' "
+                f"({size} bytes) should be at least {len(data)} bytes to hold the results"
+            )
+        window[: len(data)] = data
+        entry["parameters"] = {"shared_memory_region": region, "shared_memory_byte_size": len(data)}
+        return entry
+    if params.get("binary_data", binary_default) is True:
+        data = _raw(array, datatype)
+        entry["parameters"] = {"binary_data_size": len(data)}
+        blobs.append(data)
+        return entry
+    entry["data"] = _json_data(array, datatype)
+    return entry
+
+
+def _raw(array: np.ndarray, datatype: str) -> memoryview | bytes:
+    if datatype == "BYTES":
+        return serialize_bytes(array)
+    contiguous = np.ascontiguousarray(array)
+    return memoryview(contiguous.reshape(-1).view(np.uint8))
+
+
+def _json_data(array: np.ndarray, datatype: str) -> Any:
+    if datatype == "BYTES":
+        return [
+            v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+            for v in array.reshape(-1).tolist()
+        ]
+    if array.dtype == _BF16:
+        return array.astype(np.float32).reshape(-1)
+    return np.ascontiguousarray(array).reshape(-1)

@@ -1,0 +1,89 @@
+"""The HTTP/REST frontend: an aiohttp server on the Despina server's event loop."""
+
+from __future__ import annotations
+
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, ClassVar
+
+from aiohttp import web
+
+from despina_frontend_http import routes_admin, routes_infer, routes_meta, routes_shm
+from despina_frontend_http.context import Context
+from despina_frontend_http.responses import endpoint
+from despina_frontend_http.restricted import Restrictions
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+log = logging.getLogger("despina.http")
+
+
+def build_app(context: Context) -> web.Application:
+    """The aiohttp application with every endpoint (also usable without a socket)."""
+    app = web.Application(client_max_size=context.max_input_size, handler_args={"max_field_size": 65536})
+    table = [
+        *routes_infer.routes(context),
+        *routes_meta.routes(context),
+        *routes_admin.routes(context),
+        *routes_shm.routes(context),
+        *routes_meta.fallback(context),
+    ]
+    for method, path, group, handler in table:
+        app.router.add_route(method, path, endpoint(group, context.restrictions)(handler))
+    return app
+
+
+class HttpFrontend:
+    """``name = "http"``; serves ``--http-address:--http-port`` unless ``--allow-http=false``."""
+
+    name: ClassVar[str] = "http"
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self._runner: web.AppRunner | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def start(self) -> None:
+        """Bind and serve; OSError when the port cannot be bound."""
+        settings = self.server.settings
+        if not settings.allow_http:
+            return
+        pattern = settings.http_header_forward_pattern
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(int(settings.http_thread_count), 1), thread_name_prefix="despina-http"
+        )
+        context = Context(
+            server=self.server,
+            max_input_size=int(settings.http_max_input_size),
+            executor=self._executor,
+            restrictions=Restrictions(settings.http_restricted_api),
+            forward=re.compile(pattern, re.IGNORECASE) if pattern else None,
+            allow_client_shm=bool(settings.allow_client_shm),
+        )
+        runner = web.AppRunner(build_app(context), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(
+            runner,
+            settings.http_address,
+            int(settings.http_port),
+            reuse_port=bool(settings.reuse_http_port) or None,
+        )
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            self._executor.shutdown(wait=False)
+            raise
+        self._runner = runner
+        log.info("Started HTTPService at %s:%s", settings.http_address, settings.http_port)
+
+    async def stop(self) -> None:
+        """Close the listening socket and the connections (in-flight requests finish first)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None

@@ -1,0 +1,75 @@
+"""Response helpers and the endpoint wrapper: Triton's ``{"error": ...}`` JSON for every
+failure, and the ``--http-restricted-api`` check before the handler runs."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+from despina.errors import DespinaError, InvalidArgument
+
+from despina_frontend_http.restricted import Restrictions
+
+log = logging.getLogger("despina.http")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+JSON = "application/json"
+_JSON_HEADERS = {"Content-Type": JSON}
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """``data`` as a JSON body (orjson)."""
+    return web.Response(body=orjson.dumps(data), status=status, headers=_JSON_HEADERS)
+
+
+def error_response(status: int, message: str) -> web.Response:
+    """Triton's error body ``{"error": message}``."""
+    return json_response({"error": message}, status)
+
+
+def ok() -> web.Response:
+    """200 with an empty body (health, load, unload, register, ...)."""
+    return web.Response(status=200)
+
+
+def json_body(raw: bytes, allow_empty: bool = True) -> dict[str, Any]:
+    """A request's JSON object; InvalidArgument for malformed JSON or a non-object."""
+    if not raw.strip():
+        if allow_empty:
+            return {}
+        raise InvalidArgument("failed to parse the request JSON buffer: the body is empty")
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument("failed to parse the request JSON buffer: expected a JSON object")
+    return value
+
+
+def endpoint(group: str, restrictions: Restrictions) -> Callable[[Handler], Handler]:
+    """Wrap a handler: restricted-API check, then DespinaError -> Triton's error JSON."""
+
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def run(request: web.Request) -> web.StreamResponse:
+            try:
+                if restrictions.rules:
+                    restrictions.check(group, request.headers)
+                return await handler(request)
+            except DespinaError as exc:
+                return error_response(exc.http_status, str(exc))
+            except web.HTTPException:
+                raise
+            except Exception:
+                log.exception("HTTP handler %s failed", handler.__name__)
+                return error_response(500, "internal server error")
+
+        return run
+
+    return wrap
