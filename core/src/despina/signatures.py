@@ -116,12 +116,6 @@ def check_config(
     model_inputs = {s.name: s for s in inputs}
     model_outputs = {s.name: s for s in outputs}
     config_inputs = {t.name for t in config.input}
-    missing = [name for name in model_inputs if name not in config_inputs]
-    if missing:
-        raise ConfigError(
-            f"{where}: the model's input(s) {_names(missing)} are missing from the config "
-            f"(configuration expects {len(config_inputs)} inputs, model provides {len(model_inputs)})"
-        )
     for kind, tensors, specs in (
         ("input", config.input, model_inputs),
         ("output", config.output, model_outputs),
@@ -134,6 +128,12 @@ def check_config(
                     f"the model's {kind}s are {_names(specs)}"
                 )
             _check_tensor(where, kind, tensor, spec, config.max_batch_size > 0)
+    missing = [name for name in model_inputs if name not in config_inputs]
+    if missing:
+        raise ConfigError(
+            f"{where}: the model's input(s) {_names(missing)} are missing from the config "
+            f"(configuration expects {len(config_inputs)} inputs, model provides {len(model_inputs)})"
+        )
 
 
 def _check_tensor(where: str, kind: str, tensor: Any, spec: TensorSpec, batched: bool) -> None:

@@ -96,8 +96,9 @@ class OnnxBackend(Backend):
                 provider_options=[opts for _, opts in providers],
             )
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors derive from Exception
+            detail = str(exc).replace(str(path), self.file_label)
             raise Internal(
-                f"model '{self.context.name}': onnxruntime cannot load '{self.file_label}': {exc}"
+                f"model '{self.context.name}': onnxruntime cannot load '{self.file_label}': {detail}"
             ) from None
 
     def _signature(self, session: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
