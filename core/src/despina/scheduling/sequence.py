@@ -1,0 +1,252 @@
+"""Triton's sequence batcher for stateful models (``sequence_batching``).
+
+Every request carries a correlation ID (uint64 or string) and START/END flags. A sequence
+that starts gets a free slot (each instance has ``max_batch_size`` slots for Direct,
+``max_candidate_sequences`` for Oldest) or, when none is free, waits in the backlog until
+one frees up. Its requests then run in order on that slot's instance (see
+:mod:`despina.scheduling.sequence_batcher`). A sequence that sends nothing for
+``max_sequence_idle_microseconds`` (default 1 s) loses its slot; its next request, like
+any request that neither starts a sequence nor continues a known one, gets Triton's
+"must specify the START flag" error.
+
+Implicit state: a backend reads a ``state`` entry's value from the request input
+``input_name`` and writes the next value as the response output ``output_name``; the
+scheduler keeps it for the sequence's next request and removes it from the response
+unless it is also a declared model output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+from collections import deque
+
+from despina.config import ENSEMBLE_PLATFORM, ModelConfig
+from despina.errors import Cancelled, ConfigError, InvalidArgument, Unavailable
+from despina.inference import InferenceRequest, SequenceFlags
+from despina.scheduling.base import (
+    ScheduledModel,
+    Scheduler,
+    batch_size_of,
+    reject,
+    stopping_error,
+)
+from despina.scheduling.sequence_batcher import (
+    RELEASE,
+    DirectPolicy,
+    InstanceBatcher,
+    OldestPolicy,
+    Policy,
+    Slot,
+)
+from despina.scheduling.sequence_controls import SequenceControls, state_specs
+
+log = logging.getLogger("despina.scheduling")
+
+#: Triton's default ``max_sequence_idle_microseconds``.
+DEFAULT_IDLE_US = 1_000_000
+#: How often the reaper looks again at an idle sequence still waiting in the backlog.
+BACKLOG_RECHECK_S = 0.05
+
+
+class SequenceBatchScheduler(Scheduler):
+    """The scheduler for configs with ``sequence_batching``."""
+
+    name = "sequence"
+
+    @classmethod
+    def handles(cls, config: ModelConfig) -> bool:
+        return config.HasField("sequence_batching") and config.platform != ENSEMBLE_PLATFORM
+
+    def __init__(self, model: ScheduledModel) -> None:
+        super().__init__(model)
+        config = model.config
+        batching = config.sequence_batching
+        _validate(config)
+        self.controls = SequenceControls(config)
+        self.states = state_specs(config, model.model_dir)
+        self.input_names = [i.name for i in config.input]
+        idle_us = int(batching.max_sequence_idle_microseconds) or DEFAULT_IDLE_US
+        self.idle_s = idle_us / 1e6
+        policy: Policy
+        slot_count = max(1, int(config.max_batch_size))
+        if batching.WhichOneof("strategy_choice") == "oldest":
+            slot_count = int(batching.oldest.max_candidate_sequences) or slot_count
+            policy = OldestPolicy(config)
+        else:
+            policy = DirectPolicy(config)
+        self.batchers = [
+            InstanceBatcher(self, instance, index, slot_count, policy)
+            for index, instance in enumerate(model.instances)
+        ]
+        # Free slots, lowest slot index first across instances (spreads sequences out).
+        self._free = [(s.index, b.index, s) for b in self.batchers for s in b.slots]
+        heapq.heapify(self._free)
+        self._active: dict[int | str, Slot] = {}
+        self._backlog: dict[int | str, deque[InferenceRequest]] = {}
+        self._backlogs: deque[deque[InferenceRequest]] = deque()
+        self._last_seen: dict[int | str, float] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._reaper: asyncio.Task[None] | None = None
+        self.stopping = False
+
+    async def start(self) -> None:
+        if not self.batchers:
+            raise Unavailable(f"model '{self.model.name}' has no instance to run sequences on")
+        self._tasks = [asyncio.create_task(b.run()) for b in self.batchers]
+        self._reaper = asyncio.create_task(self._reap())
+
+    @property
+    def pending(self) -> int:
+        return sum(b.pending for b in self.batchers) + sum(len(q) for q in self._backlogs)
+
+    @property
+    def busy(self) -> int:
+        return sum(1 for b in self.batchers if b.executing)
+
+    def submit(self, request: InferenceRequest) -> None:
+        model = self.model.name
+        if self.stopping:
+            raise Unavailable(
+                "Server is stopping, scheduler for model has stopped accepting new inference requests"
+            )
+        if batch_size_of(request, self.model.config) > 1:
+            raise InvalidArgument(
+                f"inference request to model '{model}' must specify batch-size 1 due to "
+                "requirements of sequence batcher"
+            )
+        corrid = request.correlation_id
+        if corrid == 0 or corrid == "":
+            raise InvalidArgument(
+                f"inference request to model '{model}' must specify a non-zero or non-empty "
+                "correlation ID"
+            )
+        start = SequenceFlags.START in request.flags
+        end = SequenceFlags.END in request.flags
+        slot = self._active.get(corrid)
+        backlog = self._backlog.get(corrid)
+        if not start and slot is None and backlog is None:
+            raise InvalidArgument(
+                f"inference request for sequence {corrid} to model '{model}' must specify the "
+                "START flag on the first request of the sequence"
+            )
+        self._last_seen[corrid] = time.monotonic()
+        if start and (slot is not None or backlog is not None):
+            log.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not end "
+                "before this sequence start. Previous sequence will be terminated early.",
+                corrid, model,
+            )
+        if backlog is not None:
+            backlog.append(request)
+            if end:
+                del self._backlog[corrid]
+            return
+        if slot is None and self._free:
+            slot = heapq.heappop(self._free)[2]
+            slot.corrid = corrid
+            self._active[corrid] = slot
+        if slot is None:
+            queue = deque([request])
+            self._backlogs.append(queue)
+            if not end:
+                self._backlog[corrid] = queue
+            return
+        if end:
+            del self._active[corrid]
+        slot.put(request)
+
+    def release(self, slot: Slot) -> None:
+        """Free ``slot`` (its sequence ended, idled out or was cancelled) and give it to
+        the oldest backlogged sequence. Requests still queued in it are cancelled."""
+        for request in slot.queue:
+            if request is not RELEASE:
+                reject(self.model, request, Cancelled("Request was cancelled"))
+        slot.queue.clear()
+        if slot.corrid is not None and self._active.get(slot.corrid) is slot:
+            del self._active[slot.corrid]
+        slot.corrid = None
+        slot.states = None
+        while self._backlogs:
+            queue = self._backlogs.popleft()
+            if not queue:
+                continue
+            corrid = queue[-1].correlation_id
+            if SequenceFlags.END not in queue[-1].flags:
+                self._backlog.pop(corrid, None)
+                self._active[corrid] = slot
+            slot.corrid = corrid
+            for request in queue:
+                slot.put(request)
+            return
+        heapq.heappush(self._free, (slot.index, slot.batcher.index, slot))
+
+    async def _reap(self) -> None:
+        """Release the slots of sequences idle longer than ``max_sequence_idle_microseconds``."""
+        wait = self.idle_s
+        while True:
+            await asyncio.sleep(wait)
+            now = time.monotonic()
+            wait = self.idle_s
+            for corrid, seen in list(self._last_seen.items()):
+                remaining = self.idle_s - (now - seen)
+                if remaining > 0:
+                    wait = min(wait, remaining)
+                    continue
+                slot = self._active.pop(corrid, None)
+                if slot is not None:
+                    log.info("sequence %s of model '%s' idled out", corrid, self.model.name)
+                    slot.put(RELEASE)
+                elif corrid in self._backlog:
+                    wait = min(wait, BACKLOG_RECHECK_S)
+                    continue
+                del self._last_seen[corrid]
+
+    async def stop(self) -> None:
+        self.stopping = True
+        tasks = list(self._tasks)
+        for batcher, task in zip(self.batchers, tasks, strict=False):
+            if not batcher.executing:
+                task.cancel()
+        if self._reaper is not None:
+            self._reaper.cancel()
+            tasks.append(self._reaper)
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        queued = [r for b in self.batchers for s in b.slots for r in s.queue if r is not RELEASE]
+        queued += [r for q in self._backlogs for r in q]
+        for batcher in self.batchers:
+            for slot in batcher.slots:
+                slot.queue.clear()
+        self._backlogs.clear()
+        self._backlog.clear()
+        for request in queued:
+            if request is not None:
+                reject(self.model, request, stopping_error(self.model))
+
+
+def _validate(config: ModelConfig) -> None:
+    """Triton's checks of the strategy settings."""
+    batching = config.sequence_batching
+    name = config.name
+    if config.response_cache.enable:
+        raise ConfigError(
+            f"Response Cache does not currently support model {name} with sequence batching "
+            "scheduler. Please disable the response cache."
+        )
+    for size in batching.oldest.preferred_batch_size:
+        if size <= 0:
+            raise ConfigError(f"sequence batching preferred batch size must be positive for {name}")
+        if size > config.max_batch_size:
+            raise ConfigError(
+                f"sequence batching preferred batch size must be <= max batch size for {name}"
+            )
+    utilization = batching.direct.minimum_slot_utilization
+    if not 0.0 <= utilization <= 1.0:
+        raise ConfigError(
+            f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}"
+        )

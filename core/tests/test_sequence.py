@@ -1,0 +1,278 @@
+"""The sequence batcher through the in-process Server API, with the "seqtoy" backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import seq_backend
+from despina.errors import InvalidArgument
+from despina.inference import InferenceRequest, SequenceFlags
+from despina.testing import RepositoryBuilder, RunningServer
+
+Start = Callable[..., RunningServer]
+
+CONTROLS = """
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: %s } ] }
+  ]
+"""
+
+STATE = """
+  state [ {
+    input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]
+    initial_state { name: "hundred" data_type: TYPE_INT32 dims: [ 1 ] data_file: "hundred" }
+  } ]
+"""
+
+
+def seq_config(
+    strategy: str = "direct { }",
+    mbs: int = 2,
+    instances: int = 1,
+    corrid_type: str = "TYPE_UINT64",
+    extra: str = "",
+) -> str:
+    """A seqtoy model config: INT32 INPUT/OUTPUT [1] with every control input."""
+    return f"""
+backend: "seqtoy"
+max_batch_size: {mbs}
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+sequence_batching {{
+  {strategy}
+  {CONTROLS % corrid_type}
+  {extra}
+}}
+"""
+
+
+def seq_request(model: str, corrid: int | str, value: int, flags: SequenceFlags, batched: bool = True) -> InferenceRequest:
+    shape = (1, 1) if batched else (1,)
+    return InferenceRequest(
+        model, {"INPUT": np.full(shape, value, np.int32)}, correlation_id=corrid, flags=flags
+    )
+
+
+def flags_of(index: int, length: int) -> SequenceFlags:
+    flags = SequenceFlags.NONE
+    if index == 0:
+        flags |= SequenceFlags.START
+    if index == length - 1:
+        flags |= SequenceFlags.END
+    return flags
+
+
+async def run_sequence(running: RunningServer, model: str, corrid: int | str, values: list[int]) -> list[int]:
+    """Send one sequence, request after request; return the OUTPUT values."""
+    outputs = []
+    for index, value in enumerate(values):
+        request = seq_request(model, corrid, value, flags_of(index, len(values)))
+        response = await running.server.infer(request)
+        outputs.append(int(response.outputs["OUTPUT"].ravel()[0]))
+    return outputs
+
+
+async def run_interleaved(running: RunningServer, model: str, sequences: dict[Any, list[int]]) -> dict[Any, list[int]]:
+    results = await asyncio.gather(*(run_sequence(running, model, c, v) for c, v in sequences.items()))
+    return dict(zip(sequences, results, strict=True))
+
+
+def running_sums(values: list[int], start: int = 0) -> list[int]:
+    return [start + int(v) for v in np.cumsum(values)]
+
+
+@pytest.fixture
+def start_seq(model_repository: RepositoryBuilder, despina_server: Start) -> Callable[..., RunningServer]:
+    """Add models (name -> config) and start a server with the seqtoy backend."""
+
+    def start(
+        models: dict[str, str], files: dict[str, str | bytes] | None = None, args: tuple[str, ...] = ()
+    ) -> RunningServer:
+        for name, config in models.items():
+            model_repository.add(name, config, {"1/model.seq": "", **(files or {})})
+        seq_backend.SeqBackend.batches.clear()
+        return despina_server(model_repository.root, args=args, plugins=[seq_backend])
+
+    return start
+
+
+def instances_of(corrid_control: Any) -> dict[Any, set[str]]:
+    """Which instances ran each sequence (by CORRID control value, real requests only)."""
+    seen: dict[Any, set[str]] = {}
+    for instance, requests in seq_backend.SeqBackend.batches:
+        for inputs in requests:
+            if inputs.get("READY"):
+                seen.setdefault(inputs[corrid_control], set()).add(instance)
+    return seen
+
+
+def test_direct_interleaved_sequences_with_backlog(start_seq: Callable[..., RunningServer]) -> None:
+    # 2 slots on 1 instance, 3 sequences at once: one waits in the backlog for a free slot.
+    running = start_seq({"direct": seq_config(extra="max_sequence_idle_microseconds: 5000000")})
+    sequences = {11: [1, 2, 3, 4], 12: [10, 20, 30], 13: [5, 5, 5, 5, 5]}
+    results = running.call(run_interleaved(running, "direct", sequences))
+    assert results == {c: running_sums(v) for c, v in sequences.items()}
+    batches = [requests for _, requests in seq_backend.SeqBackend.batches]
+    assert max(len(b) for b in batches) == 2
+    assert all(len(b) <= 2 for b in batches)
+    first = next(r for b in batches for r in b if r["CORRID"] == 11 and r["INPUT"] == 1)
+    assert (first["START"], first["END"], first["READY"]) == (1.0, 0, True)
+    last = next(r for b in batches for r in b if r["CORRID"] == 11 and r["INPUT"] == 4)
+    assert (last["START"], last["END"], last["READY"]) == (0.0, 1, True)
+    middle = next(r for b in batches for r in b if r["CORRID"] == 12 and r["INPUT"] == 20)
+    assert (middle["START"], middle["END"], middle["READY"]) == (0.0, 0, True)
+    stats = running.server.models.get("direct").stats
+    assert stats.success.count == sum(len(v) for v in sequences.values())
+
+
+def test_direct_pads_slots_with_nothing_ready(start_seq: Callable[..., RunningServer]) -> None:
+    # Sequence 21 holds slot 0 and waits; sequence 22 runs alone in slot 1: the batch
+    # carries a not-ready padding request in position 0 whose response is dropped.
+    running = start_seq({"direct": seq_config()})
+
+    async def scenario() -> list[int]:
+        server = running.server
+        await server.infer(seq_request("direct", 21, 1, SequenceFlags.START))
+        outputs = await run_sequence(running, "direct", 22, [7, 8])
+        await server.infer(seq_request("direct", 21, 1, SequenceFlags.END))
+        return outputs
+
+    assert running.call(scenario()) == [7, 15]
+    padded = [b for _, b in seq_backend.SeqBackend.batches if len(b) == 2]
+    assert padded, "slot 1 ran without slot 0 ready"
+    pad = padded[0][0]
+    assert (pad["READY"], pad["START"], pad["END"], pad["CORRID"], pad["INPUT"]) == (False, 0.0, 0, 0, 0)
+    assert padded[0][1]["CORRID"] == 22
+    stats = running.server.models.get("direct").stats
+    assert stats.success.count == 4
+
+
+def test_oldest_string_ids_implicit_state_same_instance(start_seq: Callable[..., RunningServer]) -> None:
+    strategy = "oldest { max_candidate_sequences: 3 preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 2000 }"
+    config = seq_config(strategy, mbs=4, instances=2, corrid_type="TYPE_STRING", extra=STATE)
+    hundred = np.array([100], np.int32).tobytes()
+    running = start_seq({"oldest": config}, {"initial_state/hundred": hundred})
+    sequences = {f"seq-{i}": list(range(i, i + 4 + i % 3)) for i in range(8)}
+    results = running.call(run_interleaved(running, "oldest", sequences))
+    assert results == {c: running_sums(v, start=100) for c, v in sequences.items()}
+    routed = instances_of("CORRID")
+    assert set(routed) == set(sequences)
+    assert all(len(instances) == 1 for instances in routed.values())
+    assert {i for s in routed.values() for i in s} == {"oldest_0", "oldest_1"}
+    for _, requests in seq_backend.SeqBackend.batches:
+        ids = [r["CORRID"] for r in requests]
+        assert len(ids) == len(set(ids)), "two requests of one sequence in one batch"
+        assert all(r["READY"] for r in requests), "Oldest never pads"
+
+
+def test_state_output_hidden_unless_declared(start_seq: Callable[..., RunningServer]) -> None:
+    running = start_seq({"state": seq_config("oldest { }", extra=STATE.replace('initial_state { name: "hundred" data_type: TYPE_INT32 dims: [ 1 ] data_file: "hundred" }', ""))})
+
+    async def scenario() -> Any:
+        await running.server.infer(seq_request("state", 5, 3, SequenceFlags.START))
+        return await running.server.infer(seq_request("state", 5, 4, SequenceFlags.END))
+
+    response = running.call(scenario())
+    assert set(response.outputs) == {"OUTPUT"}
+    assert int(response.outputs["OUTPUT"].ravel()[0]) == 7
+
+
+def test_sequence_errors(start_seq: Callable[..., RunningServer]) -> None:
+    running = start_seq({"direct": seq_config(mbs=2)})
+    cases = [
+        (
+            seq_request("direct", 0, 1, SequenceFlags.START),
+            "inference request to model 'direct' must specify a non-zero or non-empty correlation ID",
+        ),
+        (
+            seq_request("direct", "", 1, SequenceFlags.START),
+            "inference request to model 'direct' must specify a non-zero or non-empty correlation ID",
+        ),
+        (
+            seq_request("direct", 99, 1, SequenceFlags.NONE),
+            "inference request for sequence 99 to model 'direct' must specify the START flag "
+            "on the first request of the sequence",
+        ),
+        (
+            InferenceRequest("direct", {"INPUT": np.ones((2, 1), np.int32)}, correlation_id=3, flags=SequenceFlags.START),
+            "inference request to model 'direct' must specify batch-size 1 due to requirements "
+            "of sequence batcher",
+        ),
+    ]
+    for request, message in cases:
+        with pytest.raises(InvalidArgument) as info:
+            running.call(running.server.infer(request))
+        assert str(info.value) == message
+    # the server keeps serving
+    assert running.call(run_sequence(running, "direct", 7, [2, 3])) == [2, 5]
+
+
+def test_idle_sequence_is_released(start_seq: Callable[..., RunningServer]) -> None:
+    # One slot; a sequence that goes quiet past the idle time loses it to a waiting one.
+    config = seq_config(mbs=0, extra="max_sequence_idle_microseconds: 200000")
+    config = config.replace("max_batch_size: 0", "")
+    running = start_seq({"idle": config})
+    server = running.server
+
+    async def scenario() -> tuple[list[int], str]:
+        await server.infer(seq_request("idle", 1, 5, SequenceFlags.START, batched=False))
+        waiting = asyncio.ensure_future(
+            server.infer(seq_request("idle", 2, 9, SequenceFlags.START | SequenceFlags.END, batched=False))
+        )
+        second = await waiting  # runs only once sequence 1 idled out and freed the slot
+        await asyncio.sleep(0.05)
+        try:
+            await server.infer(seq_request("idle", 1, 1, SequenceFlags.END, batched=False))
+        except InvalidArgument as exc:
+            return [int(second.outputs["OUTPUT"].ravel()[0])], str(exc)
+        return [], ""
+
+    outputs, error = running.call(scenario())
+    assert outputs == [9]
+    assert error == (
+        "inference request for sequence 1 to model 'idle' must specify the START flag on the "
+        "first request of the sequence"
+    )
+
+
+@pytest.mark.parametrize(
+    ("control", "message"),
+    [
+        (
+            '{ name: "S" control [ { kind: CONTROL_SEQUENCE_START } ] }',
+            "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or "
+            "'bool_false_true' for CONTROL_SEQUENCE_START for bad",
+        ),
+        (
+            '{ name: "S" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0 ] } ] }',
+            "sequence batching control 'int32_false_true' must have exactly 2 entries for "
+            "CONTROL_SEQUENCE_READY for bad",
+        ),
+        (
+            '{ name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] }',
+            "unexpected data type for control CONTROL_SEQUENCE_CORRID for bad. Allowed data "
+            "types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING",
+        ),
+    ],
+)
+def test_bad_control_config_makes_model_unavailable(
+    start_seq: Callable[..., RunningServer], control: str, message: str
+) -> None:
+    config = f"""
+backend: "seqtoy"
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+sequence_batching {{ control_input [ {control} ] }}
+"""
+    running = start_seq({"bad": config}, args=("--exit-on-error=false",))
+    rows = {row["name"]: row for row in running.server.models.index()}
+    assert rows["bad"]["state"] == "UNAVAILABLE"
+    assert message in rows["bad"]["reason"]
