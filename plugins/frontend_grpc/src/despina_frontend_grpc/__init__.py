@@ -1,0 +1,1 @@
+"""Despina's gRPC frontend: Triton's ``inference.GRPCInferenceService`` on ``grpc.aio``."""

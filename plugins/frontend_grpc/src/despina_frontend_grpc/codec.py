@@ -1,0 +1,271 @@
+"""``ModelInferRequest`` -> :class:`InferenceRequest` and :class:`InferenceResponse` ->
+``ModelInferResponse``, with Triton's rules and error texts.
+
+Input data comes, per tensor and in this order of precedence, from a shared-memory region
+(tensor parameters ``shared_memory_region/offset/byte_size``), the typed ``contents`` or
+the next ``raw_input_contents`` entry. Raw data becomes an array with ``numpy.frombuffer``
+(no copy). Outputs always travel in ``raw_output_contents`` (as Triton sends them), or
+into the requested shared-memory region, leaving an empty raw entry so indices line up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from despina.errors import Internal, InvalidArgument
+from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput
+from despina.shared_memory import SharedMemoryRegistry
+from despina.tensors import (
+    DATATYPE_TO_DTYPE,
+    datatype_of,
+    deserialize_bytes,
+    element_count,
+    serialize_bytes,
+)
+from tritonclient.grpc import service_pb2
+
+from despina_frontend_grpc import parameters as params
+
+#: Typed ``contents`` field of each datatype; FP16 and BF16 travel raw only (as Triton).
+CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+#: The datatype a ``contents`` field holds natively (for Triton's mismatch text).
+FIELD_DATATYPE = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
+#: Numpy type of the values of each field, before narrowing to the tensor's type.
+FIELD_DTYPE = {
+    "bool_contents": np.bool_,
+    "int_contents": np.int32,
+    "int64_contents": np.int64,
+    "uint_contents": np.uint32,
+    "uint64_contents": np.uint64,
+    "fp32_contents": np.float32,
+    "fp64_contents": np.float64,
+}
+
+SHM_REGION = "shared_memory_region"
+SHM_OFFSET = "shared_memory_offset"
+SHM_SIZE = "shared_memory_byte_size"
+
+
+class RequestDecoder:
+    """Decodes requests for one model version (its signature gives Triton's texts)."""
+
+    def __init__(self, message: Any, shared_memory: SharedMemoryRegistry) -> None:
+        self.message = message
+        self.model = message.model_name
+        self.rid = message.id or "<id_unknown>"
+        self.shm = shared_memory
+
+    def request(self, expected_datatypes: Mapping[str, str]) -> InferenceRequest:
+        """The InferenceRequest; InvalidArgument/NotFound with Triton's texts."""
+        message = self.message
+        request = InferenceRequest(
+            message.model_name,
+            self.inputs(expected_datatypes),
+            model_version=message.model_version,
+            id=message.id,
+            outputs=self.outputs() if message.outputs else None,
+        )
+        if message.parameters:
+            params.apply_request_parameters(request, message.parameters)
+        return request
+
+    def inputs(self, expected_datatypes: Mapping[str, str]) -> dict[str, np.ndarray]:
+        raw = self.message.raw_input_contents
+        used = 0
+        inputs: dict[str, np.ndarray] = {}
+        for tensor in self.message.inputs:
+            name = tensor.name
+            if name in inputs:
+                raise InvalidArgument(f"[request id: {self.rid}] input '{name}' already exists in request")
+            datatype = tensor.datatype
+            dtype = DATATYPE_TO_DTYPE.get(datatype)
+            if dtype is None:
+                expected = expected_datatypes.get(name)
+                if expected is None:
+                    raise InvalidArgument(f"unexpected inference input '{name}' for model '{self.model}'")
+                raise InvalidArgument(
+                    f"[request id: {self.rid}] inference input '{name}' data-type is '<invalid>', "
+                    f"but model '{self.model}' expects '{expected}'"
+                )
+            shape = tuple(tensor.shape)
+            if any(d < 0 for d in shape):
+                raise InvalidArgument(
+                    f"[request id: {self.rid}] input '{name}' for model '{self.model}' has an "
+                    f"invalid shape {list(shape)}: dimensions must be >= 0"
+                )
+            if tensor.parameters and SHM_REGION in tensor.parameters:
+                array = self._from_shared_memory(name, datatype, dtype, shape, tensor.parameters)
+            elif tensor.HasField("contents"):
+                if raw:
+                    raise InvalidArgument(
+                        f"contents field must not be specified when using raw_input_contents "
+                        f"for '{name}' for model '{self.model}'"
+                    )
+                array = self._from_contents(name, datatype, dtype, shape, tensor.contents)
+            elif used < len(raw):
+                array = self._from_buffer(name, datatype, dtype, shape, raw[used])
+                used += 1
+            else:
+                raise InvalidArgument(
+                    f"unable to find data for input tensor '{name}' for model '{self.model}' in request."
+                )
+            inputs[name] = array
+        if used != len(raw):
+            raise InvalidArgument(
+                f"[request id: {self.rid}] expected {used} entries in raw_input_contents for "
+                f"model '{self.model}', got {len(raw)}"
+            )
+        return inputs
+
+    def outputs(self) -> list[RequestedOutput]:
+        requested = []
+        for tensor in self.message.outputs:
+            found = params.to_dict(tensor.parameters) if tensor.parameters else {}
+            if SHM_REGION in found and SHM_SIZE not in found:
+                raise InvalidArgument(
+                    f"'{SHM_SIZE}' must be specified along with '{SHM_REGION}' parameter "
+                    f"for tensor '{tensor.name}'"
+                )
+            requested.append(RequestedOutput(tensor.name, found))
+        return requested
+
+    def _from_buffer(
+        self, name: str, datatype: str, dtype: np.dtype[Any], shape: tuple[int, ...], data: Any
+    ) -> np.ndarray:
+        count = element_count(shape)
+        if datatype == "BYTES":
+            return deserialize_bytes(data, count).reshape(shape)
+        expected = count * dtype.itemsize
+        if len(data) != expected:
+            self._size_mismatch(name, expected, len(data))
+        return np.frombuffer(data, dtype).reshape(shape)
+
+    def _from_contents(
+        self, name: str, datatype: str, dtype: np.dtype[Any], shape: tuple[int, ...], contents: Any
+    ) -> np.ndarray:
+        field = CONTENTS_FIELD.get(datatype)
+        present = [f.name for f, _ in contents.ListFields()]
+        if field is None or any(p != field for p in present):
+            given = FIELD_DATATYPE[present[0]] if present else datatype
+            raise InvalidArgument(
+                f"unexpected explicit tensor data for input tensor '{name}' for model "
+                f"'{self.model}' of type '{given}', expected datatype '{datatype}'"
+                + ("" if field else f"; {datatype} tensors must be sent in raw_input_contents")
+            )
+        values = getattr(contents, field)
+        count = element_count(shape)
+        if datatype == "BYTES":
+            if len(values) != count:
+                raise InvalidArgument(
+                    f"[request id: {self.rid}] expected {count} string elements for inference "
+                    f"input '{name}' for model '{self.model}', got {len(values)}"
+                )
+            array = np.empty(count, dtype=np.object_)
+            array[:] = list(values)
+            return array.reshape(shape)
+        if len(values) != count:
+            self._size_mismatch(name, count * dtype.itemsize, len(values) * dtype.itemsize)
+        return np.array(values, dtype=FIELD_DTYPE[field]).astype(dtype, copy=False).reshape(shape)
+
+    def _from_shared_memory(
+        self,
+        name: str,
+        datatype: str,
+        dtype: np.dtype[Any],
+        shape: tuple[int, ...],
+        parameters: Mapping[str, Any],
+    ) -> np.ndarray:
+        found = params.to_dict(parameters)
+        if SHM_SIZE not in found:
+            raise InvalidArgument(
+                f"'{SHM_SIZE}' must be specified along with '{SHM_REGION}' parameter for tensor '{name}'"
+            )
+        region, offset, size = str(found[SHM_REGION]), found.get(SHM_OFFSET, 0), found[SHM_SIZE]
+        if not isinstance(offset, int) or not isinstance(size, int):
+            raise InvalidArgument(f"shared memory offset and byte size of input '{name}' must be integers")
+        view = self.shm.view(region, offset, size)
+        try:
+            # Copied: the client may rewrite or unregister the region while we compute.
+            return self._from_buffer(name, datatype, dtype, shape, bytes(view))
+        finally:
+            view.release()
+
+    def _size_mismatch(self, name: str, expected: int, got: int) -> None:
+        raise InvalidArgument(
+            f"[request id: {self.rid}] input byte size mismatch for input '{name}' for model "
+            f"'{self.model}'. Expected {expected}, got {got}"
+        )
+
+
+def raw_bytes(array: np.ndarray) -> bytes:
+    """The wire bytes of an array: Triton's BYTES framing, else C-order element bytes."""
+    if array.dtype.kind in ("O", "S", "U"):
+        return serialize_bytes(array)
+    return array.tobytes()
+
+
+def encode_response(
+    response: InferenceResponse,
+    requested: Sequence[RequestedOutput] | None,
+    shm: SharedMemoryRegistry,
+) -> Any:
+    """The ModelInferResponse of ``response`` (outputs in the requested order)."""
+    message = service_pb2.ModelInferResponse(
+        model_name=response.model_name, model_version=response.model_version, id=response.id
+    )
+    if response.parameters:
+        params.fill(message.parameters, response.parameters)
+    if requested is None:
+        chosen = [(name, array, None) for name, array in response.outputs.items()]
+    else:
+        chosen = [(o.name, response.outputs[o.name], o) for o in requested if o.name in response.outputs]
+    raw: list[bytes] = []
+    for name, array, output in chosen:
+        message.outputs.add(name=name, datatype=datatype_of(array), shape=array.shape)
+        data = raw_bytes(array)
+        if output is not None and SHM_REGION in output.parameters:
+            _write_shared_memory(shm, name, output.parameters, data)
+            data = b""
+        raw.append(data)
+    message.raw_output_contents.extend(raw)
+    return message
+
+
+def _write_shared_memory(
+    shm: SharedMemoryRegistry, name: str, parameters: Mapping[str, Any], data: bytes
+) -> None:
+    size = int(parameters[SHM_SIZE])
+    if size < len(data):
+        raise Internal(
+            f"shared memory size specified with the request for output '{name}' ({size} bytes) "
+            f"should be at least {len(data)} bytes to hold the results"
+        )
+    view = shm.view(str(parameters[SHM_REGION]), int(parameters.get(SHM_OFFSET, 0)), size)
+    try:
+        view[: len(data)] = data
+    finally:
+        view.release()

@@ -1,0 +1,49 @@
+"""Turning exceptions into gRPC statuses: DespinaError's ``grpc_code`` and text, anything
+else INTERNAL with a text that names no internals (the traceback goes to the log)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from despina.errors import DespinaError
+
+log = logging.getLogger("despina.frontend.grpc")
+
+INTERNAL_TEXT = "internal server error; the server log has the details"
+
+R = TypeVar("R")
+
+
+def status_of(error: DespinaError) -> grpc.StatusCode:
+    """The gRPC status code of a DespinaError (INTERNAL for an unknown code name)."""
+    return getattr(grpc.StatusCode, error.grpc_code, grpc.StatusCode.INTERNAL)
+
+
+def client_text(exc: BaseException) -> str:
+    """What a client may read about ``exc``; unexpected exceptions are logged here."""
+    if isinstance(exc, DespinaError):
+        return str(exc)
+    log.error("gRPC request failed", exc_info=exc)
+    return INTERNAL_TEXT
+
+
+def guarded(
+    handler: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
+    """Wrap a unary RPC method: errors end the call with their status, never the server."""
+
+    @functools.wraps(handler)
+    async def run(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await handler(self, request, context)
+        except DespinaError as exc:
+            await context.abort(status_of(exc), str(exc))
+        except Exception as exc:  # noqa: BLE001 - reported to the client, logged here
+            await context.abort(grpc.StatusCode.INTERNAL, client_text(exc))
+        raise AssertionError("unreachable: abort raises")
+
+    return run

@@ -1,0 +1,140 @@
+"""The gRPC frontend: a ``grpc.aio`` server on the Despina server's event loop.
+
+Serves ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health`` (SERVING while the
+server is ready) on ``--grpc-address:--grpc-port``, with the keepalive, message-size,
+compression, TLS and restricted-protocol settings of the ``--grpc-*`` flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
+from despina_frontend_grpc.infer import Inference
+from despina_frontend_grpc.options import ALLOCATION_POOL_SIZE
+from despina_frontend_grpc.restrict import SERVICE, RestrictionInterceptor, parse_restrictions
+from despina_frontend_grpc.service import InferenceServicer, add_to_server
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+log = logging.getLogger("despina.frontend.grpc")
+
+
+def server_options(settings: argparse.Namespace) -> list[tuple[str, Any]]:
+    """grpc channel arguments from the flags (keepalive, message size, port reuse)."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", settings.grpc_max_message_size),
+        ("grpc.max_send_message_length", settings.grpc_max_message_size),
+        ("grpc.so_reuseport", int(settings.reuse_grpc_port)),
+        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time),
+        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout),
+        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+        (
+            "grpc.http2.min_recv_ping_interval_without_data_ms",
+            settings.grpc_http2_min_recv_ping_interval_without_data,
+        ),
+        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+    ]
+    if settings.grpc_max_connection_age is not None:
+        options.append(("grpc.max_connection_age_ms", settings.grpc_max_connection_age))
+    if settings.grpc_max_connection_age_grace is not None:
+        options.append(("grpc.max_connection_age_grace_ms", settings.grpc_max_connection_age_grace))
+    return options
+
+
+def credentials(settings: argparse.Namespace) -> grpc.ServerCredentials | None:
+    """TLS credentials (mutual when ``--grpc-use-ssl-mutual``), or None for plaintext."""
+    mutual = bool(settings.grpc_use_ssl_mutual)
+    if not (settings.grpc_use_ssl or mutual):
+        return None
+    key = Path(settings.grpc_server_key).read_bytes()
+    cert = Path(settings.grpc_server_cert).read_bytes()
+    root = Path(settings.grpc_root_cert).read_bytes() if settings.grpc_root_cert else None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=root, require_client_auth=mutual)
+
+
+def bind_address(settings: argparse.Namespace) -> str:
+    """``host:port``, bracketing IPv6 hosts."""
+    host = str(settings.grpc_address)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{settings.grpc_port}"
+
+
+class ReadinessHealth(health_aio.HealthServicer):  # type: ignore[misc]
+    """Standard health checking: SERVING while the Despina server is ready."""
+
+    def __init__(self, server: Server) -> None:
+        super().__init__()
+        self.server = server
+
+    async def Check(self, request: Any, context: Any) -> Any:
+        await self.refresh()
+        return await super().Check(request, context)
+
+    async def Watch(self, request: Any, context: Any) -> Any:
+        await self.refresh()
+        return await super().Watch(request, context)
+
+    async def refresh(self) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if self.server.ready
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", SERVICE):
+            await self.set(service, status)
+
+
+class GrpcFrontend:
+    """``despina_frontends`` class "grpc": nothing starts when ``--allow-grpc false``."""
+
+    name = "grpc"
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.settings = server.settings
+        self.grpc_server: grpc.aio.Server | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        """Bind and start serving; OSError when the address cannot be bound."""
+        settings = self.settings
+        if not settings.allow_grpc:
+            return
+        if settings.grpc_infer_allocation_pool_size != ALLOCATION_POOL_SIZE:
+            log.warning("--grpc-infer-allocation-pool-size has no effect: Python allocates per request")
+        restrictions = parse_restrictions(settings.grpc_restricted_protocol)
+        interceptors = [RestrictionInterceptor(restrictions)] if restrictions else []
+        server = grpc.aio.server(options=server_options(settings), interceptors=interceptors)
+        compress = settings.grpc_infer_response_compression_level != "none"
+        inference = Inference(self.server, compress, settings.grpc_header_forward_pattern)
+        add_to_server(InferenceServicer(self.server, inference), server)
+        health = ReadinessHealth(self.server)
+        await health.refresh()
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        address = bind_address(settings)
+        creds = credentials(settings)
+        try:
+            port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"cannot bind gRPC to {address}: {exc}") from None
+        if not port:
+            raise OSError(f"cannot bind gRPC to {address}")
+        await server.start()
+        self.grpc_server, self.port = server, port
+        log.info("Started GRPCInferenceService at %s", address)
+
+    async def stop(self) -> None:
+        """Stop accepting calls; give in-flight calls a second to finish."""
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(grace=1.0)
+            self.grpc_server = None

@@ -1,0 +1,131 @@
+"""ModelInfer and ModelStreamInfer: decode, run on the server, encode.
+
+A stream carries any number of requests, each running as soon as it arrives; responses
+are written in the order they are ready (clients match them by ``id``). A failing request
+becomes a ``ModelStreamInferResponse`` with ``error_message`` (and the request's id) and
+the stream stays open, as tritonclient expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from despina.errors import DespinaError
+from despina.inference import InferenceRequest, InferenceResponse
+from tritonclient.grpc import service_pb2
+
+from despina_frontend_grpc import parameters as params
+from despina_frontend_grpc.codec import RequestDecoder, encode_response
+from despina_frontend_grpc.errors import client_text
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+
+class Inference:
+    """The inference RPCs of one server, with the frontend's settings applied."""
+
+    def __init__(self, server: Server, compress: bool, header_pattern: str) -> None:
+        self.server = server
+        self.shm = server.shared_memory
+        self.compress = compress
+        self.headers = re.compile(header_pattern) if header_pattern else None
+
+    def build(self, message: Any, context: grpc.aio.ServicerContext) -> InferenceRequest:
+        """The InferenceRequest of a ModelInferRequest (model looked up first, as Triton)."""
+        model = self.server.models.get(message.model_name, message.model_version)
+        assert model.signature is not None
+        request = RequestDecoder(message, self.shm).request(model.signature.input_datatypes)
+        if self.headers is not None:
+            for key, value in context.invocation_metadata() or ():
+                if self.headers.search(key):
+                    request.parameters[key] = value
+        return request
+
+    async def infer(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
+        """One request on a non-decoupled model; DespinaError for the caller to report."""
+        request = self.build(message, context)
+        try:
+            response = await self.server.infer(request)
+        except asyncio.CancelledError:
+            request.cancel()
+            raise
+        if self.compress:
+            context.set_compression(grpc.Compression.Gzip)
+        return encode_response(response, request.outputs, self.shm)
+
+    async def stream(
+        self, messages: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """Serve a bidirectional stream until the client closes its side and every
+        request it sent has finished."""
+        if self.compress:
+            context.set_compression(grpc.Compression.Gzip)
+        ready: asyncio.Queue[Any] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def read() -> None:
+            async for message in messages:
+                task = asyncio.create_task(self._one(message, context, ready.put_nowait))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running:
+                await asyncio.gather(*running)
+            ready.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await ready.get()) is not None:
+                yield item
+            await reader  # re-raises a failed read (the client broke the stream)
+        finally:
+            for task in (reader, *running):
+                task.cancel()
+
+    async def _one(self, message: Any, context: grpc.aio.ServicerContext, put: Any) -> None:
+        """Run one streamed request, putting each response (or error) with ``put``."""
+        try:
+            request = self.build(message, context)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported in the stream
+            put(_error(message.id, exc))
+            return
+        empty_final = request.parameters.pop(params.EMPTY_FINAL, False) is True
+        final_sent = False
+        try:
+            async for response in self.server.infer_stream(request):
+                put(self._stream_response(request, response, empty_final))
+                final_sent = response.final
+        except asyncio.CancelledError:
+            request.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is reported in the stream
+            put(_error(message.id, exc))
+            return
+        if empty_final and not final_sent:
+            empty = service_pb2.ModelInferResponse(id=request.id, model_name=request.model_name)
+            empty.parameters[params.FINAL_FLAG].bool_param = True
+            put(service_pb2.ModelStreamInferResponse(infer_response=empty))
+
+    def _stream_response(
+        self, request: InferenceRequest, response: InferenceResponse, empty_final: bool
+    ) -> Any:
+        if response.error is not None:
+            return _error(request.id, response.error)
+        try:
+            encoded = encode_response(response, request.outputs, self.shm)
+        except DespinaError as exc:
+            return _error(request.id, exc)
+        if empty_final:
+            encoded.parameters[params.FINAL_FLAG].bool_param = response.final
+        return service_pb2.ModelStreamInferResponse(infer_response=encoded)
+
+
+def _error(request_id: str, exc: BaseException) -> Any:
+    return service_pb2.ModelStreamInferResponse(
+        error_message=client_text(exc),
+        infer_response=service_pb2.ModelInferResponse(id=request_id),
+    )

@@ -1,0 +1,220 @@
+"""The ``inference.GRPCInferenceService`` servicer: every RPC of Triton's service.
+
+Each unary RPC is :func:`~despina_frontend_grpc.errors.guarded`: a DespinaError ends the
+call with its ``grpc_code`` and text, anything else with INTERNAL; the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from despina.errors import DespinaError, InvalidArgument, NotFound, Unsupported
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from despina_frontend_grpc import parameters as params
+from despina_frontend_grpc.errors import guarded
+from despina_frontend_grpc.infer import Inference
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+#: The extensions ServerMetadata reports (Triton's list, less what Despina lacks).
+EXTENSIONS = (
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    """Serves one :class:`~despina.server.Server`."""
+
+    def __init__(self, server: Server, inference: Inference) -> None:
+        self.server = server
+        self.inference = inference
+
+    # health and metadata
+    @guarded
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return pb.ServerLiveResponse(live=self.server.live)
+
+    @guarded
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return pb.ServerReadyResponse(ready=self.server.ready)
+
+    @guarded
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        try:
+            self.server.models.get(request.name, request.version)
+        except DespinaError:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=True)
+
+    @guarded
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        return pb.ServerMetadataResponse(
+            name=self.server.id, version=self.server.version, extensions=EXTENSIONS
+        )
+
+    @guarded
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        return json_format.ParseDict(
+            self.server.model_metadata(request.name, request.version), pb.ModelMetadataResponse()
+        )
+
+    @guarded
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        model = self.server.models.get(request.name, request.version)
+        return pb.ModelConfigResponse(config=model.config)
+
+    @guarded
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        versions = self.server.models.ready_versions()
+        if request.name:
+            versions = [v for v in versions if v.name == request.name]
+            if request.version:
+                versions = [v for v in versions if str(v.version) == request.version]
+            if not versions:
+                raise InvalidArgument(f"requested model '{request.name}' is not available")
+        stats = {"model_stats": [v.stats.snapshot() for v in versions]}
+        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+
+    # inference
+    @guarded
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        return await self.inference.infer(request, context)
+
+    async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        async for response in self.inference.stream(request_iterator, context):
+            yield response
+
+    # model repository
+    @guarded
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        rows = self.server.models.index(ready_only=request.ready)
+        return pb.RepositoryIndexResponse(
+            models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
+        )
+
+    @guarded
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        models = self.server.models
+        models.check_control()
+        config: str | None = None
+        files: dict[str, bytes] = {}
+        for key, parameter in request.parameters.items():
+            value = params.value_of(parameter)
+            if key == "config":
+                if not isinstance(value, str):
+                    raise InvalidArgument("the 'config' parameter must be a string_param")
+                config = value
+            elif key.startswith("file:"):
+                if not isinstance(value, bytes):
+                    raise InvalidArgument(f"the '{key}' parameter must be a bytes_param")
+                files[key.removeprefix("file:")] = value
+        await models.load(request.model_name, config, files or None)
+        return pb.RepositoryModelLoadResponse()
+
+    @guarded
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        models = self.server.models
+        models.check_control()
+        dependents = request.parameters.get("unload_dependents")
+        cascade = dependents is not None and params.value_of(dependents) is True
+        with contextlib.suppress(NotFound):  # Triton answers OK for a model not loaded
+            await models.unload(request.model_name, unload_dependents=cascade)
+        return pb.RepositoryModelUnloadResponse()
+
+    # shared memory
+    @guarded
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self.server.shared_memory.status(request.name):
+            response.regions[region["name"]].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return response
+
+    @guarded
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        self.server.shared_memory.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @guarded
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        self.server.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @guarded
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        if request.name:
+            raise NotFound(f"Unable to find cuda shared memory region: '{request.name}'")
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @guarded
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise Unsupported(
+            f"failed to register CUDA shared memory region '{request.name}': "
+            "this server has no GPU support"
+        )
+
+    @guarded
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # trace and log settings
+    @guarded
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        model = request.model_name
+        if model and model not in self.server.models.entries:
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        trace = self.server.trace_settings
+        if request.settings:
+            changes = {
+                key: (list(setting.value) or None) for key, setting in request.settings.items()
+            }
+            current = trace.update(changes, model)
+        else:
+            current = trace.get(model)
+        response = pb.TraceSettingResponse()
+        for key, values in current.items():
+            response.settings[key].value.extend(values)
+        return response
+
+    @guarded
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        log_settings = self.server.log_settings
+        if request.settings:
+            changes = {key: params.value_of(s) for key, s in request.settings.items()}
+            log_settings.update(changes)
+        response = pb.LogSettingsResponse()
+        for key, value in log_settings.as_dict().items():
+            setting = response.settings[key]
+            if isinstance(value, bool):
+                setting.bool_param = value
+            elif isinstance(value, int):
+                setting.uint32_param = value
+            else:
+                setting.string_param = value
+        return response
+
+
+def add_to_server(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
+    """Register the servicer's RPCs on a grpc.aio server."""
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
