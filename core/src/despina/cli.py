@@ -112,6 +112,19 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not auto-complete model configs from model files",
     )
+    cache = parser.add_argument_group("response cache")
+    cache.add_argument(
+        "--cache-config",
+        action="append",
+        metavar="local,size=BYTES",
+        help="enable the response cache for models with response_cache { enable: true }",
+    )
+    cache.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        metavar="INT",
+        help="deprecated form of --cache-config local,size=BYTES",
+    )
     logs = parser.add_argument_group("logging")
     logs.add_argument(
         "--log-verbose",

@@ -137,6 +137,8 @@ class InferenceRequest:
     stream: ResponseStream | None = field(default=None, repr=False)
     #: Monotonic nanoseconds when the server accepted the request.
     received_ns: int = field(default_factory=time.monotonic_ns)
+    #: Set by the server when the model caches responses and this request missed.
+    cache_key: bytes | None = field(default=None, repr=False)
     _cancelled: bool = field(default=False, repr=False)
 
     @property

@@ -186,6 +186,7 @@ async def load_version(
             version.stats,
             server=server,
             model_dir=model_dir,
+            cache=server.response_cache if version.config.response_cache.enable else None,
         )
         version.scheduler = scheduler_cls(model)
         await version.scheduler.start()

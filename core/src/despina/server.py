@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from despina.models import ModelManager
 from despina.plugins import Plugins, create_plugins
 from despina.poller import RepositoryPoller
 from despina.repository import ModelRepository
+from despina.response_cache import ResponseCache, cache_key, parse_cache_config
 from despina.runtime_settings import LogSettings, TraceSettings
 from despina.scheduling.base import Scheduler
 from despina.shared_memory import SharedMemoryRegistry
@@ -84,6 +86,13 @@ class Server:
         self.models = ModelManager(self, ModelRepository(self._repository_roots()))
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetrics()
+        try:
+            cache_bytes = parse_cache_config(
+                self.settings.cache_config, self.settings.response_cache_byte_size
+            )
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        self.response_cache = ResponseCache(cache_bytes) if cache_bytes else None
         self.log_settings = LogSettings.from_settings(self.settings)
         self.trace_settings = TraceSettings.from_settings(self.settings)
         self.frontends: list[Any] = []
@@ -173,8 +182,31 @@ class Server:
         validate_request(request, model.signature)
         stream = ResponseStream()
         request.stream = stream
+        cache = self.response_cache if model.config.response_cache.enable else None
+        if cache is not None and self._answer_from_cache(model, request, cache):
+            return model, stream
         model.scheduler.submit(request)
         return model, stream
+
+    def _answer_from_cache(
+        self, model: ModelVersion, request: InferenceRequest, cache: ResponseCache
+    ) -> bool:
+        """Answer a request from the cache (True), or mark it to be stored (False)."""
+        start = time.monotonic_ns()
+        key = cache_key(request, str(model.version))
+        hit = cache.lookup(key)
+        elapsed = time.monotonic_ns() - start
+        if hit is None:
+            request.cache_key = key
+            model.stats.cache_miss.add(elapsed)
+            return False
+        model.stats.cache_hit.add(elapsed)
+        model.stats.record_success(time.monotonic_ns() - request.received_ns, 0)
+        response = InferenceResponse(
+            model.name, str(model.version), request.id, dict(hit.outputs), dict(hit.parameters)
+        )
+        request.respond(response)
+        return True
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run a request on a non-decoupled model; return its response or raise its error."""

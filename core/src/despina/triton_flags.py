@@ -93,9 +93,7 @@ TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--backend-directory": ("str", False, _NATIVE),
     "--backend-config": ("str", True, "per-backend configuration is not read yet"),
     "--repoagent-directory": ("str", False, "repository agents are Python plugins"),
-    "--cache-config": ("str", True, "the response cache is not implemented yet"),
-    "--cache-directory": ("str", False, "the response cache is not implemented yet"),
-    "--response-cache-byte-size": ("int", False, "the response cache is not implemented yet"),
+    "--cache-directory": ("str", False, "caches are Python plugins, not shared libraries"),
     "--rate-limit": ("str", False, "the rate limiter is not implemented yet"),
     "--rate-limit-resource": ("str", True, "the rate limiter is not implemented yet"),
     "--pinned-memory-pool-byte-size": (

@@ -20,6 +20,7 @@ from despina.backend import ModelInstance
 from despina.config import ModelConfig
 from despina.errors import DespinaError, Internal, Unavailable
 from despina.inference import InferenceRequest, InferenceResponse
+from despina.response_cache import ResponseCache
 from despina.stats import ModelStats
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class ScheduledModel:
     server: Server | None = None
     #: The model's folder in the repository (sequence batching reads initial states there).
     model_dir: Path | None = None
+    #: The server's response cache when this model enables it.
+    cache: ResponseCache | None = None
 
 
 class Scheduler(abc.ABC):
@@ -144,9 +147,15 @@ async def run_batch(
 
 
 def _deliver(model: ScheduledModel, request: InferenceRequest, response: InferenceResponse) -> None:
+    """Send a backend's response: only the requested outputs, stored in the cache."""
     response.model_name = model.name
     response.model_version = model.version
     response.id = response.id or request.id
+    wanted = request.requested_output_names
+    if wanted is not None and response.outputs.keys() - set(wanted):
+        response.outputs = {n: a for n, a in response.outputs.items() if n in wanted}
+    if model.cache is not None and request.cache_key is not None and response.error is None:
+        model.cache.store(request.cache_key, response.outputs, response.parameters)
     if request.stream is not None:
         request.stream.send(response, final=True)
 

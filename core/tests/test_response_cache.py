@@ -1,0 +1,70 @@
+"""The response cache: identical requests answered without running the model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import toy_backend
+from conftest import toy_config, toy_request
+from despina.inference import RequestedOutput
+from despina.server import StartupError
+from despina.testing import RepositoryBuilder, RunningServer, start_server
+
+Start = Callable[..., RunningServer]
+
+
+def test_identical_requests_hit_the_cache(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    model_repository.add(
+        "cached", toy_config(extra="response_cache { enable: true }"), {"1/model.toy": ""}
+    )
+    model_repository.add("uncached", toy_config(), {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root, ["--cache-config=local,size=1048576"], plugins=[toy_backend]
+    )
+    toy_backend.ToyBackend.executions.clear()
+
+    def infer(model: str, value: float, outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+        wanted = None if outputs is None else [RequestedOutput(o) for o in outputs]
+        return running.call(
+            running.server.infer(toy_request(model, value=value, outputs=wanted))
+        ).outputs
+
+    first = infer("cached", 2.0)
+    second = infer("cached", 2.0)
+    np.testing.assert_array_equal(first["OUTPUT0"], second["OUTPUT0"])
+    assert second["OUTPUT1"][0] == 1.0
+    assert infer("cached", 2.0, ["OUTPUT1"]).keys() == {"OUTPUT1"}  # other outputs: another key
+    assert infer("cached", 5.0)["OUTPUT0"][0] == 6.0  # other input: a miss
+    infer("uncached", 2.0)
+    infer("uncached", 2.0)
+    assert [name for name, _ in toy_backend.ToyBackend.executions] == ["cached_0"] * 3 + [
+        "uncached_0"
+    ] * 2
+    stats = running.server.models.get("cached").stats.snapshot()
+    assert stats["inference_stats"]["cache_hit"]["count"] == 1
+    assert stats["inference_stats"]["cache_miss"]["count"] == 3
+    assert stats["inference_stats"]["success"]["count"] == 4
+    assert stats["inference_count"] == 3
+
+
+def test_cache_evicts_least_recently_used_within_its_budget() -> None:
+    from despina.response_cache import ResponseCache
+
+    cache = ResponseCache(capacity_bytes=64)
+    block = np.zeros(8, np.float32)  # 32 bytes
+    cache.store(b"a", {"x": block}, {})
+    cache.store(b"b", {"x": block}, {})
+    assert cache.lookup(b"a") is not None  # a is now the most recent
+    cache.store(b"c", {"x": block}, {})
+    assert cache.lookup(b"b") is None and cache.lookup(b"a") is not None and len(cache) == 2
+    cache.store(b"huge", {"x": np.zeros(100, np.float32)}, {})
+    assert cache.lookup(b"huge") is None
+
+
+def test_unknown_cache_is_refused(model_repository: RepositoryBuilder) -> None:
+    with pytest.raises(StartupError, match="unknown cache 'redis'"):
+        start_server(model_repository.root, ["--cache-config=redis,host=x"], plugins=[toy_backend])
