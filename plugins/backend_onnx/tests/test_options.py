@@ -43,7 +43,7 @@ def test_threads_execution_mode_and_graph_level(
             intra_op_thread_count="2",
             inter_op_thread_count="2",
             execution_mode="1",
-            enable_mem_arena="0",
+            enable_mem_arena="1",
             **{"memory.enable_memory_arena_shrinkage": "cpu:0"},
         )
         + f"optimization {{ graph {{ level: {level} }} }}\n"
@@ -55,7 +55,7 @@ def test_threads_execution_mode_and_graph_level(
     assert options.intra_op_num_threads == 2
     assert options.inter_op_num_threads == 2
     assert options.execution_mode == ort.ExecutionMode.ORT_PARALLEL
-    assert options.enable_cpu_mem_arena is False
+    assert options.enable_cpu_mem_arena is True
     assert options.graph_optimization_level == expected
     ones = np.ones((2, 4), np.float32)
     assert client.infer("tuned", {"INPUT0": ones, "INPUT1": ones})["OUTPUT1"].sum() == 0
