@@ -1,0 +1,38 @@
+"""Helpers shared by the HTTP frontend's tests: requests and error assertions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+
+def add_sub_inputs(binary: bool = True, n: int = 16) -> tuple[list[Any], np.ndarray, np.ndarray]:
+    """INPUT0 = 0..n-1, INPUT1 = 1 for the add_sub model (FP32 [n])."""
+    a = np.arange(n, dtype=np.float32)
+    b = np.ones(n, dtype=np.float32)
+    inputs = [httpclient.InferInput("INPUT0", [n], "FP32"), httpclient.InferInput("INPUT1", [n], "FP32")]
+    inputs[0].set_data_from_numpy(a, binary_data=binary)
+    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    return inputs, a, b
+
+
+def infer_ok(client: Any) -> None:
+    """One successful add_sub inference: the server kept serving."""
+    inputs, a, b = add_sub_inputs()
+    result = client.infer("add_sub", inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def expect_error(call: Callable[[], Any], status: int, message: str) -> InferenceServerException:
+    """``call`` fails with this HTTP status and a message containing ``message``."""
+    with pytest.raises(InferenceServerException) as info:
+        call()
+    assert info.value.status() == str(status), info.value.message()
+    assert message in info.value.message()
+    return info.value
