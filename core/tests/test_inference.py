@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 import toy_backend
-from conftest import toy_config, toy_request
 from despina.errors import InvalidArgument, NotFound, Unavailable
 from despina.inference import InferenceRequest, RequestedOutput
 from despina.testing import RepositoryBuilder, RunningServer
+from toy_backend import toy_config, toy_request
 
 Start = Callable[..., RunningServer]
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import toy_backend
-from conftest import toy_config, toy_request
 from despina.errors import InvalidArgument, NotFound, Unavailable
 from despina.server import StartupError
 from despina.testing import RepositoryBuilder, RunningServer, start_server
+from toy_backend import toy_config, toy_request
 
 Start = Callable[..., RunningServer]
 

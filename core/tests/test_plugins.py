@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import toy_backend
-from conftest import toy_config
 from despina.backend import Backend
 from despina.hookspecs import hookimpl
 from despina.plugins import PluginError, create_plugins
 from despina.server import Server
 from despina.testing import RepositoryBuilder, RunningServer, free_port
+from toy_backend import toy_config
 
 Start = Callable[..., RunningServer]
 

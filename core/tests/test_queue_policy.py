@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import toy_backend
-from conftest import toy_config, toy_request
 from despina.errors import Unavailable
 from despina.testing import RepositoryBuilder, RunningServer
+from toy_backend import toy_config, toy_request
 
 Start = Callable[..., RunningServer]
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import toy_backend
-from conftest import toy_config, toy_request
 from despina.inference import RequestedOutput
 from despina.server import StartupError
 from despina.testing import RepositoryBuilder, RunningServer, start_server
+from toy_backend import toy_config, toy_request
 
 Start = Callable[..., RunningServer]
 

@@ -14,10 +14,11 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from despina import config as cfg
+from despina.agents import run_agents
 from despina.errors import DespinaError, InvalidArgument, NotFound, Unavailable
 from despina.loader import (
     ModelState,
@@ -28,6 +29,7 @@ from despina.loader import (
     unload_version,
     version_config,
 )
+from despina.paths import safe_join
 from despina.repository import ModelRepository, available_versions, select_versions
 
 if TYPE_CHECKING:
@@ -242,7 +244,7 @@ class ModelManager:
         model_dir = temp / name
         model_dir.mkdir()
         for relative, content in files.items():
-            target = _safe_join(model_dir, relative)
+            target = safe_join(model_dir, relative, "file override path")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         return model_dir
@@ -254,6 +256,7 @@ class ModelManager:
             config = cfg.parse_json(config_json, f"config of '{name}'")
         else:
             config, _ = cfg.read_model_config(entry.model_dir)
+        entry.model_dir = await run_agents(self.server, config, entry.model_dir)
         versions = available_versions(entry.model_dir)
         backend_cls = await prepare_config(self.server, config, entry.model_dir, versions)
         entry.config = config
@@ -282,18 +285,6 @@ class ModelManager:
         if entry.temp_dir is not None:
             shutil.rmtree(entry.temp_dir, ignore_errors=True)
             entry.temp_dir = None
-
-
-def _safe_join(root: Path, relative: str) -> Path:
-    """``root/relative`` if it stays inside ``root``; InvalidArgument otherwise."""
-    path = PurePosixPath(relative)
-    if path.is_absolute() or ".." in path.parts or not path.parts:
-        raise InvalidArgument(f"invalid file override path '{relative}'")
-    target = root.joinpath(*path.parts)
-    resolved_root = root.resolve()
-    if not target.resolve().is_relative_to(resolved_root):
-        raise InvalidArgument(f"invalid file override path '{relative}'")
-    return target
 
 
 def _composing_models(config: cfg.ModelConfig) -> list[str]:

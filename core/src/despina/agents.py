@@ -1,0 +1,40 @@
+"""Repository agents: run, in config order, before a model loads.
+
+A model's ``model_repository_agents { agents [ { name: "checksum" parameters {...} } ] }``
+names agents provided by plugins (hook ``despina_repository_agents``). Each agent class
+is built with the agent's parameters and its async ``prepare(model_dir) -> Path`` may
+check or rewrite the model's files and returns the folder to load from; raising fails
+the model's load with the agent's message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from despina.config import ModelConfig
+from despina.errors import DespinaError, Unavailable
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+
+async def run_agents(server: Server, config: ModelConfig, model_dir: Path) -> Path:
+    """Run the config's agents in order; return the folder the model loads from."""
+    for spec in config.model_repository_agents.agents:
+        cls = server.registry.agents.get(spec.name)
+        if cls is None:
+            installed = ", ".join(sorted(server.registry.agents)) or "none"
+            raise Unavailable(
+                f"model '{model_dir.name}': unknown repository agent '{spec.name}'; installed: {installed}"
+            )
+        agent = cls(dict(spec.parameters))
+        try:
+            model_dir = Path(await agent.prepare(model_dir))
+        except DespinaError:
+            raise
+        except Exception as exc:
+            raise Unavailable(
+                f"model '{config.name or model_dir.name}': repository agent '{spec.name}' failed: {exc}"
+            ) from None
+    return model_dir

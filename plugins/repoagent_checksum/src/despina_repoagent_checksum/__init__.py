@@ -1,0 +1,1 @@
+"""The checksum repository agent: the worked example of a Despina repository agent."""
