@@ -24,6 +24,7 @@ from despina.tensors import (
     element_count,
     serialize_bytes,
 )
+from despina.validation import ModelSignature, validate_request
 from tritonclient.grpc import service_pb2
 
 from despina_frontend_grpc import parameters as params
@@ -70,6 +71,10 @@ SHM_OFFSET = "shared_memory_offset"
 SHM_SIZE = "shared_memory_byte_size"
 
 
+class _SizeMismatch(InvalidArgument):
+    """A tensor's data has the wrong byte size (reported after what Triton checks first)."""
+
+
 class RequestDecoder:
     """Decodes requests for one model version (its signature gives Triton's texts)."""
 
@@ -79,12 +84,21 @@ class RequestDecoder:
         self.rid = message.id or "<id_unknown>"
         self.shm = shared_memory
 
-    def request(self, expected_datatypes: Mapping[str, str]) -> InferenceRequest:
-        """The InferenceRequest; InvalidArgument/NotFound with Triton's texts."""
+    def request(self, signature: ModelSignature) -> InferenceRequest:
+        """The InferenceRequest; InvalidArgument/NotFound with Triton's texts.
+
+        On a data size mismatch, what Triton reports first (unknown inputs, data types,
+        shapes) is reported instead, found by validating a data-less stand-in request.
+        """
         message = self.message
+        try:
+            inputs = self.inputs(signature.input_datatypes)
+        except _SizeMismatch:
+            validate_request(self._stand_in(), signature)
+            raise
         request = InferenceRequest(
             message.model_name,
-            self.inputs(expected_datatypes),
+            inputs,
             model_version=message.model_version,
             id=message.id,
             outputs=self.outputs() if message.outputs else None,
@@ -140,6 +154,14 @@ class RequestDecoder:
                 f"model '{self.model}', got {len(raw)}"
             )
         return inputs
+
+    def _stand_in(self) -> InferenceRequest:
+        """The request with zero-stride arrays of the declared types and shapes."""
+        inputs = {
+            t.name: np.broadcast_to(np.zeros((), DATATYPE_TO_DTYPE[t.datatype]), tuple(t.shape))
+            for t in self.message.inputs
+        }
+        return InferenceRequest(self.model, inputs, id=self.message.id)
 
     def outputs(self) -> list[RequestedOutput]:
         requested = []
@@ -215,7 +237,7 @@ class RequestDecoder:
             view.release()
 
     def _size_mismatch(self, name: str, expected: int, got: int) -> None:
-        raise InvalidArgument(
+        raise _SizeMismatch(
             f"[request id: {self.rid}] input byte size mismatch for input '{name}' for model "
             f"'{self.model}'. Expected {expected}, got {got}"
         )

@@ -39,7 +39,7 @@ class Inference:
         """The InferenceRequest of a ModelInferRequest (model looked up first, as Triton)."""
         model = self.server.models.get(message.model_name, message.model_version)
         assert model.signature is not None
-        request = RequestDecoder(message, self.shm).request(model.signature.input_datatypes)
+        request = RequestDecoder(message, self.shm).request(model.signature)
         if self.headers is not None:
             for key, value in context.invocation_metadata() or ():
                 if self.headers.search(key):

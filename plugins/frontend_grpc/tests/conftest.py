@@ -1,0 +1,70 @@
+"""Fixtures of the gRPC frontend's tests: servers with the grpctest models on 127.0.0.1."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from despina.testing import RepositoryBuilder, RunningServer, start_server
+
+sys.path.insert(0, str(Path(__file__).parent))  # the in-test backend module beside this file
+import grpc_test_backend as backend
+
+DATATYPES = (
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+    "FP16", "FP32", "FP64", "BF16", "BYTES",
+)
+#: Flags every test server gets: loopback only, and no other protocol listening.
+LOCAL = ("--grpc-address=127.0.0.1", "--allow-http=false", "--allow-metrics=false")
+
+
+def build_repository(repo: RepositoryBuilder) -> None:
+    """add_sub, one echo model per datatype, sleep, decoupled and fail models."""
+    version = {"1/.keep": ""}
+    repo.add("add_sub", backend.config("add_sub", "add_sub", dims="-1, 16"), version)
+    for datatype in DATATYPES:
+        name = f"echo_{datatype.lower()}"
+        repo.add(name, backend.config(name, datatype=datatype, dims="-1, -1"), version)
+    repo.add("sleep", backend.config("sleep", "sleep"), version)
+    repo.add("decoupled", backend.config("decoupled", "decoupled", "INT32", decoupled=True), version)
+    repo.add("fail", backend.config("fail", "fail"), version)
+
+
+def serve_repository(root: Path, *args: str, plugins: tuple[Any, ...] = ()) -> RunningServer:
+    """Start a server on ``root`` with the grpctest backend and ``args``."""
+    return start_server(root, args=[*LOCAL, *args], plugins=[backend, *plugins])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One server with default flags, shared by a test module."""
+    repo = RepositoryBuilder(tmp_path_factory.mktemp("grpc") / "models")
+    build_repository(repo)
+    running = serve_repository(repo.root)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def serve(
+    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
+) -> Callable[..., RunningServer]:
+    """``serve(*args)``: a fresh server with the test repository and extra flags."""
+    build_repository(model_repository)
+
+    def start(*args: str, plugins: tuple[Any, ...] = ()) -> RunningServer:
+        return despina_server(model_repository.root, args=[*LOCAL, *args], plugins=[backend, *plugins])
+
+    return start
+
+
+@pytest.fixture(scope="module")
+def client(server: RunningServer) -> Iterator[Any]:
+    """A tritonclient.grpc client of the shared server."""
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(server.grpc_url) as connected:
+        yield connected

@@ -1,0 +1,28 @@
+"""The plugin is discovered through its entry point and owns tritonserver's gRPC flags."""
+
+from __future__ import annotations
+
+from despina.cli import parse_settings
+from despina.plugins import create_plugins
+from despina.server import Registry
+
+
+def test_discovered_through_entry_point() -> None:
+    plugins = create_plugins()
+    registry = Registry.build(plugins)
+    from despina_frontend_grpc.frontend import GrpcFrontend
+
+    assert registry.frontends["grpc"] is GrpcFrontend
+    rows = {row["name"]: row for row in plugins.describe()}
+    assert rows["grpc"]["distribution"] == "despina-frontend-grpc"
+
+
+def test_flags_have_tritonserver_defaults_and_are_not_inert() -> None:
+    settings = parse_settings(["--grpc-keepalive-time=1000"], create_plugins())
+    assert settings.allow_grpc is True
+    assert settings.grpc_port == 8001
+    assert settings.grpc_address == "0.0.0.0"
+    assert settings.grpc_keepalive_time == 1000
+    assert settings.grpc_keepalive_timeout == 20000
+    assert settings.grpc_infer_response_compression_level == "none"
+    assert settings.inert_flags_given == []
