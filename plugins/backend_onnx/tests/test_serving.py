@@ -143,7 +143,7 @@ def test_instance_group_count_runs_instances_concurrently(
     client = served(despina_server(model_repository.root))
     version = client.server.models.get("wide")
     assert [i.spec.name for i in version.instances] == ["wide_0", "wide_1", "wide_2"]
-    threads = {i._executor._thread_name_prefix for i in version.instances}
+    threads = {i.executor._thread_name_prefix for i in version.instances}
     assert len(threads) == 3
     requests = [
         {k: np.tile(v, (1, 1024)) for k, v in add_sub_inputs(2, seed=i).items()} for i in range(12)

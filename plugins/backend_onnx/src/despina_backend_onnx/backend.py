@@ -2,23 +2,20 @@
 
 Auto-complete reads inputs, outputs, data types and dims from the ONNX graph, with
 ``max_batch_size`` set to the default (4) when every tensor has a dynamic first
-dimension. Each instance owns a session and a one-thread executor, so N instances run N
-sessions at once (onnxruntime releases the GIL while it runs).
+dimension. Each instance owns a session and a worker thread (:class:`ThreadedInstance`),
+so N instances run N sessions at once (onnxruntime releases the GIL while it runs).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from despina.backend import Backend, InstanceSpec, ModelInstance
-from despina.batching import batch_sizes, concat_inputs, select_outputs, split_outputs
-from despina.errors import ConfigError, DespinaError, Internal, InvalidArgument
-from despina.inference import InferenceRequest, InferenceResponse
+from despina.errors import ConfigError, Internal, InvalidArgument
 from despina.signatures import TensorSpec, check_config, complete_config, default_max_batch_size
+from despina.threaded import ThreadedInstance
 
 from despina_backend_onnx import options
 
@@ -118,8 +115,8 @@ class OnnxBackend(Backend):
         return TensorSpec(arg.name, datatype, shape)
 
 
-class OnnxInstance(ModelInstance):
-    """One session; ``execute`` runs a whole batch as one ``session.run`` in its thread."""
+class OnnxInstance(ThreadedInstance):
+    """One session; each batch is one ``session.run`` in the instance's thread."""
 
     def __init__(
         self,
@@ -130,59 +127,21 @@ class OnnxInstance(ModelInstance):
         output_names: list[str],
         batched: bool,
     ) -> None:
+        super().__init__(f"onnx-{spec.name}", batched, output_names)
         self.spec = spec
         self.session = session
         self.run_opts = run_opts
         self.strings = strings
-        self.batched = batched
-        #: The config's outputs, in the model's order.
-        self.output_names = output_names
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"onnx-{spec.name}")
 
-    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
-        """Run the requests as one batch; when onnxruntime rejects a batch of several,
-        run each alone so only the requests it rejects fail."""
-        if len(requests) > 1 and not self.batched:
-            return [r for request in requests for r in await self.execute([request])]
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        for name in self.strings.intersection(inputs):
+            inputs[name] = _decode(name, inputs[name])
         try:
-            outputs = await self._run(requests)
-        except DespinaError as error:
-            if len(requests) > 1:
-                return [r for request in requests for r in await self.execute([request])]
-            return [InferenceResponse(error=error)]
-        parts = split_outputs(outputs, batch_sizes(requests)) if self.batched else [outputs]
-        return [
-            InferenceResponse(outputs=select_outputs(part, request))
-            for part, request in zip(parts, requests, strict=True)
-        ]
-
-    async def _run(self, requests: Sequence[InferenceRequest]) -> dict[str, np.ndarray]:
-        feeds = concat_inputs(requests)
-        for name in self.strings.intersection(feeds):
-            feeds[name] = _decode(name, feeds[name])
-        names = self._wanted(requests)
-        loop = asyncio.get_running_loop()
-        try:
-            results = await loop.run_in_executor(
-                self._executor, self.session.run, names, feeds, self.run_opts
-            )
+            results = self.session.run(outputs, inputs, self.run_opts)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors derive from Exception
             kind = InvalidArgument if type(exc).__name__ == "InvalidArgument" else Internal
             raise kind(f"onnx runtime error: {exc}") from None
-        return dict(zip(names, results, strict=True))
-
-    def _wanted(self, requests: Sequence[InferenceRequest]) -> list[str]:
-        """Outputs any request of the batch asked for, in model order (all when one named none)."""
-        wanted: set[str] = set()
-        for request in requests:
-            names = request.requested_output_names
-            if names is None:
-                return self.output_names
-            wanted.update(names)
-        return [name for name in self.output_names if name in wanted]
-
-    async def close(self) -> None:
-        await asyncio.to_thread(self._executor.shutdown)
+        return dict(zip(outputs, results, strict=True))
 
 
 def _decode(name: str, array: np.ndarray) -> np.ndarray:

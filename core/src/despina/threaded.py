@@ -1,0 +1,80 @@
+"""A base for framework backends' instances: one framework call per batch, in a thread.
+
+:class:`ThreadedInstance` joins a batch's inputs (:func:`~despina.batching.concat_inputs`),
+runs :meth:`ThreadedInstance.run` in the instance's own worker thread (frameworks release
+the GIL, so N instances keep N cores busy and the event loop never blocks), and slices
+the outputs back per request as views. When a batch of several requests fails with a
+:class:`~despina.errors.DespinaError`, each request runs alone so only the requests the
+framework rejects fail.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from despina.backend import ModelInstance
+from despina.batching import batch_sizes, concat_inputs, select_outputs, split_outputs
+from despina.errors import DespinaError
+from despina.inference import InferenceRequest, InferenceResponse
+
+
+class ThreadedInstance(ModelInstance):
+    """Subclasses implement :meth:`run`; ``output_names`` are the config's outputs."""
+
+    def __init__(
+        self,
+        name: str,
+        batched: bool,
+        output_names: Sequence[str],
+        initializer: Callable[[], object] | None = None,
+    ) -> None:
+        self.name = name
+        self.batched = batched
+        self.output_names = list(output_names)
+        #: One thread per instance; ``initializer`` runs in it first (thread settings).
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix=name, initializer=initializer)
+
+    @abc.abstractmethod
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        """Run the framework once on joined ``inputs``; return at least ``outputs``.
+
+        Called in the instance's thread. Raise a DespinaError for a failure caused by the
+        requests' data; any other exception fails the whole batch as an internal error.
+        """
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        """One response per request; unbatched models run their requests one by one."""
+        if len(requests) > 1 and not self.batched:
+            return [r for request in requests for r in await self.execute([request])]
+        loop = asyncio.get_running_loop()
+        try:
+            outputs = await loop.run_in_executor(
+                self.executor, self.run, concat_inputs(requests), self.wanted(requests)
+            )
+        except DespinaError as error:
+            if len(requests) > 1:
+                return [r for request in requests for r in await self.execute([request])]
+            return [InferenceResponse(error=error)]
+        parts = split_outputs(outputs, batch_sizes(requests)) if self.batched else [outputs]
+        return [
+            InferenceResponse(outputs=select_outputs(part, request))
+            for part, request in zip(parts, requests, strict=True)
+        ]
+
+    def wanted(self, requests: Sequence[InferenceRequest]) -> list[str]:
+        """The outputs any request asked for, in config order (all when one named none)."""
+        wanted: set[str] = set()
+        for request in requests:
+            names = request.requested_output_names
+            if names is None:
+                return self.output_names
+            wanted.update(names)
+        return [name for name in self.output_names if name in wanted]
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.executor.shutdown)
