@@ -34,5 +34,5 @@ def expect_error(call: Callable[[], Any], status: int, message: str) -> Inferenc
     with pytest.raises(InferenceServerException) as info:
         call()
     assert info.value.status() == str(status), info.value.message()
-    assert message in info.value.message()
+    assert message in info.value.message(), info.value.message()
     return info.value

@@ -1,7 +1,7 @@
 """Request bodies -> :class:`InferenceRequest`: JSON tensors, binary tensors, shared memory.
 
 Binary tensors become numpy arrays over the request body (``numpy.frombuffer``, no copy);
-shared-memory inputs are views of the registered region, checked against its window.
+shared-memory inputs are read from the registered region's checked window (one copy).
 Every size is checked before anything is allocated. Messages follow Triton's.
 """
 
@@ -120,7 +120,9 @@ def _decode_input(
             raise InvalidArgument(f"invalid shared memory parameters for input '{name}'")
         view = region_view(shm, region, region_offset, byte_size)
         array = _from_buffer(view, dtype, datatype, count, name, model)
-        return name, array.reshape(shape), offset
+        # A copy: the model must not see the client rewrite the region mid-request, and a
+        # region can be unregistered while a model still holds its inputs.
+        return name, array.reshape(shape).copy(), offset
     return name, _from_json(data, dtype, datatype, shape, count, name), offset
 
 
