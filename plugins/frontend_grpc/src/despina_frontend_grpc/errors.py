@@ -14,6 +14,15 @@ from despina.errors import DespinaError
 log = logging.getLogger("despina.frontend.grpc")
 
 INTERNAL_TEXT = "internal server error; the server log has the details"
+#: Triton's text for a request message that does not parse.
+UNPARSABLE_TEXT = "Unable to parse request"
+
+
+class Unparsable:
+    """Stands for a request message that failed to parse (see ``service.add_to_server``)."""
+
+
+UNPARSABLE = Unparsable()
 
 R = TypeVar("R")
 
@@ -27,6 +36,7 @@ def client_text(exc: BaseException) -> str:
     """What a client may read about ``exc``; unexpected exceptions are logged here."""
     if isinstance(exc, DespinaError):
         return str(exc)
+
     log.error("gRPC request failed", exc_info=exc)
     return INTERNAL_TEXT
 
@@ -38,6 +48,8 @@ def guarded(
 
     @functools.wraps(handler)
     async def run(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        if request is UNPARSABLE:
+            await context.abort(grpc.StatusCode.INTERNAL, UNPARSABLE_TEXT)
         try:
             return await handler(self, request, context)
         except DespinaError as exc:

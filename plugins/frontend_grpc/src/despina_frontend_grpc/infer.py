@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from despina.errors import DespinaError
+from despina.errors import DespinaError, Internal
 from despina.inference import InferenceRequest, InferenceResponse
 from tritonclient.grpc import service_pb2
 
 from despina_frontend_grpc import parameters as params
 from despina_frontend_grpc.codec import RequestDecoder, encode_response
-from despina_frontend_grpc.errors import client_text
+from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_text
 
 if TYPE_CHECKING:
     from despina.server import Server
@@ -88,6 +88,9 @@ class Inference:
 
     async def _one(self, message: Any, context: grpc.aio.ServicerContext, put: Any) -> None:
         """Run one streamed request, putting each response (or error) with ``put``."""
+        if message is UNPARSABLE:
+            put(_error("", Internal(UNPARSABLE_TEXT)))
+            return
         try:
             request = self.build(message, context)
         except Exception as exc:  # noqa: BLE001 - every failure is reported in the stream

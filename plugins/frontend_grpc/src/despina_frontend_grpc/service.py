@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from despina.errors import DespinaError, InvalidArgument, NotFound, Unsupported
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from despina_frontend_grpc import parameters as params
-from despina_frontend_grpc.errors import guarded
+from despina_frontend_grpc.errors import UNPARSABLE, guarded
 from despina_frontend_grpc.infer import Inference
+from despina_frontend_grpc.restrict import SERVICE
 
 if TYPE_CHECKING:
     from despina.server import Server
@@ -215,6 +217,30 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         return response
 
 
+def _parser(message_class: Any) -> Any:
+    def parse(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except DecodeError:
+            return UNPARSABLE
+
+    return parse
+
+
 def add_to_server(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
-    """Register the servicer's RPCs on a grpc.aio server."""
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    """Register the servicer's RPCs on a grpc.aio server. A request that does not parse
+    reaches the handler as UNPARSABLE (answered INTERNAL "Unable to parse request", as
+    Triton) instead of grpc's own text naming Python classes."""
+    handlers = {}
+    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+        make = (
+            grpc.stream_stream_rpc_method_handler
+            if method.client_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=_parser(getattr(pb, method.input_type.name)),
+            response_serializer=getattr(pb, method.output_type.name).SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

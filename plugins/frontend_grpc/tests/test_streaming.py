@@ -1,0 +1,129 @@
+"""ModelStreamInfer: several requests in flight on one stream, errors inside the stream
+without closing it, decoupled models (with empty final responses), and the aio client."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+from despina.testing import RunningServer
+from tritonclient.utils import InferenceServerException
+
+Item = tuple[Any, InferenceServerException | None]
+
+
+def tensor(name: str, data: np.ndarray, datatype: str = "FP32") -> grpcclient.InferInput:
+    result = grpcclient.InferInput(name, list(data.shape), datatype)
+    result.set_data_from_numpy(data)
+    return result
+
+
+def add_sub(value: float = 1.0) -> list[grpcclient.InferInput]:
+    data = np.full((1, 16), value, np.float32)
+    return [tensor("INPUT0", data), tensor("INPUT1", data)]
+
+
+@pytest.fixture
+def stream(server: RunningServer) -> Iterator[tuple[Any, queue.Queue[Item]]]:
+    """A started stream on the shared server and the queue its callback fills."""
+    received: queue.Queue[Item] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: received.put((result, error)))
+        yield client, received
+        client.stop_stream()
+
+
+def take(received: queue.Queue[Item], count: int) -> list[Item]:
+    return [received.get(timeout=30) for _ in range(count)]
+
+
+def test_several_requests_in_flight_on_one_stream(stream: tuple[Any, queue.Queue[Item]]) -> None:
+    client, received = stream
+    for index, tenths in enumerate((3.0, 1.0, 2.0, 0.0)):
+        client.async_stream_infer("sleep", [tensor("IN", np.array([tenths], np.float32))], request_id=f"r{index}")
+    items = take(received, 4)
+    assert all(error is None for _, error in items)
+    by_id = {result.get_response().id: result.as_numpy("OUT") for result, _ in items}
+    assert sorted(by_id) == ["r0", "r1", "r2", "r3"]
+    assert by_id["r0"][0] == 3.0 and by_id["r3"][0] == 0.0
+
+
+def test_errors_inside_the_stream_leave_it_open(stream: tuple[Any, queue.Queue[Item]]) -> None:
+    client, received = stream
+    client.async_stream_infer("add_sub", add_sub(1.0), request_id="ok-1")
+    client.async_stream_infer("nope", add_sub(), request_id="unknown")
+    bad_shape = [tensor("INPUT0", np.ones((1, 15), np.float32)), tensor("INPUT1", np.ones((1, 15), np.float32))]
+    client.async_stream_infer("add_sub", bad_shape, request_id="shape")
+    client.async_stream_infer("fail", [tensor("IN", np.ones(1, np.float32))], request_id="model")
+    client.async_stream_infer("decoupled", [tensor("IN", np.array([-1], np.int32), "INT32")], request_id="neg")
+    client.async_stream_infer("add_sub", add_sub(2.0), request_id="ok-2")
+    items = take(received, 6)
+    errors = sorted(str(error) for _, error in items if error is not None)
+    assert errors == sorted([
+        "Request for unknown model: 'nope' is not found",
+        "[request id: shape] unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1,16], got [1,15]. ",
+        "grpctest model refuses every request",
+        "count must not be negative",
+    ])
+    results = {r.get_response().id: r for r, e in items if e is None}
+    assert sorted(results) == ["ok-1", "ok-2"]
+    np.testing.assert_array_equal(results["ok-2"].as_numpy("OUTPUT0"), np.full((1, 16), 4.0))
+    client.async_stream_infer("add_sub", add_sub(3.0), request_id="after")
+    (result, error), = take(received, 1)
+    assert error is None and result.get_response().id == "after"
+
+
+def test_decoupled_model_streams_responses(stream: tuple[Any, queue.Queue[Item]]) -> None:
+    client, received = stream
+    count = tensor("IN", np.array([3], np.int32), "INT32")
+    client.async_stream_infer("decoupled", [count], request_id="d1", enable_empty_final_response=True)
+    items = take(received, 4)
+    assert all(error is None for _, error in items)
+    values = [r.as_numpy("OUT") for r, _ in items[:3]]
+    assert [int(v[0]) for v in values] == [0, 1, 2]
+    finals = [r.get_response().parameters["triton_final_response"].bool_param for r, _ in items]
+    assert finals == [False, False, False, True]
+    assert items[3][0].get_response().outputs == []
+    assert items[3][0].get_response().id == "d1"
+    zero = tensor("IN", np.array([0], np.int32), "INT32")
+    client.async_stream_infer("decoupled", [zero], request_id="d0", enable_empty_final_response=True)
+    (result, error), = take(received, 1)
+    assert error is None and result.get_response().parameters["triton_final_response"].bool_param
+
+
+def test_decoupled_model_refused_on_unary_infer(client: Any) -> None:
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("decoupled", [tensor("IN", np.array([1], np.int32), "INT32")])
+    assert "decoupled" in info.value.message()
+    assert client.is_server_live()
+
+
+def test_aio_client(server: RunningServer) -> None:
+    async def scenario() -> list[Item]:
+        async with aioclient.InferenceServerClient(server.grpc_url) as client:
+            assert await client.is_server_live()
+            assert await client.is_model_ready("add_sub")
+            metadata = await client.get_model_metadata("add_sub", as_json=True)
+            assert metadata["platform"] == "grpctest"
+            result = await client.infer("add_sub", add_sub(2.0))
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 16)))
+
+            async def requests() -> AsyncIterator[dict[str, Any]]:
+                for index in range(5):
+                    model = "nope" if index == 2 else "add_sub"
+                    yield {"model_name": model, "inputs": add_sub(float(index)), "request_id": str(index)}
+
+            return [item async for item in client.stream_infer(requests())]
+
+    items = asyncio.run(scenario())
+    assert len(items) == 5
+    failed = [error for _, error in items if error is not None]
+    assert [str(e) for e in failed] == ["Request for unknown model: 'nope' is not found"]
+    ids = sorted(result.get_response().id for result, error in items if error is None)
+    assert ids == ["0", "1", "3", "4"]
