@@ -1,0 +1,125 @@
+"""Triton's ensemble scheduler (``platform: "ensemble"``): a DAG of models run as one
+request.
+
+Each step is an ordinary request to its composing model, submitted through the server
+(so it is validated, scheduled, batched and counted like any other request). A step
+starts as soon as every tensor it reads exists; a step's output arrays become the next
+steps' inputs as they are (no copies). The first failing step fails the ensemble request
+with Triton's ``in ensemble '<name>', ...`` text, naming the step's model.
+
+Decoupled steps: every response of a decoupled step starts its own run of the steps
+downstream of it (a fork of the tensors seen so far), and the ensemble, decoupled too,
+answers once per fork that produced every output. The ensemble is ready only while
+every composing model has a ready version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from despina.config import ENSEMBLE_PLATFORM, ModelConfig
+from despina.errors import ConfigError, DespinaError, InvalidArgument
+from despina.inference import InferenceRequest
+from despina.loader import ModelState
+from despina.scheduling.base import ScheduledModel, Scheduler, stopping_error
+from despina.scheduling.ensemble_graph import build_graph, check_composing
+from despina.scheduling.ensemble_run import EnsembleRun
+
+log = logging.getLogger("despina.scheduling")
+
+#: How long an ensemble's load waits for composing models that are still loading.
+COMPOSING_WAIT_S = 120.0
+_POLL_S = 0.01
+
+
+class EnsembleScheduler(Scheduler):
+    """The scheduler of ``platform: "ensemble"`` models (no backend, no instances)."""
+
+    name = "ensemble"
+
+    @classmethod
+    def handles(cls, config: ModelConfig) -> bool:
+        return config.platform == ENSEMBLE_PLATFORM
+
+    def __init__(self, model: ScheduledModel) -> None:
+        super().__init__(model)
+        self.graph = build_graph(model.config)
+        self._running: set[asyncio.Task[None]] = set()
+        self._stopping = False
+
+    async def start(self) -> None:
+        """Wait for the composing models to settle, then check the steps against them.
+
+        Raises ConfigError when a composing model is unknown, failed, or does not fit.
+        """
+        server = self.model.server
+        if server is None:
+            raise ConfigError(f"ensemble '{self.model.name}' needs a server to run its steps")
+        manager = server.models
+        known = set(manager.repository.model_names()) | set(manager.entries)
+        missing = [m for m in self.graph.models if m not in known]
+        if missing:
+            raise InvalidArgument(
+                f"ensemble {self.model.name} contains models that are not available or "
+                f"ambiguous: {', '.join(missing)}"
+            )
+        deadline = time.monotonic() + COMPOSING_WAIT_S
+        while time.monotonic() < deadline and any(
+            m not in manager.entries or manager.entries[m].state is ModelState.LOADING
+            for m in self.graph.models
+        ):
+            await asyncio.sleep(_POLL_S)
+        configs: dict[str, ModelConfig] = {}
+        for step in self.graph.steps:
+            configs[step.model_name] = self._composing_config(step.model_name, step.model_version)
+        check_composing(self.graph, self.model.config, configs)
+        if self.graph.decoupled:
+            self.model.config.model_transaction_policy.decoupled = True
+
+    def _composing_config(self, name: str, version: str) -> ModelConfig:
+        assert self.model.server is not None
+        entry = self.model.server.models.entries.get(name)
+        try:
+            return self.model.server.models.get(name, version).config
+        except DespinaError:
+            reason = f" Model '{name}' loading failed with error: {entry.reason}" if entry and entry.reason else ""
+            raise ConfigError(
+                f"ensemble '{self.model.name}' depends on '{name}' which has no loaded version.{reason}"
+            ) from None
+
+    @property
+    def ready(self) -> bool:
+        """True while every composing model has a ready version."""
+        server = self.model.server
+        if server is None:
+            return False
+        for step in self.graph.steps:
+            try:
+                server.models.get(step.model_name, step.model_version)
+            except DespinaError:
+                return False
+        return True
+
+    def submit(self, request: InferenceRequest) -> None:
+        if self._stopping:
+            raise stopping_error(self.model)
+        assert self.model.server is not None
+        run = EnsembleRun(self.model, self.graph, self.model.server, request)
+        task = asyncio.create_task(run.run())
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    async def stop(self) -> None:
+        """Refuse new requests and let running ones finish (their steps' models answer
+        or fail them)."""
+        self._stopping = True
+        for task in list(self._running):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,188 @@
+"""An ensemble's steps as a data-flow graph, checked the way Triton checks it.
+
+:func:`build_graph` checks what the ensemble's own config says (every step names a model
+and maps inputs and outputs, every output is written, no tensor is unused) and
+:func:`check_composing` what needs the composing models' configs (mapped names exist,
+every required input is mapped, batch sizes fit, no step mixes decoupled origins). Errors
+are ConfigError with Triton's texts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from despina.config import ModelConfig
+from despina.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: the model it runs and how its tensors map to ensemble tensors."""
+
+    index: int
+    model_name: str
+    #: "" for the version the model's policy serves (``model_version: -1``).
+    model_version: str
+    #: model input name -> ensemble tensor name
+    inputs: dict[str, str]
+    #: model output name -> ensemble tensor name
+    outputs: dict[str, str]
+
+
+@dataclass
+class EnsembleGraph:
+    """The steps of an ensemble, and its input and output tensor names."""
+
+    name: str
+    steps: list[Step]
+    inputs: list[str]
+    outputs: list[str]
+    #: Steps whose model is decoupled (filled by :func:`check_composing`).
+    decoupled: set[int] = field(default_factory=set)
+
+    @property
+    def models(self) -> list[str]:
+        """The composing model names, each once, in step order."""
+        return list(dict.fromkeys(step.model_name for step in self.steps))
+
+
+def build_graph(config: ModelConfig) -> EnsembleGraph:
+    """The graph of an ensemble config; ConfigError when the config is not a valid one."""
+    name = config.name
+    if not config.HasField("ensemble_scheduling"):
+        raise ConfigError(f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble")
+    if config.instance_group:
+        raise ConfigError(f"instance group should not be specified for ensemble '{name}'")
+    if config.HasField("optimization"):
+        raise ConfigError(f"optimization should not be specified for ensemble '{name}'")
+    if config.model_warmup:
+        raise ConfigError(f"model_warmup can not be specified for ensemble '{name}'")
+    if not config.ensemble_scheduling.step:
+        raise ConfigError(f"must specify 'step' for ensemble '{name}'")
+    steps: list[Step] = []
+    written: set[str] = set()
+    for index, step in enumerate(config.ensemble_scheduling.step):
+        where = f"in step {index} of ensemble '{name}'"
+        for what, present in (
+            ("model_name", step.model_name),
+            ("input_map", step.input_map),
+            ("output_map", step.output_map),
+        ):
+            if not present:
+                raise ConfigError(f"must specify '{what}' {where}")
+        for tensor in step.output_map.values():
+            if tensor in written:
+                raise ConfigError(
+                    f"ensemble tensor '{tensor}' can appear in an output map only once for "
+                    f"ensemble '{name}' step {index}"
+                )
+            written.add(tensor)
+        version = str(step.model_version) if step.model_version >= 0 else ""
+        steps.append(Step(index, step.model_name, version, dict(step.input_map), dict(step.output_map)))
+    graph = EnsembleGraph(name, steps, [i.name for i in config.input], [o.name for o in config.output])
+    _check_flow(graph)
+    return graph
+
+
+def _check_flow(graph: EnsembleGraph) -> None:
+    """Every ensemble input is used, every output is written from the inputs, and every
+    intermediate tensor is both written and read."""
+    name = graph.name
+    consumed = {t for step in graph.steps for t in step.inputs.values()}
+    produced = {t for step in graph.steps for t in step.outputs.values()}
+    for tensor in graph.inputs:
+        if tensor not in consumed | produced:
+            raise ConfigError(f"ensemble input '{tensor}' for ensemble {name}' is not used")
+    ready = set(graph.inputs)
+    pending = list(graph.steps)
+    progressed = True
+    while progressed:
+        progressed = False
+        for step in list(pending):
+            if all(t in ready for t in step.inputs.values()):
+                ready |= set(step.outputs.values())
+                pending.remove(step)
+                progressed = True
+    for tensor in graph.outputs:
+        if tensor not in consumed | produced:
+            raise ConfigError(f"ensemble output '{tensor}' for ensemble {name}' is not used")
+        if tensor not in ready:
+            message = f"output '{tensor}' for ensemble '{name}' is not written"
+            source = _unconnected_source(graph, tensor, ready)
+            if source != tensor:
+                message += f": at least one of its depending tensors, '{source}', is not connected"
+            raise ConfigError(message)
+    for tensor in sorted((consumed | produced) - set(graph.outputs)):
+        if tensor not in ready or tensor not in consumed:
+            raise ConfigError(f"ensemble tensor '{tensor}' is unused in ensemble '{name}'")
+
+
+def _unconnected_source(graph: EnsembleGraph, tensor: str, ready: set[str]) -> str:
+    """Walk back from a not-ready tensor to the first not-ready tensor with no writer."""
+    writers = {t: step for step in graph.steps for t in step.outputs.values()}
+    seen: set[str] = set()
+    current = tensor
+    while current in writers and current not in seen:
+        seen.add(current)
+        missing = [t for t in writers[current].inputs.values() if t not in ready and t not in seen]
+        if not missing:
+            break
+        current = missing[0]
+    return current
+
+
+def check_composing(graph: EnsembleGraph, config: ModelConfig, composing: Mapping[str, ModelConfig]) -> None:
+    """Check the steps against their models' configs; record the decoupled steps."""
+    name = graph.name
+    for step in graph.steps:
+        model = composing[step.model_name]
+        if 0 < model.max_batch_size < config.max_batch_size:
+            raise ConfigError(
+                f"ensemble {name} allows maximum batch size {config.max_batch_size}, but it "
+                f"contains model {step.model_name} which only allows maximum batch size to "
+                f"be {model.max_batch_size}"
+            )
+        inputs = {i.name: i for i in model.input}
+        for model_input, tensor in step.inputs.items():
+            if model_input not in inputs:
+                raise ConfigError(
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing "
+                    f"input {model_input} in model {step.model_name}"
+                )
+        for model_input in model.input:
+            if model_input.name not in step.inputs and not model_input.optional:
+                raise ConfigError(
+                    f"in ensemble {name}, input {model_input.name} in model {step.model_name} "
+                    "is not mapped to any ensemble tensors"
+                )
+        outputs = {o.name for o in model.output}
+        for model_output, tensor in step.outputs.items():
+            if model_output not in outputs:
+                raise ConfigError(
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing "
+                    f"output {model_output} in model {step.model_name}"
+                )
+        if model.model_transaction_policy.decoupled:
+            graph.decoupled.add(step.index)
+    _check_decoupled_origins(graph)
+
+
+def _check_decoupled_origins(graph: EnsembleGraph) -> None:
+    """A step's inputs must all come from the same decoupled step (or none)."""
+    origin: dict[str, int] = dict.fromkeys(graph.inputs, -1)
+    pending = list(graph.steps)
+    while pending:
+        step = next((s for s in pending if all(t in origin for t in s.inputs.values())), None)
+        if step is None:
+            return
+        pending.remove(step)
+        origins = {origin[t] for t in step.inputs.values()}
+        if len(origins) > 1:
+            raise ConfigError(
+                f"in ensemble {graph.name}, step of model '{step.model_name}' receives inputs "
+                "originated from different decoupled models"
+            )
+        label = step.index if step.index in graph.decoupled else origins.pop()
+        for tensor in step.outputs.values():
+            origin[tensor] = label

@@ -1,0 +1,189 @@
+"""One ensemble request in flight: its tensors, its running steps, and its answer.
+
+Tensors live in a :class:`Flow` (a ``ChainMap`` whose first map holds what was produced
+in that flow). The root flow starts with the request's inputs; each response of a
+decoupled step opens a child flow holding that response's outputs. A step runs in a flow
+once every tensor it reads is visible there and at least one of them was produced there,
+so the steps downstream of a decoupled step run once per response, the others once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import ChainMap
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from despina.errors import Cancelled, DespinaError, Internal, InvalidArgument
+from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput
+from despina.scheduling.base import ScheduledModel, batch_size_of
+from despina.scheduling.ensemble_graph import EnsembleGraph, Step
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+log = logging.getLogger("despina.scheduling")
+
+
+class Flow:
+    """The tensors one line of execution sees, and the steps started in it."""
+
+    __slots__ = ("answered", "started", "tensors")
+
+    def __init__(self, tensors: ChainMap[str, np.ndarray]) -> None:
+        self.tensors = tensors
+        self.started: set[int] = set()
+        self.answered = False
+
+    def has(self, names: Iterable[str]) -> bool:
+        """True when every tensor is visible and at least one was produced in this flow."""
+        names = list(names)
+        local = self.tensors.maps[0]
+        return all(n in self.tensors for n in names) and any(n in local for n in names)
+
+
+class EnsembleRun:
+    """Runs one ensemble request to its answer; :meth:`run` never raises."""
+
+    def __init__(
+        self, model: ScheduledModel, graph: EnsembleGraph, server: Server, request: InferenceRequest
+    ) -> None:
+        self.model = model
+        self.graph = graph
+        self.server = server
+        self.request = request
+        self.decoupled = bool(model.config.model_transaction_policy.decoupled)
+        self.inflight = 0
+        self.idle = asyncio.Event()
+        self.failed = False
+        self.answers = 0
+        self.step_requests: list[InferenceRequest] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        """Start the steps the inputs allow, wait until no step runs, then finish."""
+        self._advance(Flow(ChainMap(dict(self.request.inputs))))
+        if self.inflight:
+            await self.idle.wait()
+        self._finish()
+
+    def _advance(self, flow: Flow) -> None:
+        """Start every step that became runnable in ``flow``; answer if it is complete."""
+        if self.failed:
+            return
+        if self.request.cancelled:
+            self._fail(Cancelled("Request was cancelled"))
+            return
+        for step in self.graph.steps:
+            if step.index not in flow.started and flow.has(step.inputs.values()):
+                flow.started.add(step.index)
+                self.inflight += 1
+                task = asyncio.create_task(self._step(flow, step))
+                self.tasks.add(task)
+                task.add_done_callback(self._step_done)
+        self._answer(flow)
+
+    def _step_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self.inflight -= 1
+        if not self.inflight:
+            self.idle.set()
+
+    async def _step(self, flow: Flow, step: Step) -> None:
+        request = self._step_request(flow, step)
+        self.step_requests.append(request)
+        try:
+            async for response in self.server.infer_stream(request):
+                if response.error is not None:
+                    self._fail_step(step, response.error)
+                    return
+                outputs = {
+                    tensor: response.outputs[name]
+                    for name, tensor in step.outputs.items()
+                    if name in response.outputs
+                }
+                if step.index in self.graph.decoupled:
+                    target = Flow(flow.tensors.new_child(outputs))
+                else:
+                    flow.tensors.maps[0].update(outputs)
+                    target = flow
+                self._advance(target)
+        except DespinaError as exc:
+            self._fail_step(step, exc)
+        except Exception as exc:
+            log.exception("ensemble '%s' step '%s' failed", self.model.name, step.model_name)
+            self._fail_step(step, Internal(f"{type(exc).__name__}: {exc}"))
+        finally:
+            self.step_requests.remove(request)
+
+    def _step_request(self, flow: Flow, step: Step) -> InferenceRequest:
+        """The step's request: the flow's tensors as they are, the ensemble request's
+        id, parameters, priority, timeout and sequence fields."""
+        parent = self.request
+        return InferenceRequest(
+            step.model_name,
+            {name: flow.tensors[tensor] for name, tensor in step.inputs.items()},
+            model_version=step.model_version,
+            id=parent.id,
+            outputs=[RequestedOutput(name) for name in step.outputs],
+            parameters=dict(parent.parameters),
+            priority=parent.priority,
+            timeout_us=parent.timeout_us,
+            correlation_id=parent.correlation_id,
+            flags=parent.flags,
+        )
+
+    def _answer(self, flow: Flow) -> None:
+        if flow.answered or self.failed or not flow.has(self.graph.outputs):
+            return
+        flow.answered = True
+        wanted = self.request.requested_output_names or self.graph.outputs
+        outputs = {name: flow.tensors[name] for name in wanted}
+        response = InferenceResponse(self.model.name, self.model.version, self.request.id, outputs)
+        self.answers += 1
+        if not self.decoupled:
+            self._record_success()
+        self._send(response, final=not self.decoupled)
+
+    def _fail_step(self, step: Step, error: DespinaError) -> None:
+        self._fail(type(error)(f"in ensemble '{self.model.name}', step '{step.model_name}': {error}"))
+
+    def _fail(self, error: DespinaError) -> None:
+        """Answer with ``error`` (once) and cancel the steps still queued."""
+        if self.failed:
+            return
+        self.failed = True
+        for request in self.step_requests:
+            request.cancel()
+        total = time.monotonic_ns() - self.request.received_ns
+        self.model.stats.record_failure(total, "OTHER")
+        response = InferenceResponse(self.model.name, self.model.version, self.request.id, error=error)
+        self._send(response, final=True)
+
+    def _finish(self) -> None:
+        if not self.failed and not self.answers and not self.decoupled:
+            self._fail(
+                InvalidArgument(
+                    f"in ensemble '{self.model.name}', unexpected deadlock, at least one output "
+                    "is not set while no more ensemble steps can be made"
+                )
+            )
+        if self.failed:
+            return
+        if self.decoupled:
+            self._record_success()
+            self._send(None, final=True)
+
+    def _record_success(self) -> None:
+        total = time.monotonic_ns() - self.request.received_ns
+        stats = self.model.stats
+        stats.record_execution(batch_size_of(self.request, self.model.config), 1, 0, total, 0)
+        stats.record_success(total, 0)
+
+    def _send(self, response: InferenceResponse | None, final: bool) -> None:
+        if self.request.stream is not None:
+            self.request.stream.send(response, final)

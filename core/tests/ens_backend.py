@@ -1,0 +1,70 @@
+"""A test backend ("enstoy") of small FP32 models to compose into ensembles.
+
+``model.ens`` holds JSON ``{"op": ...}``:
+- ``double``: OUT = 2 * IN;  ``neg``: OUT = -IN;  ``check``: OUT = IN, or the error
+  "negative input" when IN has a negative element;
+- ``add``: SUM = A + B, DIFF = A - B;
+- ``split`` (a decoupled model): one response per element x of IN, OUT = [x, x, x, x].
+
+Every execution records (model, inputs, outputs) with the very array objects in
+``EnsBackend.calls`` so tests can check that tensors travel between steps uncopied.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from despina.backend import Backend, InstanceSpec, ModelInstance
+from despina.errors import InvalidArgument
+from despina.hookspecs import hookimpl
+from despina.inference import InferenceRequest, InferenceResponse
+
+
+class EnsInstance(ModelInstance):
+    def __init__(self, model: str, op: str) -> None:
+        self.model = model
+        self.op = op
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse] | None:
+        if self.op == "split":
+            for request in requests:
+                for x in request.inputs["IN"].ravel():
+                    request.respond(InferenceResponse(outputs={"OUT": np.full(4, x, np.float32)}), final=False)
+                assert request.stream is not None
+                request.stream.send(None, final=True)
+            return None
+        return [self._one(request) for request in requests]
+
+    def _one(self, request: InferenceRequest) -> InferenceResponse:
+        inputs = request.inputs
+        outputs: dict[str, np.ndarray]
+        if self.op == "add":
+            outputs = {"SUM": inputs["A"] + inputs["B"], "DIFF": inputs["A"] - inputs["B"]}
+        elif self.op == "check" and np.any(inputs["IN"] < 0):
+            return InferenceResponse(error=InvalidArgument("negative input"))
+        else:
+            factor = {"double": 2, "neg": -1, "check": 1}[self.op]
+            outputs = {"OUT": inputs["IN"] * np.float32(factor)}
+        EnsBackend.calls.append((self.model, dict(inputs), outputs))
+        return InferenceResponse(outputs=outputs)
+
+
+class EnsBackend(Backend):
+    name = "enstoy"
+    default_model_filename = "model.ens"
+
+    calls: list[tuple[str, dict[str, np.ndarray], dict[str, Any]]] = []
+
+    async def load(self) -> None:
+        self.op = str(json.loads(self.context.model_file.read_text())["op"])
+
+    async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        return EnsInstance(self.context.name, self.op)
+
+
+@hookimpl
+def despina_backends() -> list[type[Backend]]:
+    return [EnsBackend]

@@ -1,0 +1,207 @@
+"""Ensembles through the in-process Server API, composed of "enstoy" models."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ens_backend
+import numpy as np
+import pytest
+from despina.errors import InvalidArgument, Unavailable, Unsupported
+from despina.inference import InferenceRequest, RequestedOutput
+from despina.testing import RepositoryBuilder, RunningServer
+
+Start = Callable[..., RunningServer]
+
+
+def unary(op: str, decoupled: bool = False) -> tuple[str, dict[str, str | bytes]]:
+    policy = "model_transaction_policy { decoupled: true }" if decoupled else ""
+    config = f"""
+backend: "enstoy"
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+{policy}
+"""
+    return config, {"1/model.ens": f'{{"op": "{op}"}}'}
+
+
+ADD = (
+    """
+backend: "enstoy"
+input [ { name: "A" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "B" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "DIFF" data_type: TYPE_FP32 dims: [ -1 ] } ]
+""",
+    {"1/model.ens": '{"op": "add"}'},
+)
+
+
+def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
+    maps = " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
+    maps += " " + " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
+    return f'{{ model_name: "{model}" model_version: -1 {maps} }}'
+
+
+def ensemble(steps: list[str], inputs: list[str], outputs: list[str]) -> str:
+    def tensors(names: list[str]) -> str:
+        return ", ".join(f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ -1 ] }}' for n in names)
+
+    return f"""
+platform: "ensemble"
+input [ {tensors(inputs)} ]
+output [ {tensors(outputs)} ]
+ensemble_scheduling {{ step [ {", ".join(steps)} ] }}
+"""
+
+
+#: X -> double -> t1 and X -> neg -> t2 (a branch), then add(t1, t2) -> SUM, DIFF.
+BRANCH = ensemble(
+    [
+        step("double", {"IN": "X"}, {"OUT": "t1"}),
+        step("neg", {"IN": "X"}, {"OUT": "t2"}),
+        step("add", {"A": "t1", "B": "t2"}, {"SUM": "Y", "DIFF": "Z"}),
+    ],
+    ["X"],
+    ["Y", "Z"],
+)
+
+
+@pytest.fixture
+def start_ens(model_repository: RepositoryBuilder, despina_server: Start) -> Callable[..., RunningServer]:
+    """Add the composing models plus the given ensembles, start a server."""
+
+    def start(ensembles: dict[str, str], args: tuple[str, ...] = ()) -> RunningServer:
+        for name, (config, files) in {
+            "double": unary("double"),
+            "neg": unary("neg"),
+            "check": unary("check"),
+            "split": unary("split", decoupled=True),
+            "add": ADD,
+        }.items():
+            model_repository.add(name, config, files)
+        for name, config in ensembles.items():
+            model_repository.add(name, config)
+        ens_backend.EnsBackend.calls.clear()
+        return despina_server(model_repository.root, args=args, plugins=[ens_backend])
+
+    return start
+
+
+def infer(running: RunningServer, model: str, x: list[float], **kwargs: Any) -> Any:
+    request = InferenceRequest(model, {"X": np.array(x, np.float32)}, **kwargs)
+    return running.call(running.server.infer(request))
+
+
+def test_branching_ensemble_of_three_models(start_ens: Callable[..., RunningServer]) -> None:
+    running = start_ens({"branch": BRANCH})
+    response = infer(running, "branch", [1, 2, 3], id="e-1")
+    assert (response.model_name, response.model_version, response.id) == ("branch", "1", "e-1")
+    np.testing.assert_array_equal(response.outputs["Y"], np.array([1, 2, 3], np.float32))
+    np.testing.assert_array_equal(response.outputs["Z"], np.array([3, 6, 9], np.float32))
+    calls = {model: (inputs, outputs) for model, inputs, outputs in ens_backend.EnsBackend.calls}
+    assert set(calls) == {"double", "neg", "add"}
+    # intermediate tensors reach the next step as the very arrays the step produced
+    assert calls["add"][0]["A"] is calls["double"][1]["OUT"]
+    assert calls["add"][0]["B"] is calls["neg"][1]["OUT"]
+    stats = running.server.models.get("branch").stats
+    assert (stats.success.count, stats.execution_count) == (1, 1)
+    assert running.server.models.get("add").stats.success.count == 1
+
+
+def test_requested_outputs_only(start_ens: Callable[..., RunningServer]) -> None:
+    running = start_ens({"branch": BRANCH})
+    response = infer(running, "branch", [4], outputs=[RequestedOutput("Z")])
+    assert set(response.outputs) == {"Z"}
+    np.testing.assert_array_equal(response.outputs["Z"], np.array([12], np.float32))
+
+
+def test_step_error_fails_the_request_naming_the_step(start_ens: Callable[..., RunningServer]) -> None:
+    chain = ensemble(
+        [step("double", {"IN": "X"}, {"OUT": "t"}), step("check", {"IN": "t"}, {"OUT": "Y"})],
+        ["X"],
+        ["Y"],
+    )
+    running = start_ens({"chain": chain})
+    with pytest.raises(InvalidArgument) as info:
+        infer(running, "chain", [1, -1])
+    assert str(info.value) == "in ensemble 'chain', step 'check': negative input"
+    stats = running.server.models.get("chain").stats
+    assert (stats.fail.count, stats.success.count) == (1, 0)
+    # the ensemble keeps serving
+    np.testing.assert_array_equal(infer(running, "chain", [2]).outputs["Y"], np.array([4], np.float32))
+
+
+def test_decoupled_step_answers_once_per_response(start_ens: Callable[..., RunningServer]) -> None:
+    fan = ensemble(
+        [step("split", {"IN": "X"}, {"OUT": "t"}), step("double", {"IN": "t"}, {"OUT": "Y"})],
+        ["X"],
+        ["Y"],
+    )
+    running = start_ens({"fan": fan})
+    with pytest.raises(Unsupported):
+        infer(running, "fan", [1])
+
+    async def stream() -> list[list[float]]:
+        request = InferenceRequest("fan", {"X": np.array([1, 2, 3], np.float32)})
+        return [r.outputs["Y"].tolist() async for r in running.server.infer_stream(request) if r.outputs]
+
+    answers = running.call(stream())
+    assert sorted(answers) == [[2.0] * 4, [4.0] * 4, [6.0] * 4]
+
+
+def test_ready_only_while_composing_models_are(start_ens: Callable[..., RunningServer]) -> None:
+    running = start_ens({"branch": BRANCH}, args=("--model-control-mode=explicit", "--load-model=*"))
+    manager = running.server.models
+    assert manager.get("branch").ready
+    running.call(manager.unload("neg"))
+    with pytest.raises(Unavailable):
+        manager.get("branch")
+    assert not manager.all_ready()
+    running.call(manager.load("neg"))
+    assert manager.get("branch").ready
+    np.testing.assert_array_equal(infer(running, "branch", [5]).outputs["Y"], np.array([5], np.float32))
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            ensemble([step("double", {"IN": "X"}, {"OUT": "Y"})], ["X"], ["Y", "W"]),
+            "ensemble output 'W' for ensemble bad' is not used",
+        ),
+        (
+            ensemble(
+                [step("double", {"IN": "X"}, {"OUT": "t"}), step("neg", {"IN": "u"}, {"OUT": "Y"})],
+                ["X"],
+                ["Y"],
+            ),
+            "output 'Y' for ensemble 'bad' is not written: at least one of its depending "
+            "tensors, 'u', is not connected",
+        ),
+        (
+            ensemble([step("nosuch", {"IN": "X"}, {"OUT": "Y"})], ["X"], ["Y"]),
+            "ensemble bad contains models that are not available or ambiguous: nosuch",
+        ),
+        (
+            ensemble([step("double", {"INPUT": "X"}, {"OUT": "Y"})], ["X"], ["Y"]),
+            "in ensemble bad, ensemble tensor X is mapping to non-existing input INPUT in model double",
+        ),
+        (
+            ensemble(
+                [step("split", {"IN": "X"}, {"OUT": "t"}), step("add", {"A": "t", "B": "X"}, {"SUM": "Y", "DIFF": "Z"})],
+                ["X"],
+                ["Y", "Z"],
+            ),
+            "in ensemble bad, step of model 'add' receives inputs originated from different "
+            "decoupled models",
+        ),
+    ],
+)
+def test_invalid_ensembles_are_unavailable(
+    start_ens: Callable[..., RunningServer], config: str, message: str
+) -> None:
+    running = start_ens({"bad": config}, args=("--exit-on-error=false",))
+    rows = {row["name"]: row for row in running.server.models.index()}
+    assert rows["bad"]["state"] == "UNAVAILABLE"
+    assert message in rows["bad"]["reason"]
+    assert rows["double"]["state"] == "READY"
