@@ -32,7 +32,9 @@ class EnsInstance(ModelInstance):
         if self.op == "split":
             for request in requests:
                 for x in request.inputs["IN"].ravel():
-                    request.respond(InferenceResponse(outputs={"OUT": np.full(4, x, np.float32)}), final=False)
+                    request.respond(
+                        InferenceResponse(outputs={"OUT": np.full(4, x, np.float32)}), final=False
+                    )
                 assert request.stream is not None
                 request.stream.send(None, final=True)
             return None

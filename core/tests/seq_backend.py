@@ -41,7 +41,9 @@ class SeqInstance(ModelInstance):
         inputs = request.inputs
         value = inputs["INPUT"]
         if "fail_on" in self.behaviour and int(value.ravel()[0]) == self.behaviour["fail_on"]:
-            return InferenceResponse(error=InvalidArgument(f"seqtoy refuses {self.behaviour['fail_on']}"))
+            return InferenceResponse(
+                error=InvalidArgument(f"seqtoy refuses {self.behaviour['fail_on']}")
+            )
         if "READY" in inputs and not bool(inputs["READY"].ravel()[0]):
             return InferenceResponse(outputs={"OUTPUT": np.zeros_like(value)})
         if "STATE_IN" in inputs:

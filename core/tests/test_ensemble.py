@@ -67,7 +67,9 @@ BRANCH = ensemble(
 
 
 @pytest.fixture
-def start_ens(model_repository: RepositoryBuilder, despina_server: Start) -> Callable[..., RunningServer]:
+def start_ens(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> Callable[..., RunningServer]:
     """Add the composing models plus the given ensembles, start a server."""
 
     def start(ensembles: dict[str, str], args: tuple[str, ...] = ()) -> RunningServer:
@@ -115,7 +117,9 @@ def test_requested_outputs_only(start_ens: Callable[..., RunningServer]) -> None
     np.testing.assert_array_equal(response.outputs["Z"], np.array([12], np.float32))
 
 
-def test_step_error_fails_the_request_naming_the_step(start_ens: Callable[..., RunningServer]) -> None:
+def test_step_error_fails_the_request_naming_the_step(
+    start_ens: Callable[..., RunningServer],
+) -> None:
     chain = ensemble(
         [step("double", {"IN": "X"}, {"OUT": "t"}), step("check", {"IN": "t"}, {"OUT": "Y"})],
         ["X"],
@@ -128,7 +132,9 @@ def test_step_error_fails_the_request_naming_the_step(start_ens: Callable[..., R
     stats = running.server.models.get("chain").stats
     assert (stats.fail.count, stats.success.count) == (1, 0)
     # the ensemble keeps serving
-    np.testing.assert_array_equal(infer(running, "chain", [2]).outputs["Y"], np.array([4], np.float32))
+    np.testing.assert_array_equal(
+        infer(running, "chain", [2]).outputs["Y"], np.array([4], np.float32)
+    )
 
 
 def test_decoupled_step_answers_once_per_response(start_ens: Callable[..., RunningServer]) -> None:
@@ -143,14 +149,18 @@ def test_decoupled_step_answers_once_per_response(start_ens: Callable[..., Runni
 
     async def stream() -> list[list[float]]:
         request = InferenceRequest("fan", {"X": np.array([1, 2, 3], np.float32)})
-        return [r.outputs["Y"].tolist() async for r in running.server.infer_stream(request) if r.outputs]
+        return [
+            r.outputs["Y"].tolist() async for r in running.server.infer_stream(request) if r.outputs
+        ]
 
     answers = running.call(stream())
     assert sorted(answers) == [[2.0] * 4, [4.0] * 4, [6.0] * 4]
 
 
 def test_ready_only_while_composing_models_are(start_ens: Callable[..., RunningServer]) -> None:
-    running = start_ens({"branch": BRANCH}, args=("--model-control-mode=explicit", "--load-model=*"))
+    running = start_ens(
+        {"branch": BRANCH}, args=("--model-control-mode=explicit", "--load-model=*")
+    )
     manager = running.server.models
     assert manager.get("branch").ready
     running.call(manager.unload("neg"))
@@ -159,7 +169,9 @@ def test_ready_only_while_composing_models_are(start_ens: Callable[..., RunningS
     assert not manager.all_ready()
     running.call(manager.load("neg"))
     assert manager.get("branch").ready
-    np.testing.assert_array_equal(infer(running, "branch", [5]).outputs["Y"], np.array([5], np.float32))
+    np.testing.assert_array_equal(
+        infer(running, "branch", [5]).outputs["Y"], np.array([5], np.float32)
+    )
 
 
 @pytest.mark.parametrize(
@@ -188,7 +200,10 @@ def test_ready_only_while_composing_models_are(start_ens: Callable[..., RunningS
         ),
         (
             ensemble(
-                [step("split", {"IN": "X"}, {"OUT": "t"}), step("add", {"A": "t", "B": "X"}, {"SUM": "Y", "DIFF": "Z"})],
+                [
+                    step("split", {"IN": "X"}, {"OUT": "t"}),
+                    step("add", {"A": "t", "B": "X"}, {"SUM": "Y", "DIFF": "Z"}),
+                ],
                 ["X"],
                 ["Y", "Z"],
             ),

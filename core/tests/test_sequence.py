@@ -54,7 +54,9 @@ sequence_batching {{
 """
 
 
-def seq_request(model: str, corrid: int | str, value: int, flags: SequenceFlags, batched: bool = True) -> InferenceRequest:
+def seq_request(
+    model: str, corrid: int | str, value: int, flags: SequenceFlags, batched: bool = True
+) -> InferenceRequest:
     shape = (1, 1) if batched else (1,)
     return InferenceRequest(
         model, {"INPUT": np.full(shape, value, np.int32)}, correlation_id=corrid, flags=flags
@@ -70,7 +72,9 @@ def flags_of(index: int, length: int) -> SequenceFlags:
     return flags
 
 
-async def run_sequence(running: RunningServer, model: str, corrid: int | str, values: list[int]) -> list[int]:
+async def run_sequence(
+    running: RunningServer, model: str, corrid: int | str, values: list[int]
+) -> list[int]:
     """Send one sequence, request after request; return the OUTPUT values."""
     outputs = []
     for index, value in enumerate(values):
@@ -80,8 +84,12 @@ async def run_sequence(running: RunningServer, model: str, corrid: int | str, va
     return outputs
 
 
-async def run_interleaved(running: RunningServer, model: str, sequences: dict[Any, list[int]]) -> dict[Any, list[int]]:
-    results = await asyncio.gather(*(run_sequence(running, model, c, v) for c, v in sequences.items()))
+async def run_interleaved(
+    running: RunningServer, model: str, sequences: dict[Any, list[int]]
+) -> dict[Any, list[int]]:
+    results = await asyncio.gather(
+        *(run_sequence(running, model, c, v) for c, v in sequences.items())
+    )
     return dict(zip(sequences, results, strict=True))
 
 
@@ -90,11 +98,15 @@ def running_sums(values: list[int], start: int = 0) -> list[int]:
 
 
 @pytest.fixture
-def start_seq(model_repository: RepositoryBuilder, despina_server: Start) -> Callable[..., RunningServer]:
+def start_seq(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> Callable[..., RunningServer]:
     """Add models (name -> config) and start a server with the seqtoy backend."""
 
     def start(
-        models: dict[str, str], files: dict[str, str | bytes] | None = None, args: tuple[str, ...] = ()
+        models: dict[str, str],
+        files: dict[str, str | bytes] | None = None,
+        args: tuple[str, ...] = (),
     ) -> RunningServer:
         for name, config in models.items():
             model_repository.add(name, config, {"1/model.seq": "", **(files or {})})
@@ -149,13 +161,21 @@ def test_direct_pads_slots_with_nothing_ready(start_seq: Callable[..., RunningSe
     padded = [b for _, b in seq_backend.SeqBackend.batches if len(b) == 2]
     assert padded, "slot 1 ran without slot 0 ready"
     pad = padded[0][0]
-    assert (pad["READY"], pad["START"], pad["END"], pad["CORRID"], pad["INPUT"]) == (False, 0.0, 0, 0, 0)
+    assert (pad["READY"], pad["START"], pad["END"], pad["CORRID"], pad["INPUT"]) == (
+        False,
+        0.0,
+        0,
+        0,
+        0,
+    )
     assert padded[0][1]["CORRID"] == 22
     stats = running.server.models.get("direct").stats
     assert stats.success.count == 4
 
 
-def test_oldest_string_ids_implicit_state_same_instance(start_seq: Callable[..., RunningServer]) -> None:
+def test_oldest_string_ids_implicit_state_same_instance(
+    start_seq: Callable[..., RunningServer],
+) -> None:
     strategy = "oldest { max_candidate_sequences: 3 preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 2000 }"
     config = seq_config(strategy, mbs=4, instances=2, corrid_type="TYPE_STRING", extra=STATE)
     hundred = np.array([100], np.int32).tobytes()
@@ -174,7 +194,17 @@ def test_oldest_string_ids_implicit_state_same_instance(start_seq: Callable[...,
 
 
 def test_state_output_hidden_unless_declared(start_seq: Callable[..., RunningServer]) -> None:
-    running = start_seq({"state": seq_config("oldest { }", extra=STATE.replace('initial_state { name: "hundred" data_type: TYPE_INT32 dims: [ 1 ] data_file: "hundred" }', ""))})
+    running = start_seq(
+        {
+            "state": seq_config(
+                "oldest { }",
+                extra=STATE.replace(
+                    'initial_state { name: "hundred" data_type: TYPE_INT32 dims: [ 1 ] data_file: "hundred" }',
+                    "",
+                ),
+            )
+        }
+    )
 
     async def scenario() -> Any:
         await running.server.infer(seq_request("state", 5, 3, SequenceFlags.START))
@@ -202,7 +232,12 @@ def test_sequence_errors(start_seq: Callable[..., RunningServer]) -> None:
             "on the first request of the sequence",
         ),
         (
-            InferenceRequest("direct", {"INPUT": np.ones((2, 1), np.int32)}, correlation_id=3, flags=SequenceFlags.START),
+            InferenceRequest(
+                "direct",
+                {"INPUT": np.ones((2, 1), np.int32)},
+                correlation_id=3,
+                flags=SequenceFlags.START,
+            ),
             "inference request to model 'direct' must specify batch-size 1 due to requirements "
             "of sequence batcher",
         ),
@@ -225,7 +260,9 @@ def test_idle_sequence_is_released(start_seq: Callable[..., RunningServer]) -> N
     async def scenario() -> tuple[list[int], str]:
         await server.infer(seq_request("idle", 1, 5, SequenceFlags.START, batched=False))
         waiting = asyncio.ensure_future(
-            server.infer(seq_request("idle", 2, 9, SequenceFlags.START | SequenceFlags.END, batched=False))
+            server.infer(
+                seq_request("idle", 2, 9, SequenceFlags.START | SequenceFlags.END, batched=False)
+            )
         )
         second = await waiting  # runs only once sequence 1 idled out and freed the slot
         await asyncio.sleep(0.05)

@@ -85,7 +85,11 @@ class EnsembleScheduler(Scheduler):
         try:
             return self.model.server.models.get(name, version).config
         except DespinaError:
-            reason = f" Model '{name}' loading failed with error: {entry.reason}" if entry and entry.reason else ""
+            reason = (
+                f" Model '{name}' loading failed with error: {entry.reason}"
+                if entry and entry.reason
+                else ""
+            )
             raise ConfigError(
                 f"ensemble '{self.model.name}' depends on '{name}' which has no loaded version.{reason}"
             ) from None

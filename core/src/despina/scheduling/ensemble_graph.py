@@ -51,7 +51,9 @@ def build_graph(config: ModelConfig) -> EnsembleGraph:
     """The graph of an ensemble config; ConfigError when the config is not a valid one."""
     name = config.name
     if not config.HasField("ensemble_scheduling"):
-        raise ConfigError(f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble")
+        raise ConfigError(
+            f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble"
+        )
     if config.instance_group:
         raise ConfigError(f"instance group should not be specified for ensemble '{name}'")
     if config.HasField("optimization"):
@@ -79,8 +81,12 @@ def build_graph(config: ModelConfig) -> EnsembleGraph:
                 )
             written.add(tensor)
         version = str(step.model_version) if step.model_version >= 0 else ""
-        steps.append(Step(index, step.model_name, version, dict(step.input_map), dict(step.output_map)))
-    graph = EnsembleGraph(name, steps, [i.name for i in config.input], [o.name for o in config.output])
+        steps.append(
+            Step(index, step.model_name, version, dict(step.input_map), dict(step.output_map))
+        )
+    graph = EnsembleGraph(
+        name, steps, [i.name for i in config.input], [o.name for o in config.output]
+    )
     _check_flow(graph)
     return graph
 
@@ -132,7 +138,9 @@ def _unconnected_source(graph: EnsembleGraph, tensor: str, ready: set[str]) -> s
     return current
 
 
-def check_composing(graph: EnsembleGraph, config: ModelConfig, composing: Mapping[str, ModelConfig]) -> None:
+def check_composing(
+    graph: EnsembleGraph, config: ModelConfig, composing: Mapping[str, ModelConfig]
+) -> None:
     """Check the steps against their models' configs; record the decoupled steps."""
     name = graph.name
     for step in graph.steps:

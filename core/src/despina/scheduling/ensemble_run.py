@@ -150,7 +150,9 @@ class EnsembleRun:
         self._send(response, final=not self.decoupled)
 
     def _fail_step(self, step: Step, error: DespinaError) -> None:
-        self._fail(type(error)(f"in ensemble '{self.model.name}', step '{step.model_name}': {error}"))
+        self._fail(
+            type(error)(f"in ensemble '{self.model.name}', step '{step.model_name}': {error}")
+        )
 
     def _fail(self, error: DespinaError) -> None:
         """Answer with ``error`` (once) and cancel the steps still queued."""
@@ -161,7 +163,9 @@ class EnsembleRun:
             request.cancel()
         total = time.monotonic_ns() - self.request.received_ns
         self.model.stats.record_failure(total, "OTHER")
-        response = InferenceResponse(self.model.name, self.model.version, self.request.id, error=error)
+        response = InferenceResponse(
+            self.model.name, self.model.version, self.request.id, error=error
+        )
         self._send(response, final=True)
 
     def _finish(self) -> None:

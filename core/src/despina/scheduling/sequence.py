@@ -138,7 +138,8 @@ class SequenceBatchScheduler(Scheduler):
             log.warning(
                 "sequence %s for model '%s' has a conflict. The previous sequence did not end "
                 "before this sequence start. Previous sequence will be terminated early.",
-                corrid, model,
+                corrid,
+                model,
             )
         if backlog is not None:
             backlog.append(request)

@@ -210,7 +210,9 @@ class _Execution(ModelInstance):
     """Runs one chosen batch on the real instance: adds controls, states and padding,
     keeps the state outputs, and hands back one response per real request."""
 
-    def __init__(self, owner: SequenceBatchScheduler, instance: ModelInstance, chosen: Chosen) -> None:
+    def __init__(
+        self, owner: SequenceBatchScheduler, instance: ModelInstance, chosen: Chosen
+    ) -> None:
         self.owner = owner
         self.instance = instance
         self.chosen = chosen
@@ -220,7 +222,9 @@ class _Execution(ModelInstance):
     ) -> Sequence[InferenceResponse] | None:
         batch: list[InferenceRequest] = []
         for slot, request in self.chosen:
-            batch.append(self._pad(requests[0]) if request is None else self._prepare(slot, request))
+            batch.append(
+                self._pad(requests[0]) if request is None else self._prepare(slot, request)
+            )
         responses = await self.instance.execute(batch)
         if responses is None or len(responses) != len(batch):
             return responses
@@ -254,7 +258,11 @@ class _Execution(ModelInstance):
     def _pad(self, like: InferenceRequest) -> InferenceRequest:
         """A not-ready request shaped like ``like``; nobody reads its responses."""
         owner = self.owner
-        inputs = {name: _zeros_like(like.inputs[name]) for name in owner.input_names if name in like.inputs}
+        inputs = {
+            name: _zeros_like(like.inputs[name])
+            for name in owner.input_names
+            if name in like.inputs
+        }
         inputs.update(owner.controls.tensors(SequenceFlags.NONE, 0, False))
         inputs.update({s.input_name: s.initial for s in owner.states})
         padding = InferenceRequest(owner.model.name, inputs, model_version=owner.model.version)

@@ -51,7 +51,9 @@ class SequenceControls:
         self.ready = self._bool(batching, name, Kind.CONTROL_SEQUENCE_READY)
         self.corrid_name, self.corrid_dtype = self._corrid(batching, name)
 
-    def tensors(self, flags: SequenceFlags, corrid: int | str, ready: bool) -> dict[str, np.ndarray]:
+    def tensors(
+        self, flags: SequenceFlags, corrid: int | str, ready: bool
+    ) -> dict[str, np.ndarray]:
         """The control inputs for one request; ``ready`` False for a padding slot (every
         control false and CORRID zero, as Triton sends for a not-ready slot)."""
         out: dict[str, np.ndarray] = {}
@@ -114,7 +116,11 @@ class SequenceControls:
         if found is None:
             return "", None
         tensor, control = found
-        if len(control.int32_false_true) or len(control.fp32_false_true) or len(control.bool_false_true):
+        if (
+            len(control.int32_false_true)
+            or len(control.fp32_false_true)
+            or len(control.bool_false_true)
+        ):
             raise ConfigError(
                 "sequence batching must not specify either 'int32_false_true', "
                 "'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_CORRID for "
@@ -256,7 +262,9 @@ def _from_file(
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"unable to read initial_state file '{data_file}': {exc.strerror}") from None
+        raise ConfigError(
+            f"unable to read initial_state file '{data_file}': {exc.strerror}"
+        ) from None
     if dtype == np.object_:
         return np.full(dims, data, dtype=np.object_)
     size = int(np.prod(dims)) * dtype.itemsize
