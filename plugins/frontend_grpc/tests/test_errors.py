@@ -85,8 +85,7 @@ CASES: list[tuple[str, str, Any, grpc.StatusCode, str]] = [
     ("unknown shm region", "ModelInfer", mutate(_shm_input), NOT_FOUND,
      "Unable to find system shared memory region: 'nope'"),
     ("shm output without size", "ModelInfer",
-     mutate(lambda r: r.outputs.add(name="OUTPUT0").parameters["shared_memory_region"].string_param.__class__ and
-            r.outputs[0].parameters["shared_memory_region"].MergeFrom(pb.InferParameter(string_param="x"))), INVALID,
+     mutate(lambda r: r.outputs.add(name="OUTPUT0").parameters["shared_memory_region"].MergeFrom(pb.InferParameter(string_param="x"))), INVALID,
      "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor 'OUTPUT0'"),
     ("priority type", "ModelInfer", mutate(lambda r: r.parameters["priority"].MergeFrom(pb.InferParameter(string_param="x"))), INVALID,
      "invalid value type for 'priority' parameter, expected int64_param or uint64_param."),
