@@ -48,7 +48,7 @@ def test_several_repositories_and_ambiguous_names(tmp_path: Path) -> None:
     _model(first, "both", ["1"])
     _model(second, "y", ["1"])
     _model(second, "both", ["1"])
-    repository = ModelRepository([first, second])
+    repository = ModelRepository([str(first), str(second)])
     assert repository.model_names() == ["both", "x", "y"]
     assert repository.model_dir("y") == second / "y"
     with pytest.raises(ConfigError, match="more than one model repository"):

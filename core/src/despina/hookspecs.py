@@ -79,7 +79,9 @@ def despina_repository_sources() -> list[type[Any]]:
     """Return repository source classes, each with ``schemes`` (e.g. ``("s3",)``).
 
     Called once per server. A source turns a repository URL into a local folder:
-    ``Source(url, settings).localize() -> pathlib.Path``. Plain paths need no source.
+    ``Source(url, settings)`` once per ``--model-repository`` URL of its scheme, then
+    ``await source.localize() -> pathlib.Path`` at start-up and before every poll (it
+    re-syncs the local copy). Plain paths need no source.
     """
     raise NotImplementedError
 

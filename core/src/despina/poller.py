@@ -73,6 +73,7 @@ class RepositoryPoller:
 
     async def poll_once(self) -> None:
         """One poll: load, reload and unload what changed and is stable."""
+        await self.manager.repository.sync()
         current: dict[str, Fingerprint] = {}
         for name in self.manager.repository.model_names():
             with contextlib.suppress(DespinaError, OSError):

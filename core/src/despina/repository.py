@@ -7,18 +7,47 @@ error for that model. :func:`select_versions` applies a config's ``version_polic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from despina.config import ModelConfig
 from despina.errors import ConfigError, NotFound
 
 
 class ModelRepository:
-    """The union of one or more local repository folders."""
+    """The union of one or more repositories: local folders, or URLs (``s3://...``) that a
+    repository source plugin copies into a local folder (:meth:`sync`)."""
 
-    def __init__(self, roots: Sequence[Path]) -> None:
-        self.roots = [Path(r) for r in roots]
+    def __init__(
+        self,
+        locations: Sequence[str],
+        sources: Mapping[str, type[Any]] | None = None,
+        settings: Any = None,
+    ) -> None:
+        self.locations = list(locations)
+        self._remote: list[tuple[int, Any]] = []
+        self.roots: list[Path] = []
+        for index, location in enumerate(self.locations):
+            scheme, sep, _ = location.partition("://")
+            if not sep:
+                self.roots.append(Path(location).expanduser().resolve())
+                continue
+            source = (sources or {}).get(scheme)
+            if source is None:
+                installed = ", ".join(sorted(sources or {})) or "none"
+                raise ConfigError(
+                    f"no installed repository source handles '{scheme}://' "
+                    f"(installed schemes: {installed})"
+                )
+            self._remote.append((index, source(location, settings)))
+            self.roots.append(Path())  # replaced by sync()
+
+    async def sync(self) -> None:
+        """Bring every remote repository up to date in its local folder (poll mode calls
+        this before each poll); local folders need nothing."""
+        for index, source in self._remote:
+            self.roots[index] = Path(await source.localize())
 
     def model_names(self) -> list[str]:
         """Every model folder name, sorted; hidden folders are skipped."""

@@ -13,14 +13,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from despina import __version__
 from despina.backend import Backend
 from despina.config import mc
 from despina.custom_metrics import CustomMetrics
-from despina.errors import Internal, Unavailable, Unsupported
+from despina.errors import DespinaError, Internal, Unavailable, Unsupported
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
 from despina.loader import ModelVersion
 from despina.models import ModelManager
@@ -83,7 +82,13 @@ class Server:
         self.registry = Registry.build(self.plugins)
         self.id: str = self.settings.id
         self.version: str = __version__
-        self.models = ModelManager(self, ModelRepository(self._repository_roots()))
+        try:
+            repository = ModelRepository(
+                list(self.settings.model_repository or []), self._sources(), self.settings
+            )
+        except DespinaError as exc:
+            raise StartupError(str(exc)) from None
+        self.models = ModelManager(self, repository)
         self.shared_memory = SharedMemoryRegistry()
         self.custom_metrics = CustomMetrics()
         try:
@@ -109,9 +114,9 @@ class Server:
         managed = create_plugins(plugins)
         return cls(parse_settings(list(argv), managed), plugins)
 
-    def _repository_roots(self) -> list[Path]:
-        roots = self.settings.model_repository or []
-        return [Path(r).expanduser().resolve() for r in roots]
+    def _sources(self) -> dict[str, type[Any]]:
+        """Repository source classes by URL scheme."""
+        return {scheme: cls for cls in self.registry.sources.values() for scheme in cls.schemes}
 
     @property
     def ready(self) -> bool:
@@ -130,6 +135,10 @@ class Server:
         except ValueError as exc:
             raise StartupError(str(exc)) from None
         self.live = True
+        try:
+            await self.models.repository.sync()
+        except Exception as exc:
+            raise StartupError(f"failed to fetch the model repository: {exc}") from None
         await self.models.load_startup()
         failures = self.models.failures()
         if failures and self.settings.exit_on_error:
