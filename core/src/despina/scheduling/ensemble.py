@@ -42,7 +42,7 @@ class EnsembleScheduler(Scheduler):
 
     @classmethod
     def handles(cls, config: ModelConfig) -> bool:
-        return config.platform == ENSEMBLE_PLATFORM
+        return bool(config.platform == ENSEMBLE_PLATFORM)
 
     def __init__(self, model: ScheduledModel) -> None:
         super().__init__(model)

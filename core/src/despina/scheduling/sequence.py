@@ -59,7 +59,7 @@ class SequenceBatchScheduler(Scheduler):
 
     @classmethod
     def handles(cls, config: ModelConfig) -> bool:
-        return config.HasField("sequence_batching") and config.platform != ENSEMBLE_PLATFORM
+        return bool(config.HasField("sequence_batching")) and config.platform != ENSEMBLE_PLATFORM
 
     def __init__(self, model: ScheduledModel) -> None:
         super().__init__(model)
