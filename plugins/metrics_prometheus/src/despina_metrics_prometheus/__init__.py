@@ -1,0 +1,1 @@
+"""Despina's Prometheus metrics exporter (Triton's metric names and labels)."""

@@ -1,0 +1,75 @@
+"""The exporter: ``GET /metrics`` on ``--metrics-address:--metrics-port`` (aiohttp, on the
+server's event loop, so statistics are read without locks)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, ClassVar
+
+from aiohttp import web
+
+from despina_metrics_prometheus.collector import StatsCollector
+from despina_metrics_prometheus.cpu import CpuSampler
+from despina_metrics_prometheus.exposition import CONTENT_TYPE, render
+from despina_metrics_prometheus.options import parse_metrics_config
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+log = logging.getLogger("despina.metrics")
+
+
+class PrometheusExporter:
+    """``name = "prometheus"``; serves nothing when ``--allow-metrics=false``."""
+
+    name: ClassVar[str] = "prometheus"
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self._runner: web.AppRunner | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        settings = server.settings
+        self.cpu = CpuSampler() if settings.allow_cpu_metrics else None
+        self.collector = StatsCollector(server, parse_metrics_config(settings.metrics_config), self.cpu)
+
+    async def start(self) -> None:
+        """Bind and serve ``/metrics``; OSError when the port cannot be bound."""
+        settings = self.server.settings
+        if not settings.allow_metrics:
+            return
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, settings.metrics_address, int(settings.metrics_port))
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        if self.cpu is not None:
+            self._sampler = asyncio.create_task(self._sample(float(settings.metrics_interval_ms) / 1000))
+        log.info("Started Metrics Service at %s:%s", settings.metrics_address, settings.metrics_port)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=render(self.collector.collect()), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _sample(self, interval_s: float) -> None:
+        assert self.cpu is not None
+        while True:
+            await asyncio.sleep(interval_s)
+            self.cpu.sample()
+
+    async def stop(self) -> None:
+        """Stop sampling and serving."""
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+            self._sampler = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
