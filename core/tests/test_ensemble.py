@@ -66,6 +66,21 @@ BRANCH = ensemble(
 )
 
 
+def add_models(model_repository: RepositoryBuilder, ensembles: dict[str, str]) -> None:
+    """Add the composing models ("double", "neg", "check", "split", "add") and ensembles."""
+    for name, (config, files) in {
+        "double": unary("double"),
+        "neg": unary("neg"),
+        "check": unary("check"),
+        "split": unary("split", decoupled=True),
+        "add": ADD,
+    }.items():
+        model_repository.add(name, config, files)
+    for name, config in ensembles.items():
+        model_repository.add(name, config)
+    ens_backend.EnsBackend.calls.clear()
+
+
 @pytest.fixture
 def start_ens(
     model_repository: RepositoryBuilder, despina_server: Start
@@ -73,17 +88,7 @@ def start_ens(
     """Add the composing models plus the given ensembles, start a server."""
 
     def start(ensembles: dict[str, str], args: tuple[str, ...] = ()) -> RunningServer:
-        for name, (config, files) in {
-            "double": unary("double"),
-            "neg": unary("neg"),
-            "check": unary("check"),
-            "split": unary("split", decoupled=True),
-            "add": ADD,
-        }.items():
-            model_repository.add(name, config, files)
-        for name, config in ensembles.items():
-            model_repository.add(name, config)
-        ens_backend.EnsBackend.calls.clear()
+        add_models(model_repository, ensembles)
         return despina_server(model_repository.root, args=args, plugins=[ens_backend])
 
     return start
