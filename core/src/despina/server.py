@@ -137,7 +137,7 @@ class Server:
         self.live = True
         try:
             await self.models.repository.sync()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any source failure stops the start-up
             raise StartupError(f"failed to fetch the model repository: {exc}") from None
         await self.models.load_startup()
         failures = self.models.failures()
