@@ -8,11 +8,10 @@ from pathlib import Path
 import boto3
 import pytest
 import toy_backend
-from moto.server import ThreadedMotoServer
-from toy_backend import toy_config, toy_request
-
 from despina.plugins import create_plugins
 from despina.testing import RunningServer, free_port
+from moto.server import ThreadedMotoServer
+from toy_backend import toy_config, toy_request
 
 Start = Callable[..., RunningServer]
 
