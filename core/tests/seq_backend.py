@@ -35,7 +35,12 @@ class SeqInstance(ModelInstance):
         )
         if self.behaviour.get("delay_s"):
             await asyncio.sleep(float(self.behaviour["delay_s"]))
-        return [self._one(request) for request in requests]
+        responses = [self._one(request) for request in requests]
+        for request, response in zip(requests, responses, strict=True):
+            wanted = request.requested_output_names
+            if wanted is not None:  # like real backends: only what was asked for
+                response.outputs = {k: v for k, v in response.outputs.items() if k in wanted}
+        return responses
 
     def _one(self, request: InferenceRequest) -> InferenceResponse:
         inputs = request.inputs

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import seq_backend
 from despina.errors import InvalidArgument
-from despina.inference import InferenceRequest, SequenceFlags
+from despina.inference import InferenceRequest, RequestedOutput, SequenceFlags
 from despina.testing import RepositoryBuilder, RunningServer
 
 Start = Callable[..., RunningServer]
@@ -194,25 +194,32 @@ def test_oldest_string_ids_implicit_state_same_instance(
 
 
 def test_state_output_hidden_unless_declared(start_seq: Callable[..., RunningServer]) -> None:
-    running = start_seq(
-        {
-            "state": seq_config(
-                "oldest { }",
-                extra=STATE.replace(
-                    'initial_state { name: "hundred" data_type: TYPE_INT32 dims: [ 1 ] data_file: "hundred" }',
-                    "",
-                ),
-            )
-        }
+    zero_state = STATE.replace('data_file: "hundred"', "zero_data: true")
+    visible = seq_config("oldest { }", extra=zero_state).replace(
+        'output [ { name: "OUTPUT"',
+        'output [ { name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "OUTPUT"',
     )
+    running = start_seq({"hidden": seq_config("oldest { }", extra=zero_state), "visible": visible})
 
-    async def scenario() -> Any:
-        await running.server.infer(seq_request("state", 5, 3, SequenceFlags.START))
-        return await running.server.infer(seq_request("state", 5, 4, SequenceFlags.END))
+    async def scenario(model: str) -> list[Any]:
+        server = running.server
+        only_output = [RequestedOutput("OUTPUT")]
+        first = seq_request(model, 5, 3, SequenceFlags.START)
+        second = seq_request(model, 5, 4, SequenceFlags.NONE)
+        second.outputs = only_output  # the state must still flow when the client names outputs
+        third = seq_request(model, 5, 5, SequenceFlags.END)
+        return [await server.infer(r) for r in (first, second, third)]
 
-    response = running.call(scenario())
-    assert set(response.outputs) == {"OUTPUT"}
-    assert int(response.outputs["OUTPUT"].ravel()[0]) == 7
+    hidden = running.call(scenario("hidden"))
+    assert [set(r.outputs) for r in hidden] == [{"OUTPUT"}] * 3
+    assert [int(r.outputs["OUTPUT"].ravel()[0]) for r in hidden] == [3, 7, 12]
+    shown = running.call(scenario("visible"))
+    assert [set(r.outputs) for r in shown] == [
+        {"OUTPUT", "STATE_OUT"},
+        {"OUTPUT"},
+        {"OUTPUT", "STATE_OUT"},
+    ]
+    assert int(shown[2].outputs["STATE_OUT"].ravel()[0]) == 12
 
 
 def test_sequence_errors(start_seq: Callable[..., RunningServer]) -> None:

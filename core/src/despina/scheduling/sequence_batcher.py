@@ -28,7 +28,13 @@ import numpy as np
 
 from despina.backend import ModelInstance
 from despina.config import ModelConfig
-from despina.inference import InferenceRequest, InferenceResponse, ResponseStream, SequenceFlags
+from despina.inference import (
+    InferenceRequest,
+    InferenceResponse,
+    RequestedOutput,
+    ResponseStream,
+    SequenceFlags,
+)
 from despina.scheduling.base import run_batch
 from despina.scheduling.dynamic import _same_shapes as same_shapes
 
@@ -216,6 +222,9 @@ class _Execution(ModelInstance):
         self.owner = owner
         self.instance = instance
         self.chosen = chosen
+        #: Requests whose requested outputs were widened by the state outputs, with the
+        #: client's own list (put back before the responses are delivered).
+        self.widened: list[tuple[InferenceRequest, list[RequestedOutput]]] = []
 
     async def execute(
         self, requests: Sequence[InferenceRequest]
@@ -225,7 +234,11 @@ class _Execution(ModelInstance):
             batch.append(
                 self._pad(requests[0]) if request is None else self._prepare(slot, request)
             )
-        responses = await self.instance.execute(batch)
+        try:
+            responses = await self.instance.execute(batch)
+        finally:
+            for request, outputs in self.widened:
+                request.outputs = outputs
         if responses is None or len(responses) != len(batch):
             return responses
         kept: list[InferenceResponse] = []
@@ -242,6 +255,16 @@ class _Execution(ModelInstance):
             if slot.states is None or SequenceFlags.START in request.flags:
                 slot.states = {s.input_name: s.initial for s in owner.states}
             request.inputs.update(slot.states)
+            if request.outputs is not None:
+                # the backend must produce the state outputs even when the client
+                # named only some outputs
+                self.widened.append((request, request.outputs))
+                named = {o.name for o in request.outputs}
+                request.outputs = request.outputs + [
+                    RequestedOutput(s.output_name)
+                    for s in owner.states
+                    if s.output_name not in named
+                ]
         return request
 
     def _keep_states(self, slot: Slot, response: InferenceResponse) -> None:
