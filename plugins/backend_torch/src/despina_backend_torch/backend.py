@@ -1,0 +1,146 @@
+"""The PyTorch backend: a loaded module per instance (or per device with weight sharing),
+each batch one forward() call in the instance's thread.
+
+Auto-complete: ``torch.export`` programs (``.pt2``) declare their tensors, so inputs
+(named after forward()'s parameters), outputs (``OUTPUT__<i>``) and ``max_batch_size``
+(default when every first dimension is dynamic) are filled as for ONNX. TorchScript and
+``model.py`` modules carry no data types or shapes: their config must list inputs and
+outputs, or the load fails saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+from despina.backend import Backend, InstanceSpec, ModelInstance
+from despina.config import mc
+from despina.errors import ConfigError, Internal, Unavailable
+from despina.signatures import check_config, complete_config, default_max_batch_size
+from despina.tensors import config_to_datatype
+from despina.threaded import ThreadedInstance
+
+from despina_backend_torch.convert import to_numpy, to_torch
+from despina_backend_torch.loading import LoadedModel, load_model
+from despina_backend_torch.naming import input_positions, pick_outputs
+from despina_backend_torch.settings import TorchSettings
+
+NO_SIGNATURE = (
+    "model '{model}': '{label}' declares no input/output data types or shapes, so its "
+    "config.pbtxt must list inputs (named after forward()'s arguments or INPUT__<i>) and "
+    "outputs (OUTPUT__<i>); only torch.export programs (.pt2) are auto-completed"
+)
+
+
+class TorchBackend(Backend):
+    """Serves ``model.pt`` (TorchScript, platform ``pytorch_libtorch``), and with
+    ``default_model_filename`` ``model.pt2`` / ``model.py`` PyTorch 2 models."""
+
+    name = "pytorch"
+    platforms = ("pytorch_libtorch",)
+    default_model_filename = "model.pt"
+
+    @property
+    def file_label(self) -> str:
+        return f"{self.context.version}/{self.context.config.default_model_filename}"
+
+    async def auto_complete(self) -> None:
+        """Fill the config from a ``.pt2`` program; require listed tensors otherwise."""
+        config, path = self.context.config, self.context.model_file
+        if path.suffix == ".pt2":
+            loaded = await asyncio.to_thread(self._load, "cpu")
+            assert loaded.inputs is not None and loaded.outputs is not None
+            default = default_max_batch_size(self.context.server.settings, self.name)
+            complete_config(config, loaded.inputs, loaded.outputs, default)
+        elif not config.input or not config.output:
+            raise ConfigError(NO_SIGNATURE.format(model=self.context.name, label=self.file_label))
+
+    async def load(self) -> None:
+        """Parse the parameters and apply the process-wide ones."""
+        config = self.context.config
+        if not config.input or not config.output:
+            raise ConfigError(NO_SIGNATURE.format(model=self.context.name, label=self.file_label))
+        self.settings = TorchSettings.from_parameters(self.context.parameters, self.context.name)
+        self.settings.apply_process_wide()
+        self._shared: dict[str | None, LoadedModel] = {}
+
+    async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        """Load the module on the instance's device and bind the config's tensors to it."""
+        device = _device(spec, self.context.name)
+        loaded = self._shared.get(device) if self.settings.weight_sharing else None
+        if loaded is None:
+            loaded = await asyncio.to_thread(self._load, device)
+            self._shared[device] = loaded
+        config, model = self.context.config, self.context.name
+        if loaded.inputs is not None and loaded.outputs is not None:
+            check_config(config, loaded.inputs, loaded.outputs, model, self.file_label)
+        names = [i.name for i in config.input]
+        positions = input_positions(names, loaded.arg_names, loaded.required, model, self.file_label)
+        order = [name for _, name in sorted(zip(positions, names, strict=True))]
+        return TorchInstance(spec, loaded, order, self.settings, device, self.context.config)
+
+    def _load(self, device: str | None) -> LoadedModel:
+        return load_model(self.context.model_file, device, self.context.name, self.file_label)
+
+
+class TorchInstance(ThreadedInstance):
+    """Runs forward() on the joined batch under the model's torch settings."""
+
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        loaded: LoadedModel,
+        order: list[str],
+        settings: TorchSettings,
+        device: str | None,
+        config: Any,
+    ) -> None:
+        outputs = [o.name for o in config.output]
+        super().__init__(f"torch-{spec.name}", config.max_batch_size > 0, outputs, settings.init_thread)
+        self.spec = spec
+        self.loaded = loaded
+        self.order = order
+        self.settings = settings
+        #: Where inputs go: the instance's device (CPU for KIND_MODEL).
+        self.device = device or "cpu"
+        self.datatypes = {
+            t.name: config_to_datatype(mc.DataType.Name(t.data_type))
+            for t in [*config.input, *config.output]
+        }
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        import torch
+
+        args = [
+            to_torch(inputs[name], self.datatypes[name], self.device, name) if name in inputs else None
+            for name in self.order
+        ]
+        while args and args[-1] is None:
+            args.pop()
+        try:
+            with self.settings.guards():
+                result = self.loaded.module(*args)
+        except Exception as exc:  # noqa: BLE001 - a model's forward() may raise anything
+            raise Internal(f"PyTorch execute failure: {str(exc).strip().splitlines()[0]}") from None
+        picked = pick_outputs(result, outputs, single=len(self.output_names) == 1)
+        arrays = {name: to_numpy(value, self.datatypes[name], name) for name, value in picked.items()}
+        if self.settings.cache_cleaning and self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        return arrays
+
+
+def _device(spec: InstanceSpec, model: str) -> str | None:
+    """``cpu``, ``cuda:<id>``, or None for KIND_MODEL (the module's own placement)."""
+    if spec.kind == "KIND_CPU":
+        return "cpu"
+    if spec.kind == "KIND_MODEL":
+        return None
+    import torch
+
+    if not torch.cuda.is_available() or spec.device_id >= torch.cuda.device_count():
+        raise Unavailable(
+            f"model '{model}': instance '{spec.name}' needs GPU {spec.device_id}, but the "
+            f"installed torch {torch.__version__} sees {torch.cuda.device_count()} CUDA device(s)"
+        )
+    return f"cuda:{spec.device_id}"

@@ -1,0 +1,13 @@
+"""Entry-point module: registers the PyTorch backend (imports no torch)."""
+
+from __future__ import annotations
+
+from despina.backend import Backend
+from despina.hookspecs import hookimpl
+
+from despina_backend_torch.backend import TorchBackend
+
+
+@hookimpl
+def despina_backends() -> list[type[Backend]]:
+    return [TorchBackend]

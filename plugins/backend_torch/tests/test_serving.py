@@ -1,0 +1,203 @@
+"""Serving TorchScript, torch.export and model.py models: naming, batching, instances, types."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+from despina.testing import RepositoryBuilder, RunningServer
+
+Start = Callable[..., RunningServer]
+
+ADD_SUB = """
+platform: "pytorch_libtorch"
+max_batch_size: 8
+input [
+  {{ name: "{in0}" data_type: TYPE_FP32 dims: [ 4 ] }},
+  {{ name: "{in1}" data_type: TYPE_FP32 dims: [ 4 ] }}
+]
+output [
+  {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] }},
+  {{ name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 4 ] }}
+]
+{extra}
+"""
+
+
+def add_sub_config(in0: str = "INPUT__0", in1: str = "INPUT__1", extra: str = "") -> str:
+    return ADD_SUB.format(in0=in0, in1=in1, extra=extra)
+
+
+def pair(batch: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (
+        rng.standard_normal((batch, 4), dtype=np.float32),
+        rng.standard_normal((batch, 4), dtype=np.float32),
+    )
+
+
+def direct(model: bytes, *args: np.ndarray) -> list[np.ndarray]:
+    """What the TorchScript module returns when called directly."""
+    module = torch.jit.load(io.BytesIO(model))
+    with torch.inference_mode():
+        return [t.numpy() for t in module(*(torch.from_numpy(a.copy()) for a in args))]
+
+
+@pytest.mark.parametrize(
+    ("in0", "in1"), [("INPUT__0", "INPUT__1"), ("a", "b"), ("b", "a")], ids=["indexed", "named", "swapped"]
+)
+def test_torchscript_input_naming(
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
+    served,
+    torch_models,
+    in0: str,
+    in1: str,
+) -> None:
+    model = torch_models["add_sub"]()
+    model_repository.add("add_sub", add_sub_config(in0, in1), {"1/model.pt": model})
+    client = served(despina_server(model_repository.root))
+    x, y = pair(3)
+    outputs = client.infer("add_sub", {in0: x, in1: y})
+    # Named inputs bind by forward() parameter name (a, b), indexed ones by position.
+    a, b = (y, x) if (in0, in1) == ("b", "a") else (x, y)
+    expected = direct(model, a, b)
+    np.testing.assert_array_equal(outputs["OUTPUT__0"], expected[0])
+    np.testing.assert_array_equal(outputs["OUTPUT__1"], expected[1])
+
+
+def test_torchscript_without_config_says_what_to_write(
+    model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
+) -> None:
+    model_repository.add("bare", None, {"1/model.pt": torch_models["add_sub"]()})
+    row = served(despina_server(model_repository.root, ["--exit-on-error=false"])).index()["bare"]
+    assert row["state"] == "UNAVAILABLE"
+    assert "model 'bare': '1/model.pt' declares no input/output data types or shapes" in row["reason"]
+    assert "INPUT__<i>" in row["reason"]
+
+
+def test_dynamic_batching_with_instances_under_concurrency(
+    model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
+) -> None:
+    model = torch_models["add_sub"]()
+    extra = (
+        "dynamic_batching { max_queue_delay_microseconds: 20000 }\n"
+        "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+        'parameters { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }\n'
+    )
+    model_repository.add("batched", add_sub_config(extra=extra), {"1/model.pt": model})
+    client = served(despina_server(model_repository.root))
+    assert len(client.server.models.get("batched").instances) == 2
+    requests = [dict(zip(("INPUT__0", "INPUT__1"), pair(1 + i % 3, i), strict=True)) for i in range(24)]
+    for inputs, outputs in zip(requests, client.infer_many("batched", requests), strict=True):
+        expected = direct(model, inputs["INPUT__0"], inputs["INPUT__1"])
+        np.testing.assert_array_equal(outputs["OUTPUT__0"], expected[0])
+        np.testing.assert_array_equal(outputs["OUTPUT__1"], expected[1])
+    stats = client.stats("batched")
+    assert stats["execution_count"] < len(requests)
+
+
+DATATYPES = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BF16": "bfloat16",
+}
+
+
+def test_every_torch_datatype_and_strings(
+    model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
+) -> None:
+    import ml_dtypes
+
+    identity = torch_models["identity"]()
+    for datatype in DATATYPES:
+        config = (
+            f'platform: "pytorch_libtorch"\nmax_batch_size: 4\n'
+            f'input [ {{ name: "x" data_type: TYPE_{datatype} dims: [ -1 ] }} ]\n'
+            f'output [ {{ name: "OUTPUT__0" data_type: TYPE_{datatype} dims: [ -1 ] }} ]\n'
+        )
+        model_repository.add(f"id_{datatype.lower()}", config, {"1/model.pt": identity})
+    strings = (
+        'platform: "pytorch_libtorch"\n'
+        'input [ { name: "words" data_type: TYPE_STRING dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT__0" data_type: TYPE_STRING dims: [ -1 ] } ]\n'
+    )
+    model_repository.add("upper", strings, {"1/model.pt": torch_models["upper"]()})
+    client = served(despina_server(model_repository.root))
+    rng = np.random.default_rng(3)
+    for datatype, dtype in DATATYPES.items():
+        dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+        sent = (rng.random((2, 5)) * 50).astype(dtype)
+        got = client.infer(f"id_{datatype.lower()}", {"x": sent})["OUTPUT__0"]
+        assert got.dtype == sent.dtype, datatype
+        np.testing.assert_array_equal(got, sent)
+    words = np.array([b"ab", b"h\xc3\xa9llo", b""], dtype=object)
+    # TorchScript upper() changes ASCII letters only.
+    assert client.infer("upper", {"words": words})["OUTPUT__0"].tolist() == [b"AB", "HéLLO".encode(), b""]
+
+
+def test_torch_export_program_is_auto_completed(
+    model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
+) -> None:
+    text = 'backend: "pytorch"\ndefault_model_filename: "model.pt2"\n'
+    model_repository.add("exported", text, {"1/model.pt2": torch_models["add_sub_pt2"]()})
+    client = served(despina_server(model_repository.root))
+    config = client.config("exported")
+    assert config["max_batch_size"] == 4 and "dynamic_batching" in config
+    assert [(i["name"], i["data_type"], i["dims"]) for i in config["input"]] == [
+        ("a", "TYPE_FP32", [4]),
+        ("b", "TYPE_FP32", [4]),
+    ]
+    assert [o["name"] for o in config["output"]] == ["OUTPUT__0", "OUTPUT__1"]
+    x, y = pair(3)
+    outputs = client.infer("exported", {"a": x, "b": y})
+    np.testing.assert_allclose(outputs["OUTPUT__0"], x + y)
+    np.testing.assert_allclose(outputs["OUTPUT__1"], x - y)
+
+
+MODEL_PY = '''
+import torch
+
+
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, features):
+        return {"scores": self.linear(features)}
+'''
+
+
+def test_model_py_with_state_dict(
+    model_repository: RepositoryBuilder, despina_server: Start, served
+) -> None:
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(4, 2)
+    weights = io.BytesIO()
+    torch.save({f"linear.{k}": v for k, v in linear.state_dict().items()}, weights)
+    config = (
+        'backend: "pytorch"\ndefault_model_filename: "model.py"\nmax_batch_size: 8\n'
+        'input [ { name: "features" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "scores" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+    )
+    files: dict[str, str | bytes] = {"1/model.py": MODEL_PY, "1/model.pt": weights.getvalue()}
+    model_repository.add("module", config, files)
+    client = served(despina_server(model_repository.root))
+    x = pair(5)[0]
+    with torch.inference_mode():
+        expected = linear(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(client.infer("module", {"features": x})["scores"], expected, rtol=1e-6)
