@@ -20,6 +20,8 @@ CHOICE_VALUES = {
     "--log-format": "ISO8601",
     "--grpc-infer-response-compression-level": "none",
     "--cache-config": "local,size=1024",
+    "--rate-limit": "execution_count",
+    "--rate-limit-resource": "gpu_slot:2:0",
 }
 SAMPLE_VALUES = {"<boolean>": "true", "<integer>": "1", "<float>": "1.5", "<string>": "x"}
 
@@ -45,10 +47,10 @@ def test_every_tritonserver_flag_is_recognised(line: str) -> None:
 
 def test_flags_without_effect_are_reported() -> None:
     settings = parse_settings(
-        ["--rate-limit=execution_count", "--pinned-memory-pool-byte-size=1"], create_plugins()
+        ["--host-policy=numa,numa-node=0", "--pinned-memory-pool-byte-size=1"], create_plugins()
     )
     joined = "\n".join(settings.inert_flags_given)
-    assert "--rate-limit: the rate limiter is not implemented yet" in joined
+    assert "--host-policy: host policies (NUMA, CPU pinning) are not supported" in joined
     assert "--pinned-memory-pool-byte-size" in joined
 
 
@@ -104,7 +106,7 @@ def test_serve_starts_warns_about_inert_flags_and_stops_on_sigterm(tmp_path: Pat
             "despina",
             "serve",
             f"--model-repository={tmp_path / 'repo'}",
-            "--rate-limit=off",
+            "--pinned-memory-pool-byte-size=1",
             "--allow-http=false",
             "--allow-grpc=false",
             "--allow-metrics=false",
@@ -124,7 +126,7 @@ def test_serve_starts_warns_about_inert_flags_and_stops_on_sigterm(tmp_path: Pat
     _, rest = process.communicate(timeout=30)
     output = "".join(seen) + rest
     assert process.returncode == 0, output
-    assert "flag has no effect: --rate-limit: the rate limiter is not implemented yet" in output
+    assert "flag has no effect: --pinned-memory-pool-byte-size: Despina keeps tensors" in output
 
 
 FRAMEWORKS = ("torch", "onnxruntime", "openvino", "tensorrt", "tensorflow", "cupy")

@@ -26,8 +26,13 @@ class ToyInstance(ModelInstance):
         self.log.append((self.spec.name, len(requests)))
         ToyBackend.order.extend(r.id for r in requests)
         delay = float(self.behaviour.get("delay_s", 0))  # type: ignore[arg-type]
-        if delay:
-            await asyncio.sleep(delay)
+        ToyBackend.active += 1
+        ToyBackend.max_active = max(ToyBackend.max_active, ToyBackend.active)
+        try:
+            if delay:
+                await asyncio.sleep(delay)
+        finally:
+            ToyBackend.active -= 1
         if self.behaviour.get("raise"):
             raise RuntimeError("toy model exploded")
         responses = []
@@ -50,6 +55,9 @@ class ToyBackend(Backend):
     executions: list[tuple[str, int]] = []
     #: Request ids in the order they were executed (all toy models of the process).
     order: list[str] = []
+    #: Executions running now, and the most seen at once (reset by tests).
+    active = 0
+    max_active = 0
 
     async def auto_complete(self) -> None:
         config = self.context.config

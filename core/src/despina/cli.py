@@ -112,6 +112,19 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not auto-complete model configs from model files",
     )
+    limits = parser.add_argument_group("rate limiter")
+    limits.add_argument(
+        "--rate-limit",
+        choices=["off", "execution_count"],
+        default="off",
+        help="execution_count: instances run only when their rate_limiter resources are free",
+    )
+    limits.add_argument(
+        "--rate-limit-resource",
+        action="append",
+        metavar="NAME:COUNT[:DEVICE]",
+        help="resources available to the rate limiter; repeatable",
+    )
     cache = parser.add_argument_group("response cache")
     cache.add_argument(
         "--cache-config",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from despina import config as cfg
 from despina.backend import Backend, InstanceSpec, ModelContext, ModelInstance
 from despina.errors import ConfigError, DespinaError, Unavailable
+from despina.rate_limiter import Needs
 from despina.scheduling.base import ScheduledModel, Scheduler
 from despina.stats import ModelStats
 from despina.validation import ModelSignature
@@ -163,17 +164,42 @@ def pick_scheduler(server: Server, config: cfg.ModelConfig) -> type[Scheduler]:
     return schedulers["default"]
 
 
+def rate_limiter_needs(
+    server: Server, config: cfg.ModelConfig, specs: list[InstanceSpec]
+) -> list[Needs | None]:
+    """Each instance's rate-limiter needs (None when not limited), registered with the
+    server's limiter; empty without ``--rate-limit=execution_count``."""
+    if server.rate_limiter is None:
+        return []
+    needs: list[Needs | None] = []
+    for spec in specs:
+        group = config.instance_group[spec.group_index]
+        if not group.HasField("rate_limiter") or not group.rate_limiter.resources:
+            needs.append(None)
+            continue
+        resources = {
+            (r.name.lower(), None if getattr(r, "global") else spec.device_id): int(r.count)
+            for r in group.rate_limiter.resources
+        }
+        one = Needs(resources, int(group.rate_limiter.priority) or 1)
+        server.rate_limiter.register(one)
+        needs.append(one)
+    return needs
+
+
 async def load_version(
     server: Server, backend_cls: type[Backend] | None, model_dir: Path, version: ModelVersion
 ) -> None:
     """Load one version; on failure it ends UNAVAILABLE with the reason (never raises)."""
     started = time.monotonic()
+    specs: list[InstanceSpec] = []
     try:
         if backend_cls is not None:
             context = ModelContext(version.name, version.version, model_dir, version.config, server)
             version.backend = backend_cls(context)
             await version.backend.load()
-            for spec in instance_specs(version.config):
+            specs = instance_specs(version.config)
+            for spec in specs:
                 version.instances.append(await version.backend.create_instance(spec))
             await warm_up(version.config, model_dir, version.instances)
         scheduler_cls = pick_scheduler(server, version.config)
@@ -187,6 +213,8 @@ async def load_version(
             server=server,
             model_dir=model_dir,
             cache=server.response_cache if version.config.response_cache.enable else None,
+            limiter=server.rate_limiter,
+            needs=rate_limiter_needs(server, version.config, specs),
         )
         version.scheduler = scheduler_cls(model)
         await version.scheduler.start()

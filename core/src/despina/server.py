@@ -25,6 +25,7 @@ from despina.loader import ModelVersion
 from despina.models import ModelManager
 from despina.plugins import Plugins, create_plugins
 from despina.poller import RepositoryPoller
+from despina.rate_limiter import RateLimiter, parse_resource_flags
 from despina.repository import ModelRepository
 from despina.response_cache import ResponseCache, cache_key, parse_cache_config
 from despina.runtime_settings import LogSettings, TraceSettings
@@ -98,6 +99,13 @@ class Server:
         except ValueError as exc:
             raise StartupError(str(exc)) from None
         self.response_cache = ResponseCache(cache_bytes) if cache_bytes else None
+        self.rate_limiter: RateLimiter | None = None
+        if self.settings.rate_limit == "execution_count":
+            try:
+                limits = parse_resource_flags(self.settings.rate_limit_resource)
+            except ValueError as exc:
+                raise StartupError(str(exc)) from None
+            self.rate_limiter = RateLimiter(limits)
         self.log_settings = LogSettings.from_settings(self.settings)
         self.trace_settings = TraceSettings.from_settings(self.settings)
         self.frontends: list[Any] = []

@@ -94,8 +94,6 @@ TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--backend-config": ("str", True, "per-backend configuration is not read yet"),
     "--repoagent-directory": ("str", False, "repository agents are Python plugins"),
     "--cache-directory": ("str", False, "caches are Python plugins, not shared libraries"),
-    "--rate-limit": ("str", False, "the rate limiter is not implemented yet"),
-    "--rate-limit-resource": ("str", True, "the rate limiter is not implemented yet"),
     "--pinned-memory-pool-byte-size": (
         "int",
         False,

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -20,6 +20,7 @@ from despina.backend import ModelInstance
 from despina.config import ModelConfig
 from despina.errors import DespinaError, Internal, Unavailable
 from despina.inference import InferenceRequest, InferenceResponse
+from despina.rate_limiter import Needs, RateLimiter
 from despina.response_cache import ResponseCache
 from despina.stats import ModelStats
 
@@ -47,6 +48,10 @@ class ScheduledModel:
     model_dir: Path | None = None
     #: The server's response cache when this model enables it.
     cache: ResponseCache | None = None
+    #: The server's rate limiter (``--rate-limit=execution_count``), with each instance's
+    #: needs in ``instances`` order (None: the instance is not rate limited).
+    limiter: RateLimiter | None = None
+    needs: list[Needs | None] = field(default_factory=list)
 
 
 class Scheduler(abc.ABC):
@@ -107,6 +112,19 @@ def batch_size_of(request: InferenceRequest, config: ModelConfig) -> int:
         first = next(iter(request.inputs.values()))
         return int(first.shape[0]) if first.ndim else 1
     return 1
+
+
+async def execute_on(
+    model: ScheduledModel, index: int, requests: Sequence[InferenceRequest]
+) -> None:
+    """:func:`run_batch` on ``model.instances[index]``, holding the instance's
+    rate-limiter resources for the execution when it has any. Never raises."""
+    needs = model.needs[index] if model.limiter is not None and index < len(model.needs) else None
+    if model.limiter is None or needs is None:
+        await run_batch(model, model.instances[index], requests)
+        return
+    async with model.limiter.slot(needs):
+        await run_batch(model, model.instances[index], requests)
 
 
 async def run_batch(

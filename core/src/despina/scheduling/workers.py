@@ -6,10 +6,9 @@ import abc
 import asyncio
 import contextlib
 
-from despina.backend import ModelInstance
 from despina.errors import DespinaError
 from despina.inference import InferenceRequest
-from despina.scheduling.base import ScheduledModel, Scheduler, reject, run_batch, stopping_error
+from despina.scheduling.base import ScheduledModel, Scheduler, execute_on, reject, stopping_error
 from despina.scheduling.queue import RequestQueue
 
 #: Concurrent executions per instance whose ``concurrent`` flag is set (async models).
@@ -35,10 +34,10 @@ class QueueScheduler(Scheduler):
         reject(self.model, request, error)
 
     async def start(self) -> None:
-        for instance in self.model.instances:
+        for index, instance in enumerate(self.model.instances):
             slots = CONCURRENT_SLOTS if instance.concurrent else 1
             for _ in range(slots):
-                self._workers.append(asyncio.create_task(self._work(instance)))
+                self._workers.append(asyncio.create_task(self._work(index)))
 
     def submit(self, request: InferenceRequest) -> None:
         if self._stopping:
@@ -59,14 +58,14 @@ class QueueScheduler(Scheduler):
 
         Must be cancellation-safe: requests taken from the queue go back on cancel."""
 
-    async def _work(self, instance: ModelInstance) -> None:
+    async def _work(self, index: int) -> None:
         task = asyncio.current_task()
         assert task is not None
         while not self._stopping:
             batch = await self.next_batch()
             self._executing.add(task)
             try:
-                await run_batch(self.model, instance, batch)
+                await execute_on(self.model, index, batch)
             finally:
                 self._executing.discard(task)
 
