@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 import toy_backend
-from toy_backend import toy_config, toy_request
-
 from despina.rate_limiter import parse_resource_flags
 from despina.testing import RepositoryBuilder, RunningServer
+from toy_backend import toy_config, toy_request
 
 Start = Callable[..., RunningServer]
 

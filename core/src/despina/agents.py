@@ -33,7 +33,7 @@ async def run_agents(server: Server, config: ModelConfig, model_dir: Path) -> Pa
             model_dir = Path(await agent.prepare(model_dir))
         except DespinaError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - an agent failure fails this load only
             raise Unavailable(
                 f"model '{config.name or model_dir.name}': repository agent '{spec.name}' failed: {exc}"
             ) from None
