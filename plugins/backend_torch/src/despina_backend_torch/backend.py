@@ -122,12 +122,18 @@ class TorchInstance(ThreadedInstance):
             with self.settings.guards():
                 result = self.loaded.module(*args)
         except Exception as exc:  # noqa: BLE001 - a model's forward() may raise anything
-            raise Internal(f"PyTorch execute failure: {str(exc).strip().splitlines()[0]}") from None
+            raise Internal(f"PyTorch execute failure: {_summary(exc)}") from None
         picked = pick_outputs(result, outputs, single=len(self.output_names) == 1)
         arrays = {name: to_numpy(value, self.datatypes[name], name) for name, value in picked.items()}
         if self.settings.cache_cleaning and self.device.startswith("cuda"):
             torch.cuda.empty_cache()
         return arrays
+
+
+def _summary(exc: Exception) -> str:
+    """An exception's first and last lines (TorchScript puts its traceback between)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
+    return lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
 
 
 def _device(spec: InstanceSpec, model: str) -> str | None:
