@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import seq_backend
-from despina.errors import InvalidArgument
+from despina.errors import Cancelled, InvalidArgument, Unavailable
 from despina.inference import InferenceRequest, RequestedOutput, SequenceFlags
 from despina.testing import RepositoryBuilder, RunningServer
 
@@ -320,3 +320,81 @@ sequence_batching {{ control_input [ {control} ] }}
     rows = {row["name"]: row for row in running.server.models.index()}
     assert rows["bad"]["state"] == "UNAVAILABLE"
     assert message in rows["bad"]["reason"]
+
+
+def one_slot_config() -> str:
+    """One instance, no batching: a single sequence slot."""
+    return seq_config(mbs=0).replace("max_batch_size: 0", "")
+
+
+def test_cancelled_request_ends_its_sequence(start_seq: Callable[..., RunningServer]) -> None:
+    running = start_seq({"slow": one_slot_config()}, {"1/model.seq": '{"delay_s": 0.1}'})
+    server = running.server
+
+    async def scenario() -> list[Any]:
+        requests = [
+            seq_request("slow", 1, 1, SequenceFlags.START, batched=False),
+            seq_request("slow", 1, 2, SequenceFlags.NONE, batched=False),
+            seq_request("slow", 1, 3, SequenceFlags.END, batched=False),
+        ]
+        futures = [asyncio.ensure_future(server.infer(r)) for r in requests]
+        await asyncio.sleep(0)  # all three submitted, the first one picked up
+        requests[1].cancel()
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, second, third = running.call(scenario())
+    assert int(first.outputs["OUTPUT"][0]) == 1
+    assert isinstance(second, Cancelled) and isinstance(third, Cancelled)
+    assert str(second) == "Request was cancelled"
+    assert server.models.get("slow").stats.failures["CANCELED"] == 1
+    with pytest.raises(InvalidArgument):  # the sequence is gone
+        running.call(server.infer(seq_request("slow", 1, 4, SequenceFlags.END, batched=False)))
+
+
+def test_backlogged_sequence_times_out(start_seq: Callable[..., RunningServer]) -> None:
+    running = start_seq({"one": one_slot_config()})
+    server = running.server
+
+    async def scenario() -> Exception | None:
+        await server.infer(seq_request("one", 1, 1, SequenceFlags.START, batched=False))
+        waiting = seq_request("one", 2, 1, SequenceFlags.START, batched=False)
+        waiting.timeout_us = 50_000
+        try:
+            await server.infer(waiting)  # no slot frees up: sequence 1 holds the only one
+        except Unavailable as exc:
+            return exc
+        finally:
+            await server.infer(seq_request("one", 1, 1, SequenceFlags.END, batched=False))
+        return None
+
+    error = running.call(scenario())
+    assert str(error) == "timeout of the corresponding sequence has been expired"
+    assert server.models.get("one").stats.failures["REJECTED"] == 1
+
+
+def test_stop_fails_queued_requests(start_seq: Callable[..., RunningServer]) -> None:
+    running = start_seq({"slow": one_slot_config()}, {"1/model.seq": '{"delay_s": 0.1}'})
+    server = running.server
+
+    async def scenario() -> list[Any]:
+        requests = [
+            seq_request("slow", 1, 1, SequenceFlags.START, batched=False),
+            seq_request("slow", 1, 2, SequenceFlags.END, batched=False),
+            seq_request("slow", 2, 5, SequenceFlags.START, batched=False),  # backlogged
+        ]
+        futures = [asyncio.ensure_future(server.infer(r)) for r in requests]
+        scheduler = server.models.get("slow").scheduler
+        assert scheduler is not None
+        for _ in range(1000):  # until the first request executes
+            if scheduler.busy:
+                break
+            await asyncio.sleep(0.001)
+        assert scheduler.pending == 2
+        await scheduler.stop()
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, second, third = running.call(scenario())
+    assert int(first.outputs["OUTPUT"][0]) == 1  # the running execution finished
+    message = "Server is stopping, request for model 'slow' was not executed"
+    assert [str(second), str(third)] == [message, message]
+    assert isinstance(second, Unavailable)

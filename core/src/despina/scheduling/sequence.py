@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import math
 import time
 from collections import deque
 
@@ -50,6 +51,22 @@ log = logging.getLogger("despina.scheduling")
 DEFAULT_IDLE_US = 1_000_000
 #: How often the reaper looks again at an idle sequence still waiting in the backlog.
 BACKLOG_RECHECK_S = 0.05
+
+
+class Backlog(deque[InferenceRequest]):
+    """The queued requests of a sequence waiting for a free slot."""
+
+    #: When the earliest request timeout among them runs out (monotonic seconds).
+    expires: float = math.inf
+
+    def add(self, request: InferenceRequest) -> bool:
+        """Queue ``request``; True when it moved ``expires`` earlier."""
+        self.append(request)
+        expires = time.monotonic() + request.timeout_us / 1e6 if request.timeout_us else math.inf
+        if expires < self.expires:
+            self.expires = expires
+            return True
+        return False
 
 
 class SequenceBatchScheduler(Scheduler):
@@ -86,8 +103,9 @@ class SequenceBatchScheduler(Scheduler):
         self._free = [(s.index, b.index, s) for b in self.batchers for s in b.slots]
         heapq.heapify(self._free)
         self._active: dict[int | str, Slot] = {}
-        self._backlog: dict[int | str, deque[InferenceRequest]] = {}
-        self._backlogs: deque[deque[InferenceRequest]] = deque()
+        self._backlog: dict[int | str, Backlog] = {}
+        self._backlogs: deque[Backlog] = deque()
+        self._reaper_wake = asyncio.Event()
         self._last_seen: dict[int | str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._reaper: asyncio.Task[None] | None = None
@@ -141,20 +159,19 @@ class SequenceBatchScheduler(Scheduler):
                 corrid,
                 model,
             )
-        if backlog is not None:
-            backlog.append(request)
-            if end:
-                del self._backlog[corrid]
-            return
-        if slot is None and self._free:
+        if slot is None and backlog is None and self._free:
             slot = heapq.heappop(self._free)[2]
             slot.corrid = corrid
             self._active[corrid] = slot
         if slot is None:
-            queue = deque([request])
-            self._backlogs.append(queue)
-            if not end:
-                self._backlog[corrid] = queue
+            if backlog is None:
+                backlog = Backlog()
+                self._backlogs.append(backlog)
+                self._backlog[corrid] = backlog
+            if backlog.add(request):
+                self._reaper_wake.set()
+            if end:
+                del self._backlog[corrid]
             return
         if end:
             del self._active[corrid]
@@ -186,25 +203,49 @@ class SequenceBatchScheduler(Scheduler):
         heapq.heappush(self._free, (slot.index, slot.batcher.index, slot))
 
     async def _reap(self) -> None:
-        """Release the slots of sequences idle longer than ``max_sequence_idle_microseconds``."""
+        """Release the slots of sequences idle longer than ``max_sequence_idle_microseconds``
+        and reject backlogged sequences whose request timeout ran out."""
         wait = self.idle_s
         while True:
-            await asyncio.sleep(wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reaper_wake.wait(), wait)
+            self._reaper_wake.clear()
             now = time.monotonic()
-            wait = self.idle_s
-            for corrid, seen in list(self._last_seen.items()):
-                remaining = self.idle_s - (now - seen)
-                if remaining > 0:
-                    wait = min(wait, remaining)
-                    continue
-                slot = self._active.pop(corrid, None)
-                if slot is not None:
-                    log.info("sequence %s of model '%s' idled out", corrid, self.model.name)
-                    slot.put(RELEASE)
-                elif corrid in self._backlog:
-                    wait = min(wait, BACKLOG_RECHECK_S)
-                    continue
-                del self._last_seen[corrid]
+            wait = min(self._release_idle(now), self._expire_backlogs(now))
+
+    def _expire_backlogs(self, now: float) -> float:
+        """Reject expired backlogs; return the seconds until the next one expires."""
+        wait = math.inf
+        for backlog in list(self._backlogs):
+            if backlog.expires > now:
+                wait = min(wait, backlog.expires - now)
+                continue
+            self._backlogs.remove(backlog)
+            corrid = backlog[0].correlation_id
+            if self._backlog.get(corrid) is backlog:
+                del self._backlog[corrid]
+            for request in backlog:
+                error = Unavailable("timeout of the corresponding sequence has been expired")
+                reject(self.model, request, error)
+        return wait
+
+    def _release_idle(self, now: float) -> float:
+        """Free the slots of idle sequences; return the seconds until the next check."""
+        wait = self.idle_s
+        for corrid, seen in list(self._last_seen.items()):
+            remaining = self.idle_s - (now - seen)
+            if remaining > 0:
+                wait = min(wait, remaining)
+                continue
+            slot = self._active.pop(corrid, None)
+            if slot is not None:
+                log.info("sequence %s of model '%s' idled out", corrid, self.model.name)
+                slot.put(RELEASE)
+            elif corrid in self._backlog:
+                wait = min(wait, BACKLOG_RECHECK_S)
+                continue
+            del self._last_seen[corrid]
+        return wait
 
     async def stop(self) -> None:
         self.stopping = True
