@@ -8,9 +8,11 @@ from typing import Any
 import ens_backend
 import numpy as np
 import pytest
+import seq_backend
 from despina.errors import InvalidArgument, Unavailable, Unsupported
 from despina.inference import InferenceRequest, RequestedOutput
 from despina.testing import RepositoryBuilder, RunningServer
+from test_sequence import run_interleaved, seq_config
 
 Start = Callable[..., RunningServer]
 
@@ -225,3 +227,26 @@ def test_invalid_ensembles_are_unavailable(
     assert rows["bad"]["state"] == "UNAVAILABLE"
     assert message in rows["bad"]["reason"]
     assert rows["double"]["state"] == "READY"
+
+
+def test_ensemble_passes_sequence_fields_to_a_stateful_step(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    model_repository.add("acc", seq_config(mbs=2), {"1/model.seq": ""})
+    model_repository.add(
+        "stateful",
+        """
+platform: "ensemble"
+max_batch_size: 2
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "acc" model_version: -1
+  input_map { key: "INPUT" value: "INPUT" } output_map { key: "OUTPUT" value: "OUTPUT" }
+} ] }
+""",
+    )
+    running = despina_server(model_repository.root, plugins=[seq_backend])
+    sequences = {31: [1, 2, 3], 32: [10, 10]}
+    results = running.call(run_interleaved(running, "stateful", sequences))
+    assert results == {31: [1, 3, 6], 32: [10, 20]}
