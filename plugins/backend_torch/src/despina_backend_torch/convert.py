@@ -43,6 +43,7 @@ def to_torch(array: np.ndarray, datatype: str, device: str | None, name: str) ->
     """An input as torch takes it: a tensor sharing ``array``'s memory on CPU (copied to
     a GPU device), or a list of ``str`` for BYTES."""
     import torch
+    import torch.utils.dlpack
 
     if datatype == "BYTES":
         if array.ndim != 1:
@@ -57,9 +58,9 @@ def to_torch(array: np.ndarray, datatype: str, device: str | None, name: str) ->
     # DLPack shares a read-only array's memory without the "not writable" warning that
     # torch.from_numpy gives (inference never writes its inputs).
     if datatype == "BF16":
-        tensor = torch.from_dlpack(array.view(np.int16)).view(torch.bfloat16)
+        tensor = torch.utils.dlpack.from_dlpack(array.view(np.int16)).view(torch.bfloat16)
     else:
-        tensor = torch.from_dlpack(array)
+        tensor = torch.utils.dlpack.from_dlpack(array)
     return tensor if device in (None, "cpu") else tensor.to(device)
 
 
