@@ -11,6 +11,7 @@ import pytest
 import seq_backend
 from despina.errors import Cancelled, InvalidArgument, Unavailable
 from despina.inference import InferenceRequest, RequestedOutput, SequenceFlags
+from despina.plugins import create_plugins
 from despina.testing import RepositoryBuilder, RunningServer
 
 Start = Callable[..., RunningServer]
@@ -95,6 +96,12 @@ async def run_interleaved(
 
 def running_sums(values: list[int], start: int = 0) -> list[int]:
     return [start + int(v) for v in np.cumsum(values)]
+
+
+def test_sequence_and_ensemble_schedulers_come_through_the_entry_point() -> None:
+    rows = {row["name"]: row for row in create_plugins().describe()}
+    assert rows["schedulers"]["distribution"] == "despina"
+    assert {"sequence", "ensemble"} <= set(rows["schedulers"]["provides"]["schedulers"])
 
 
 @pytest.fixture
