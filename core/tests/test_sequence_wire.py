@@ -33,70 +33,87 @@ def running(model_repository: RepositoryBuilder, despina_server: Start) -> Runni
     return despina_server(model_repository.root, plugins=[seq_backend])
 
 
-def http_input(module: Any, value: int) -> Any:
-    tensor = module.InferInput("INPUT", [1, 1], "INT32")
-    tensor.set_data_from_numpy(np.array([[value]], np.int32))
-    return tensor
+def tensor(module: Any, value: int) -> Any:
+    """INPUT [1, 1] INT32 for either client module."""
+    infer_input = module.InferInput("INPUT", [1, 1], "INT32")
+    infer_input.set_data_from_numpy(np.array([[value]], np.int32))
+    return infer_input
 
 
-def test_direct_interleaved_over_http(running: RunningServer, http_client: Any) -> None:
+#: model -> (correlation IDs of 3 interleaved sequences, where the running sum starts)
+STRATEGIES = {
+    "direct": ([1001, 1002, 1003], 0),  # uint64 IDs, sums kept by the model per CORRID
+    "oldest": (["user-a", "user-b", "user-c"], 100),  # string IDs, implicit state from 100
+}
+VALUES = [[1, 2, 3, 4], [10, 20, 30, 40], [7, 7, 7, 7]]
+
+
+@pytest.mark.parametrize("model", sorted(STRATEGIES))
+def test_interleaved_sequences_over_http(
+    running: RunningServer, http_client: Any, model: str
+) -> None:
     client = http_client(running)
-    sequences = {1001: [1, 2, 3], 1002: [10, 20, 30], 1003: [7, 7, 7]}
-    outputs: dict[int, list[int]] = {c: [] for c in sequences}
-    for index in range(3):  # request i of every sequence, then request i + 1 ...
-        for corrid, values in sequences.items():
+    ids, start = STRATEGIES[model]
+    outputs: dict[Any, list[int]] = {c: [] for c in ids}
+    for index in range(4):  # request i of every sequence, then request i + 1 ...
+        for corrid, values in zip(ids, VALUES, strict=True):
             result = client.infer(
-                "direct",
-                [http_input(httpclient, values[index])],
+                model,
+                [tensor(httpclient, values[index])],
                 sequence_id=corrid,
                 sequence_start=index == 0,
-                sequence_end=index == 2,
+                sequence_end=index == 3,
             )
             outputs[corrid].append(int(result.as_numpy("OUTPUT")[0][0]))
-    assert outputs == {c: running_sums(v) for c, v in sequences.items()}
+    assert outputs == {c: running_sums(v, start) for c, v in zip(ids, VALUES, strict=True)}
     with pytest.raises(InferenceServerException) as info:
-        client.infer("direct", [http_input(httpclient, 1)], sequence_id=1001)
+        client.infer(model, [tensor(httpclient, 1)], sequence_id=ids[0])
     assert info.value.status() == "400"
-    assert (
-        "inference request for sequence 1001 to model 'direct' must specify the START flag"
-        in str(info.value)
+    assert info.value.message() == (
+        f"inference request for sequence {ids[0]} to model '{model}' must specify the START "
+        "flag on the first request of the sequence"
     )
     with pytest.raises(InferenceServerException) as info:
-        client.infer("direct", [http_input(httpclient, 1)])
-    assert "must specify a non-zero or non-empty correlation ID" in str(info.value)
+        client.infer(model, [tensor(httpclient, 1)])
+    assert info.value.message() == (
+        f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
+    )
     assert client.is_server_live()
 
 
-def test_oldest_with_state_over_grpc_stream(running: RunningServer, grpc_client: Any) -> None:
+@pytest.mark.parametrize("model", sorted(STRATEGIES))
+def test_interleaved_sequences_over_grpc_stream(
+    running: RunningServer, grpc_client: Any, model: str
+) -> None:
     client = grpc_client(running)
+    ids, start = STRATEGIES[model]
     results: queue.Queue[Any] = queue.Queue()
     client.start_stream(callback=lambda result, error: results.put((result, error)))
-    sequences = {f"user-{i}": [i, i + 1, i + 2, i + 3] for i in range(5)}
     try:
-        for index in range(4):
-            for corrid, values in sequences.items():
+        for index in range(4):  # all sent at once: the server keeps each sequence in order
+            for corrid, values in zip(ids, VALUES, strict=True):
                 client.async_stream_infer(
-                    "oldest",
-                    [http_input(grpcclient, values[index])],
+                    model,
+                    [tensor(grpcclient, values[index])],
                     request_id=f"{corrid}/{index}",
                     sequence_id=corrid,
                     sequence_start=index == 0,
                     sequence_end=index == 3,
                 )
-        answers: dict[str, dict[int, int]] = {c: {} for c in sequences}
-        for _ in range(4 * len(sequences)):
+        answers: dict[str, dict[int, int]] = {str(c): {} for c in ids}
+        for _ in range(4 * len(ids)):
             result, error = results.get(timeout=30)
             assert error is None, error
             corrid, index = result.get_response().id.split("/")
             answers[corrid][int(index)] = int(result.as_numpy("OUTPUT")[0][0])
     finally:
         client.stop_stream()
-    expected = {c: running_sums(v, start=100) for c, v in sequences.items()}
+    expected = {str(c): running_sums(v, start) for c, v in zip(ids, VALUES, strict=True)}
     assert {c: [a[i] for i in range(4)] for c, a in answers.items()} == expected
     with pytest.raises(InferenceServerException) as info:
-        client.infer("oldest", [http_input(grpcclient, 1)], sequence_id="nobody")
+        client.infer(model, [tensor(grpcclient, 1)], sequence_id=ids[1])
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert (
-        "inference request for sequence nobody to model 'oldest' must specify the START flag"
-        in str(info.value)
+    assert info.value.message() == (
+        f"inference request for sequence {ids[1]} to model '{model}' must specify the START "
+        "flag on the first request of the sequence"
     )
