@@ -405,3 +405,26 @@ def test_stop_fails_queued_requests(start_seq: Callable[..., RunningServer]) -> 
     message = "Server is stopping, request for model 'slow' was not executed"
     assert [str(second), str(third)] == [message, message]
     assert isinstance(second, Unavailable)
+
+
+def test_candidate_sequence_limit_backlogs_the_rest(
+    start_seq: Callable[..., RunningServer],
+) -> None:
+    # One instance with one candidate slot: sequence 2 waits until sequence 1 has ended.
+    running = start_seq({"single": seq_config("oldest { max_candidate_sequences: 1 }", mbs=4)})
+    server = running.server
+
+    async def scenario() -> tuple[list[int], list[int]]:
+        await server.infer(seq_request("single", 1, 1, SequenceFlags.START))
+        second = asyncio.ensure_future(run_sequence(running, "single", 2, [5, 6]))
+        await asyncio.sleep(0)  # sequence 2 starts (into the backlog) before 1 ends
+        first_end = await server.infer(seq_request("single", 1, 2, SequenceFlags.END))
+        return [int(first_end.outputs["OUTPUT"].ravel()[0])], await second
+
+    first, second = running.call(scenario())
+    assert (first, second) == ([3], [5, 11])
+    order = [r["CORRID"] for _, batch in seq_backend.SeqBackend.batches for r in batch]
+    assert order == [1, 1, 2, 2]
+    config = running.server.models.get("single").config.sequence_batching
+    assert config.max_sequence_idle_microseconds == 1_000_000
+    assert list(config.oldest.preferred_batch_size) == [4]

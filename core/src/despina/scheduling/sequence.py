@@ -86,8 +86,8 @@ class SequenceBatchScheduler(Scheduler):
         self.controls = SequenceControls(config)
         self.states = state_specs(config, model.model_dir)
         self.input_names = [i.name for i in config.input]
-        idle_us = int(batching.max_sequence_idle_microseconds) or DEFAULT_IDLE_US
-        self.idle_s = idle_us / 1e6
+        _fill_defaults(config)
+        self.idle_s = int(batching.max_sequence_idle_microseconds) / 1e6
         policy: Policy
         slot_count = max(1, int(config.max_batch_size))
         if batching.WhichOneof("strategy_choice") == "oldest":
@@ -269,6 +269,17 @@ class SequenceBatchScheduler(Scheduler):
         for request in queued:
             if request is not None:
                 reject(self.model, request, stopping_error(self.model))
+
+
+def _fill_defaults(config: ModelConfig) -> None:
+    """Triton's normalisation, visible in the served config: the default idle time, and
+    ``max_batch_size`` as the Oldest strategy's preferred batch size when none is given."""
+    batching = config.sequence_batching
+    if not batching.max_sequence_idle_microseconds:
+        batching.max_sequence_idle_microseconds = DEFAULT_IDLE_US
+    oldest = batching.WhichOneof("strategy_choice") == "oldest"
+    if oldest and not batching.oldest.preferred_batch_size and config.max_batch_size > 0:
+        batching.oldest.preferred_batch_size.append(config.max_batch_size)
 
 
 def _validate(config: ModelConfig) -> None:
