@@ -127,3 +127,30 @@ def test_every_openvino_datatype(
     expected = np.concatenate([sent, sent], axis=-1)
     assert got.shape == expected.shape
     assert got.tolist() == expected.tolist()
+
+
+def test_reshape_io_layers_to_config_dims(
+    model_repository: RepositoryBuilder, despina_server: Start, served, ov_models
+) -> None:
+    text = (
+        'backend: "openvino"\nmax_batch_size: 4\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] }, { name: "Y" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+        'parameters { key: "RESHAPE_IO_LAYERS" value: { string_value: "YES" } }\n'
+    )
+    model_repository.add("reshaped", text, ov_models["add_dynamic"]())
+    client = served(despina_server(model_repository.root))
+    port = client.server.models.get("reshaped").backend.compiled.inputs[0]
+    assert str(port.get_partial_shape()) == "[?,3]"
+    ones = np.ones((2, 3), np.float32)
+    assert client.infer("reshaped", {"X": ones, "Y": ones})["OUT"].tolist() == [[2.0] * 3] * 2
+
+
+def test_kind_gpu_is_refused(
+    model_repository: RepositoryBuilder, despina_server: Start, served, ov_models
+) -> None:
+    text = 'backend: "openvino"\ninstance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n'
+    model_repository.add("gpu", text, ov_models["add_sub"]())
+    row = served(despina_server(model_repository.root, ["--exit-on-error=false"])).index()["gpu"]
+    assert row["state"] == "UNAVAILABLE"
+    assert "KIND_GPU" in row["reason"] or "TARGET_DEVICE" in row["reason"]
