@@ -134,7 +134,9 @@ class ServedModels:
             item = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             item.set_data_from_numpy(array, binary_data=True)
             infer_inputs.append(item)
-        requested = None if outputs is None else [httpclient.InferRequestedOutput(n) for n in outputs]
+        requested = (
+            None if outputs is None else [httpclient.InferRequestedOutput(n) for n in outputs]
+        )
         return infer_inputs, requested
 
     @staticmethod

@@ -33,12 +33,15 @@ def config(**overrides: object) -> str:
 MISMATCHES = {
     "dims": (config(dims0="5"), ["input 'INPUT0'", "[-1,4] in the model", "[-1,5] in the config"]),
     "rank": (config(dims0="2, 2"), ["input 'INPUT0'", "[-1,4] in the model", "[-1,2,2]"]),
-    "data_type": (config(type0="TYPE_FP64"), ["TYPE_FP64 in the config but TYPE_FP32 in the model"]),
+    "data_type": (
+        config(type0="TYPE_FP64"),
+        ["TYPE_FP64 in the config but TYPE_FP32 in the model"],
+    ),
     "unknown_input": (config(in0="IMAGE"), ["config input 'IMAGE' is not an input of the model"]),
     "missing_input": (
-        config().replace('  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }\n', "").replace(
-            "},\n]", "}\n]"
-        ),
+        config()
+        .replace('  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }\n', "")
+        .replace("},\n]", "}\n]"),
         ["input(s) 'INPUT1' are missing from the config"],
     ),
     "unknown_output": (config(out0="SCORES"), ["config output 'SCORES' is not an output"]),

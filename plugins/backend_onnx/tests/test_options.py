@@ -64,10 +64,13 @@ def test_threads_execution_mode_and_graph_level(
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        (parameters(intra_op_thread_count="many"), "parameter 'intra_op_thread_count' must be an integer"),
+        (
+            parameters(intra_op_thread_count="many"),
+            "parameter 'intra_op_thread_count' must be an integer",
+        ),
         (parameters(enable_mem_pattern="maybe"), "parameter 'enable_mem_pattern' must be 0/1"),
         (
-            "optimization { execution_accelerators { cpu_execution_accelerator [ { name: \"mkl\" } ] } }",
+            'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "mkl" } ] } }',
             "unknown CPU execution accelerator 'mkl'",
         ),
     ],

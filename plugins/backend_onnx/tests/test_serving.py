@@ -102,9 +102,7 @@ def test_explicit_config_and_requested_outputs(
 def test_config_listing_a_subset_of_outputs(
     model_repository: RepositoryBuilder, despina_server: Start, served, onnx_models
 ) -> None:
-    config = ADD_SUB_CONFIG.replace(
-        '  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },\n', ""
-    )
+    config = ADD_SUB_CONFIG.replace('  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },\n', "")
     model_repository.add("only_sub", config, {"1/model.onnx": onnx_models["add_sub"]()})
     client = served(despina_server(model_repository.root))
     outputs = client.infer("only_sub", add_sub_inputs(1))
@@ -136,7 +134,7 @@ def test_instance_group_count_runs_instances_concurrently(
 ) -> None:
     model = onnx_models["add_sub"](width=4096)
     config = ADD_SUB_CONFIG.replace("[ 4 ]", "[ 4096 ]") + (
-        'instance_group [ { count: 3 kind: KIND_CPU } ]\n'
+        "instance_group [ { count: 3 kind: KIND_CPU } ]\n"
         'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
     )
     model_repository.add("wide", config, {"1/model.onnx": model})
@@ -165,7 +163,9 @@ def test_every_onnxruntime_datatype(
     datatypes = onnx_datatypes
     model = onnx_models["identity"](datatypes)
     # Inputs listed with their full shape tell auto-complete the model does not batch.
-    listed = ", ".join(f'{{ name: "IN_{t}" data_type: TYPE_{t} dims: [-1, -1] }}' for t in datatypes)
+    listed = ", ".join(
+        f'{{ name: "IN_{t}" data_type: TYPE_{t} dims: [-1, -1] }}' for t in datatypes
+    )
     config = None if batched else f"input [ {listed.replace('TYPE_BYTES', 'TYPE_STRING')} ]"
     model_repository.add("identity", config, {"1/model.onnx": model})
     client = served(despina_server(model_repository.root))

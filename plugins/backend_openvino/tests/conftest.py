@@ -59,7 +59,9 @@ def add_sub_onnx() -> bytes:
         [io("INPUT0", TensorProto.FLOAT, shape), io("INPUT1", TensorProto.FLOAT, shape)],
         [io("OUTPUT0", TensorProto.FLOAT, shape), io("OUTPUT1", TensorProto.FLOAT, shape)],
     )
-    return bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    )
 
 
 def identity_ir(tmp: Path, datatypes: Sequence[str]) -> dict[str, bytes]:
@@ -150,7 +152,9 @@ class ServedModels:
             item = httpclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             item.set_data_from_numpy(array, binary_data=True)
             infer_inputs.append(item)
-        requested = None if outputs is None else [httpclient.InferRequestedOutput(n) for n in outputs]
+        requested = (
+            None if outputs is None else [httpclient.InferRequestedOutput(n) for n in outputs]
+        )
         return infer_inputs, requested
 
     @staticmethod

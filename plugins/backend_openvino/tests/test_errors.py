@@ -13,7 +13,9 @@ Start = Callable[..., RunningServer]
 KEEP_GOING = ["--exit-on-error=false"]
 
 
-def config(dims: str = "4", data_type: str = "TYPE_FP32", name: str = "INPUT0", extra: str = "") -> str:
+def config(
+    dims: str = "4", data_type: str = "TYPE_FP32", name: str = "INPUT0", extra: str = ""
+) -> str:
     return (
         'backend: "openvino"\nmax_batch_size: 8\n'
         f'input [ {{ name: "{name}" data_type: {data_type} dims: [ {dims} ] }}, '
@@ -29,14 +31,21 @@ def config(dims: str = "4", data_type: str = "TYPE_FP32", name: str = "INPUT0", 
         (config(data_type="TYPE_INT32"), "TYPE_INT32 in the config but TYPE_FP32 in the model"),
         (config(name="IMAGE"), "config input 'IMAGE' is not an input of the model"),
         (
-            config(extra='parameters { key: "SKIP_OV_DYNAMIC_BATCHSIZE" value: { string_value: "YES" } }'),
+            config(
+                extra='parameters { key: "SKIP_OV_DYNAMIC_BATCHSIZE" value: { string_value: "YES" } }'
+            ),
             "first dimension is not dynamic",
         ),
     ],
     ids=["dims", "data_type", "name", "static_batch_kept"],
 )
 def test_config_disagreeing_with_the_model(
-    model_repository: RepositoryBuilder, despina_server: Start, served, ov_models, text: str, fragment: str
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
+    served,
+    ov_models,
+    text: str,
+    fragment: str,
 ) -> None:
     model_repository.add("broken", text, ov_models["add_sub"](batch=1))
     model_repository.add("good", None, ov_models["add_sub"]())
@@ -52,11 +61,15 @@ def test_corrupt_and_missing_files(
     model_repository: RepositoryBuilder, despina_server: Start, served, ov_models
 ) -> None:
     files = ov_models["add_sub"]()
-    model_repository.add("corrupt_xml", config(), {"1/model.xml": b"<net", "1/model.bin": files["1/model.bin"]})
+    model_repository.add(
+        "corrupt_xml", config(), {"1/model.xml": b"<net", "1/model.bin": files["1/model.bin"]}
+    )
     model_repository.add("no_bin", config(), {"1/model.xml": files["1/model.xml"]})
     model_repository.add("no_xml", config(), {"1/model.bin": files["1/model.bin"]})
     index = served(despina_server(model_repository.root, KEEP_GOING)).index()
-    assert "model 'corrupt_xml': OpenVINO cannot read '1/model.xml'" in index["corrupt_xml"]["reason"]
+    assert (
+        "model 'corrupt_xml': OpenVINO cannot read '1/model.xml'" in index["corrupt_xml"]["reason"]
+    )
     assert "model 'no_bin': OpenVINO cannot read '1/model.xml'" in index["no_bin"]["reason"]
     assert "model 'no_xml': model file '1/model.xml' not found" in index["no_xml"]["reason"]
 
@@ -67,7 +80,10 @@ def test_corrupt_and_missing_files(
         ({"PERFORMANCE_HINT": "FASTEST"}, "parameter 'PERFORMANCE_HINT' must be one of"),
         ({"NUM_STREAMS": "-2"}, "parameter 'NUM_STREAMS' must be a non-negative integer"),
         ({"RESHAPE_IO_LAYERS": "maybe"}, "parameter 'RESHAPE_IO_LAYERS' must be YES or NO"),
-        ({"TARGET_DEVICE": "NOSUCHDEVICE"}, "OpenVINO cannot compile '1/model.xml' for NOSUCHDEVICE"),
+        (
+            {"TARGET_DEVICE": "NOSUCHDEVICE"},
+            "OpenVINO cannot compile '1/model.xml' for NOSUCHDEVICE",
+        ),
     ],
     ids=["hint", "streams", "flag", "device"],
 )
@@ -80,7 +96,8 @@ def test_bad_parameters_fail_the_load(
     fragment: str,
 ) -> None:
     extra = "".join(
-        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
+        for k, v in parameters.items()
     )
     model_repository.add("bad", config(extra=extra), ov_models["add_sub"]())
     row = served(despina_server(model_repository.root, KEEP_GOING)).index()["bad"]

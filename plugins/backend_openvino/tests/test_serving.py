@@ -19,7 +19,9 @@ def pair(batch: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def direct(files: dict[str, bytes], inputs: dict[str, np.ndarray], tmp_path) -> dict[str, np.ndarray]:
+def direct(
+    files: dict[str, bytes], inputs: dict[str, np.ndarray], tmp_path
+) -> dict[str, np.ndarray]:
     """What OpenVINO returns when called directly on the same files."""
     import openvino as ov
 
@@ -106,8 +108,24 @@ def test_dynamic_batching_with_instances_under_concurrency(
     assert client.stats("batched")["execution_count"] < len(requests)
 
 
-@pytest.mark.parametrize("datatype", ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
-                                      "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"])
+@pytest.mark.parametrize(
+    "datatype",
+    [
+        "BOOL",
+        "UINT8",
+        "UINT16",
+        "UINT32",
+        "UINT64",
+        "INT8",
+        "INT16",
+        "INT32",
+        "INT64",
+        "FP16",
+        "FP32",
+        "FP64",
+        "BYTES",
+    ],
+)
 def test_every_openvino_datatype(
     model_repository: RepositoryBuilder, despina_server: Start, served, ov_models, datatype: str
 ) -> None:
@@ -123,7 +141,9 @@ def test_every_openvino_datatype(
         sent = (rng.random((2, 3)) * 100).astype(dtype or np.dtype(datatype.lower()))
     got = client.infer("identity", {f"IN_{datatype}": sent})[f"OUT_{datatype}"]
     if datatype == "FP64":
-        sent = sent.astype(np.float32).astype(np.float64)  # OpenVINO's CPU plugin computes f64 as f32
+        sent = sent.astype(np.float32).astype(
+            np.float64
+        )  # OpenVINO's CPU plugin computes f64 as f32
     expected = np.concatenate([sent, sent], axis=-1)
     assert got.shape == expected.shape
     assert got.tolist() == expected.tolist()

@@ -34,7 +34,10 @@ LOAD_ERRORS = {
         config([("INPUT__0", FP32), ("INPUT__5", FP32)], OUTS),
         "input 'INPUT__5' matches no forward() argument",
     ),
-    "missing_argument": (config([("a", FP32)], OUTS), "forward() argument(s) b have no config input"),
+    "missing_argument": (
+        config([("a", FP32)], OUTS),
+        "forward() argument(s) b have no config input",
+    ),
     "same_argument_twice": (
         config([("a", FP32), ("INPUT__0", FP32)], OUTS),
         "input 'INPUT__0' binds to an argument another input binds to",
@@ -58,7 +61,9 @@ def test_config_that_does_not_fit_forward_fails_the_load(
 def test_corrupt_torchscript_file(
     model_repository: RepositoryBuilder, despina_server: Start, served, content: bytes
 ) -> None:
-    model_repository.add("corrupt", config([("a", FP32), ("b", FP32)], OUTS), {"1/model.pt": content})
+    model_repository.add(
+        "corrupt", config([("a", FP32), ("b", FP32)], OUTS), {"1/model.pt": content}
+    )
     row = served(despina_server(model_repository.root, KEEP_GOING)).index()["corrupt"]
     assert "model 'corrupt': torch cannot load '1/model.pt'" in row["reason"]
 
@@ -67,7 +72,9 @@ def test_export_program_dims_disagreeing_with_config(
     model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
 ) -> None:
     text = config([("a", FP32), ("b", FP32)], OUTS).replace("[ 4 ]", "[ 5 ]")
-    text = text.replace('platform: "pytorch_libtorch"', 'backend: "pytorch"\ndefault_model_filename: "model.pt2"')
+    text = text.replace(
+        'platform: "pytorch_libtorch"', 'backend: "pytorch"\ndefault_model_filename: "model.pt2"'
+    )
     model_repository.add("exported", text, {"1/model.pt2": torch_models["add_sub_pt2"]()})
     reason = served(despina_server(model_repository.root, KEEP_GOING)).index()["exported"]["reason"]
     assert "model 'exported', file '1/model.pt2': input 'a' has shape [-1,4] in the model" in reason
@@ -107,8 +114,14 @@ def test_forward_raising_fails_only_its_requests(
 @pytest.mark.parametrize(
     ("outputs", "fragment"),
     [
-        ([("OUTPUT__0", "TYPE_FP64"), ("OUTPUT__1", FP32)], "output 'OUTPUT__0' has data type FP32 but the config says FP64"),
-        ([("sum", FP32), ("difference", FP32)], "output 'sum' cannot be found in the model's 2 result(s)"),
+        (
+            [("OUTPUT__0", "TYPE_FP64"), ("OUTPUT__1", FP32)],
+            "output 'OUTPUT__0' has data type FP32 but the config says FP64",
+        ),
+        (
+            [("sum", FP32), ("difference", FP32)],
+            "output 'sum' cannot be found in the model's 2 result(s)",
+        ),
         ([("OUTPUT__0", FP32), ("OUTPUT__7", FP32)], "output 'OUTPUT__7' cannot be found"),
     ],
     ids=["data_type", "unindexed_name", "index"],
@@ -121,7 +134,11 @@ def test_outputs_that_do_not_fit_the_result_fail_requests(
     outputs: list[tuple[str, str]],
     fragment: str,
 ) -> None:
-    model_repository.add("mismatch", config([("a", FP32), ("b", FP32)], outputs), {"1/model.pt": torch_models["add_sub"]()})
+    model_repository.add(
+        "mismatch",
+        config([("a", FP32), ("b", FP32)], outputs),
+        {"1/model.pt": torch_models["add_sub"]()},
+    )
     client = served(despina_server(model_repository.root))
     ones = np.ones((1, 4), np.float32)
     with pytest.raises(InferenceServerException) as raised:

@@ -47,7 +47,9 @@ def direct(model: bytes, *args: np.ndarray) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize(
-    ("in0", "in1"), [("INPUT__0", "INPUT__1"), ("a", "b"), ("b", "a")], ids=["indexed", "named", "swapped"]
+    ("in0", "in1"),
+    [("INPUT__0", "INPUT__1"), ("a", "b"), ("b", "a")],
+    ids=["indexed", "named", "swapped"],
 )
 def test_torchscript_input_naming(
     model_repository: RepositoryBuilder,
@@ -75,7 +77,9 @@ def test_torchscript_without_config_says_what_to_write(
     model_repository.add("bare", None, {"1/model.pt": torch_models["add_sub"]()})
     row = served(despina_server(model_repository.root, ["--exit-on-error=false"])).index()["bare"]
     assert row["state"] == "UNAVAILABLE"
-    assert "model 'bare': '1/model.pt' declares no input/output data types or shapes" in row["reason"]
+    assert (
+        "model 'bare': '1/model.pt' declares no input/output data types or shapes" in row["reason"]
+    )
     assert "INPUT__<i>" in row["reason"]
 
 
@@ -91,7 +95,9 @@ def test_dynamic_batching_with_instances_under_concurrency(
     model_repository.add("batched", add_sub_config(extra=extra), {"1/model.pt": model})
     client = served(despina_server(model_repository.root))
     assert len(client.server.models.get("batched").instances) == 2
-    requests = [dict(zip(("INPUT__0", "INPUT__1"), pair(1 + i % 3, i), strict=True)) for i in range(24)]
+    requests = [
+        dict(zip(("INPUT__0", "INPUT__1"), pair(1 + i % 3, i), strict=True)) for i in range(24)
+    ]
     for inputs, outputs in zip(requests, client.infer_many("batched", requests), strict=True):
         expected = direct(model, inputs["INPUT__0"], inputs["INPUT__1"])
         np.testing.assert_array_equal(outputs["OUTPUT__0"], expected[0])
@@ -146,7 +152,11 @@ def test_every_torch_datatype_and_strings(
         np.testing.assert_array_equal(got, sent)
     words = np.array([b"ab", b"h\xc3\xa9llo", b""], dtype=object)
     # TorchScript upper() changes ASCII letters only.
-    assert client.infer("upper", {"words": words})["OUTPUT__0"].tolist() == [b"AB", "HéLLO".encode(), b""]
+    assert client.infer("upper", {"words": words})["OUTPUT__0"].tolist() == [
+        b"AB",
+        "HéLLO".encode(),
+        b"",
+    ]
 
 
 def test_torch_export_program_is_auto_completed(
@@ -168,7 +178,7 @@ def test_torch_export_program_is_auto_completed(
     np.testing.assert_allclose(outputs["OUTPUT__1"], x - y)
 
 
-MODEL_PY = '''
+MODEL_PY = """
 import torch
 
 
@@ -179,7 +189,7 @@ class Scale(torch.nn.Module):
 
     def forward(self, features):
         return {"scores": self.linear(features)}
-'''
+"""
 
 
 def test_model_py_with_state_dict(
@@ -200,4 +210,6 @@ def test_model_py_with_state_dict(
     x = pair(5)[0]
     with torch.inference_mode():
         expected = linear(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(client.infer("module", {"features": x})["scores"], expected, rtol=1e-6)
+    np.testing.assert_allclose(
+        client.infer("module", {"features": x})["scores"], expected, rtol=1e-6
+    )

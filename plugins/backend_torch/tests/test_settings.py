@@ -12,7 +12,7 @@ from despina.testing import RepositoryBuilder, RunningServer
 Start = Callable[..., RunningServer]
 
 # forward() reports the torch state it runs in: inference mode, grad mode, thread count.
-PROBE = '''
+PROBE = """
 import torch
 
 
@@ -20,7 +20,7 @@ class Probe(torch.nn.Module):
     def forward(self, x):
         state = [torch.is_inference_mode_enabled(), torch.is_grad_enabled(), torch.get_num_threads()]
         return torch.tensor(state, dtype=torch.int64) + x.sum().to(torch.int64) * 0
-'''
+"""
 
 
 def probe_config(**parameters: str) -> str:
@@ -30,7 +30,8 @@ def probe_config(**parameters: str) -> str:
         'output [ { name: "OUTPUT__0" data_type: TYPE_INT64 dims: [ 3 ] } ]\n'
     )
     return text + "".join(
-        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
+        for k, v in parameters.items()
     )
 
 
@@ -44,7 +45,9 @@ def test_inference_mode_and_thread_count(
     model_repository.add("default", probe_config(), {"1/model.py": PROBE})
     model_repository.add(
         "tuned",
-        probe_config(INFERENCE_MODE="false", INTRA_OP_THREAD_COUNT="1", DISABLE_OPTIMIZED_EXECUTION="true"),
+        probe_config(
+            INFERENCE_MODE="false", INTRA_OP_THREAD_COUNT="1", DISABLE_OPTIMIZED_EXECUTION="true"
+        ),
         {"1/model.py": PROBE},
     )
     client = served(despina_server(model_repository.root))

@@ -63,7 +63,9 @@ class OnnxBackend(Backend):
     async def load(self) -> None:
         """Check the model file exists; sessions are created per instance."""
         if not self.context.model_file.is_file():
-            raise ConfigError(f"model '{self.context.name}': model file '{self.file_label}' not found")
+            raise ConfigError(
+                f"model '{self.context.name}': model file '{self.file_label}' not found"
+            )
 
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
         """Open a session on the instance's device and check the config against it."""
@@ -84,7 +86,9 @@ class OnnxBackend(Backend):
 
         path = self.context.model_file
         if not path.is_file():
-            raise ConfigError(f"model '{self.context.name}': model file '{self.file_label}' not found")
+            raise ConfigError(
+                f"model '{self.context.name}': model file '{self.file_label}' not found"
+            )
         try:
             return ort.InferenceSession(
                 str(path),

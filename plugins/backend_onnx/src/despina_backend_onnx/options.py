@@ -24,7 +24,11 @@ from despina.errors import ConfigError
 
 #: Triton's TensorRT accelerator keys whose EP option has another name.
 _TRT_RENAMED = {"max_workspace_size_bytes": "trt_max_workspace_size"}
-_TRT_PRECISIONS = {"FP32": {}, "FP16": {"trt_fp16_enable": "True"}, "INT8": {"trt_int8_enable": "True"}}
+_TRT_PRECISIONS = {
+    "FP32": {},
+    "FP16": {"trt_fp16_enable": "True"},
+    "INT8": {"trt_int8_enable": "True"},
+}
 _CUDA_PARAMETER_KEYS = (
     "cudnn_conv_algo_search",
     "gpu_mem_limit",
@@ -142,7 +146,9 @@ def _int(params: dict[str, str], key: str, default: int, model: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ConfigError(f"model '{model}': parameter '{key}' must be an integer, got '{value}'") from None
+        raise ConfigError(
+            f"model '{model}': parameter '{key}' must be an integer, got '{value}'"
+        ) from None
 
 
 def _bool(params: dict[str, str], key: str, model: str) -> bool:
@@ -151,4 +157,6 @@ def _bool(params: dict[str, str], key: str, model: str) -> bool:
         return True
     if value in ("0", "false", "off", "no"):
         return False
-    raise ConfigError(f"model '{model}': parameter '{key}' must be 0/1 or true/false, got '{value}'")
+    raise ConfigError(
+        f"model '{model}': parameter '{key}' must be 0/1 or true/false, got '{value}'"
+    )

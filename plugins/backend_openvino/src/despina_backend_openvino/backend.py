@@ -101,7 +101,9 @@ class OpenVinoBackend(Backend):
             return core, core.read_model(str(path))
         except RuntimeError as exc:
             detail = _summary(exc).replace(str(path), self.file_label)
-            raise Internal(f"model '{name}': OpenVINO cannot read '{self.file_label}': {detail}") from None
+            raise Internal(
+                f"model '{name}': OpenVINO cannot read '{self.file_label}': {detail}"
+            ) from None
 
     def _shape(self, model: Any, options: OpenVinoOptions) -> None:
         """Make the batch dimension dynamic (or the config's dims, RESHAPE_IO_LAYERS)."""

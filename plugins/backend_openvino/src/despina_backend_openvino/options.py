@@ -41,8 +41,10 @@ class OpenVinoOptions:
             properties["PERFORMANCE_HINT"] = hint
         streams = params.get("NUM_STREAMS", "").strip().upper()
         if streams:
-            properties["NUM_STREAMS"] = streams if streams in ("AUTO", "NUMA") else str(
-                _count(params, "NUM_STREAMS", model)
+            properties["NUM_STREAMS"] = (
+                streams
+                if streams in ("AUTO", "NUMA")
+                else str(_count(params, "NUM_STREAMS", model))
             )
         for key in ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS"):
             if params.get(key, "").strip():
@@ -61,7 +63,9 @@ class OpenVinoOptions:
 def _count(params: dict[str, str], key: str, model: str) -> int:
     value = params[key].strip()
     if not value.isdigit():
-        raise ConfigError(f"model '{model}': parameter '{key}' must be a non-negative integer, got '{value}'")
+        raise ConfigError(
+            f"model '{model}': parameter '{key}' must be a non-negative integer, got '{value}'"
+        )
     return int(value)
 
 

@@ -76,7 +76,9 @@ class TorchBackend(Backend):
         if loaded.inputs is not None and loaded.outputs is not None:
             check_config(config, loaded.inputs, loaded.outputs, model, self.file_label)
         names = [i.name for i in config.input]
-        positions = input_positions(names, loaded.arg_names, loaded.required, model, self.file_label)
+        positions = input_positions(
+            names, loaded.arg_names, loaded.required, model, self.file_label
+        )
         order = [name for _, name in sorted(zip(positions, names, strict=True))]
         return TorchInstance(spec, loaded, order, self.settings, device, self.context.config)
 
@@ -97,7 +99,9 @@ class TorchInstance(ThreadedInstance):
         config: Any,
     ) -> None:
         outputs = [o.name for o in config.output]
-        super().__init__(f"torch-{spec.name}", config.max_batch_size > 0, outputs, settings.init_thread)
+        super().__init__(
+            f"torch-{spec.name}", config.max_batch_size > 0, outputs, settings.init_thread
+        )
         self.spec = spec
         self.loaded = loaded
         self.order = order
@@ -113,7 +117,9 @@ class TorchInstance(ThreadedInstance):
         import torch
 
         args = [
-            to_torch(inputs[name], self.datatypes[name], self.device, name) if name in inputs else None
+            to_torch(inputs[name], self.datatypes[name], self.device, name)
+            if name in inputs
+            else None
             for name in self.order
         ]
         while args and args[-1] is None:
@@ -124,7 +130,9 @@ class TorchInstance(ThreadedInstance):
         except Exception as exc:  # noqa: BLE001 - a model's forward() may raise anything
             raise Internal(f"PyTorch execute failure: {_summary(exc)}") from None
         picked = pick_outputs(result, outputs, single=len(self.output_names) == 1)
-        arrays = {name: to_numpy(value, self.datatypes[name], name) for name, value in picked.items()}
+        arrays = {
+            name: to_numpy(value, self.datatypes[name], name) for name, value in picked.items()
+        }
         if self.settings.cache_cleaning and self.device.startswith("cuda"):
             torch.cuda.empty_cache()
         return arrays

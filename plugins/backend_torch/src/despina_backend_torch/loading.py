@@ -109,7 +109,9 @@ def _module_file(path: Path, device: str | None, model: str, label: str) -> Load
     classes = [
         value
         for value in vars(source).values()
-        if isinstance(value, type) and issubclass(value, torch.nn.Module) and value.__module__ == name
+        if isinstance(value, type)
+        and issubclass(value, torch.nn.Module)
+        and value.__module__ == name
     ]
     if len(classes) != 1:
         found = ", ".join(c.__name__ for c in classes) or "none"

@@ -36,11 +36,15 @@ def input_positions(
                 f"and is not named <name>__<index> with index < {len(arg_names)}"
             )
         if position in positions:
-            raise ConfigError(f"{where}: input '{name}' binds to an argument another input binds to")
+            raise ConfigError(
+                f"{where}: input '{name}' binds to an argument another input binds to"
+            )
         positions.append(position)
     missing = [arg_names[i] for i in range(required) if i not in positions]
     if missing:
-        raise ConfigError(f"{where}: forward() argument(s) {', '.join(missing)} have no config input")
+        raise ConfigError(
+            f"{where}: forward() argument(s) {', '.join(missing)} have no config input"
+        )
     return positions
 
 
@@ -50,9 +54,13 @@ def pick_outputs(result: Any, wanted: Sequence[str], single: bool) -> dict[str, 
     if isinstance(result, dict):
         missing = [name for name in wanted if name not in result]
         if missing:
-            raise Internal(f"the model returned no '{missing[0]}' (keys: {', '.join(map(str, result))})")
+            raise Internal(
+                f"the model returned no '{missing[0]}' (keys: {', '.join(map(str, result))})"
+            )
         return {name: result[name] for name in wanted}
-    items = list(result) if isinstance(result, tuple | list) and not _is_strings(result) else [result]
+    items = (
+        list(result) if isinstance(result, tuple | list) and not _is_strings(result) else [result]
+    )
     picked: dict[str, Any] = {}
     for name in wanted:
         match = _INDEXED.match(name)

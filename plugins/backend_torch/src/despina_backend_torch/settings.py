@@ -48,7 +48,9 @@ class TorchSettings:
                 return default
             if value in _TRUE or value in _FALSE:
                 return value in _TRUE
-            raise ConfigError(f"model '{model}': parameter '{key}' must be true or false, got '{value}'")
+            raise ConfigError(
+                f"model '{model}': parameter '{key}' must be true or false, got '{value}'"
+            )
 
         def count(*keys: str) -> int:
             for key in keys:
@@ -89,7 +91,9 @@ class TorchSettings:
             try:
                 torch.set_num_interop_threads(self.inter_op_threads)
             except RuntimeError as exc:
-                log.warning("inter-op thread count stays %d: %s", torch.get_num_interop_threads(), exc)
+                log.warning(
+                    "inter-op thread count stays %d: %s", torch.get_num_interop_threads(), exc
+                )
 
     def init_thread(self) -> None:
         """Run first in each instance's worker thread: its intra-op thread count."""
@@ -108,4 +112,3 @@ class TorchSettings:
         if self.disable_cudnn:
             stack.enter_context(torch.backends.cudnn.flags(enabled=False))
         return stack
-
