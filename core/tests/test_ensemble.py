@@ -202,6 +202,12 @@ def test_ready_only_while_composing_models_are(start_ens: Callable[..., RunningS
             "ensemble bad contains models that are not available or ambiguous: nosuch",
         ),
         (
+            ensemble([step("double", {"IN": "X"}, {"OUT": "Y"})], ["X"], ["Y"]).replace(
+                "model_version: -1", "model_version: 7"
+            ),
+            "ensemble 'bad' depends on 'double' whose required version 7 is not loaded.",
+        ),
+        (
             ensemble([step("double", {"INPUT": "X"}, {"OUT": "Y"})], ["X"], ["Y"]),
             "in ensemble bad, ensemble tensor X is mapping to non-existing input INPUT in model double",
         ),

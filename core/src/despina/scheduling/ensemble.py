@@ -80,19 +80,21 @@ class EnsembleScheduler(Scheduler):
             self.model.config.model_transaction_policy.decoupled = True
 
     def _composing_config(self, name: str, version: str) -> ModelConfig:
+        """The config of the composing model's version; Triton's texts when it has none."""
         assert self.model.server is not None
-        entry = self.model.server.models.entries.get(name)
+        manager = self.model.server.models
         try:
-            return self.model.server.models.get(name, version).config
+            return manager.get(name, version).config
         except DespinaError:
-            reason = (
-                f" Model '{name}' loading failed with error: {entry.reason}"
-                if entry and entry.reason
-                else ""
-            )
-            raise ConfigError(
-                f"ensemble '{self.model.name}' depends on '{name}' which has no loaded version.{reason}"
-            ) from None
+            pass
+        entry = manager.entries.get(name)
+        prefix = f"ensemble '{self.model.name}' depends on '{name}'"
+        if version and entry is not None and any(v.ready for v in entry.versions.values()):
+            raise ConfigError(f"{prefix} whose required version {version} is not loaded.")
+        reason = ""
+        if entry is not None and entry.reason:
+            reason = f" Model '{name}' loading failed with error: {entry.reason}"
+        raise ConfigError(f"{prefix} which has no loaded version.{reason}")
 
     @property
     def ready(self) -> bool:
