@@ -1,0 +1,56 @@
+"""Running a model's ``auto_complete_config``: in a one-off child process (process mode,
+as Triton, so imports never touch the server) or in the server (in-process mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from despina.errors import ConfigError
+
+from despina_backend_python.child import ChildDied, spawn
+from despina_backend_python.execution_env import resolve_environment
+from despina_backend_python.loading import describe_exception, load_model_class
+from despina_backend_python.pb.model_config import ModelConfig
+
+if TYPE_CHECKING:
+    from despina_backend_python.backend import PythonBackend
+
+
+async def run_auto_complete(backend: PythonBackend, config_json: str, in_process: bool) -> dict[str, Any] | None:
+    """The completed config as a JSON dict; None when the model defines no hook.
+
+    Raises ConfigError with the model's error (the model becomes UNAVAILABLE).
+    """
+    ctx = backend.context
+    if in_process:
+        text = await asyncio.to_thread(_in_this_process, backend, config_json)
+    else:
+        python, env = resolve_environment(ctx.parameters, ctx.model_dir)
+        hello = {"op": "auto_complete", "model_file": str(ctx.model_file), "config": config_json}
+        try:
+            process, _, writer, reply = await spawn(python, env, hello)
+        except ChildDied as exc:
+            raise ConfigError(f"auto-complete of model '{ctx.name}' failed: {exc}") from None
+        writer.close()
+        await process.wait()
+        if reply["op"] != "config":
+            raise ConfigError(reply.get("message", "auto-complete failed"))
+        text = reply["config"]
+    return json.loads(text) if text else None
+
+
+def _in_this_process(backend: PythonBackend, config_json: str) -> str:
+    ctx = backend.context
+    try:
+        model_class = load_model_class(ctx.model_file, f"despina_autocomplete_{ctx.name}")
+        hook = getattr(model_class, "auto_complete_config", None)
+        if hook is None:
+            return ""
+        config = ModelConfig(config_json)
+        result = hook(config)
+        completed = result if isinstance(result, ModelConfig) else config
+        return json.dumps(completed.as_dict())
+    except Exception as exc:
+        raise ConfigError(describe_exception(exc)) from None

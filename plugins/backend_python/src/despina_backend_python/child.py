@@ -1,0 +1,208 @@
+"""The server's handle on one child process (one incarnation of an instance).
+
+:func:`spawn` starts ``python -m despina_backend_python.stub`` with one end of a socket
+pair and sends the first message. :class:`ChildProcess` then reads everything the child
+sends: ``executed`` replies complete ``execute`` calls, ``send`` messages go to the
+requests' streams, BLS / metrics / log / model-control calls are served through the
+:class:`~.server_runtime.ServerRuntime`. When the channel ends, every call waiting on
+this child fails with ``ChildDied`` and ``on_exit`` runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from despina.inference import InferenceRequest as CoreRequest
+
+from despina_backend_python import channel, convert, wire
+from despina_backend_python.pb.errors import TritonModelException
+from despina_backend_python.server_runtime import ServerRuntime
+from despina_backend_python.shm import Arena
+
+_SRC = str(Path(__file__).resolve().parent.parent)
+
+
+class ChildDied(Exception):
+    """The child process ended while a call was waiting on it."""
+
+
+async def spawn(python: str, env: dict[str, str], hello: dict[str, Any]) -> tuple[
+    asyncio.subprocess.Process, asyncio.StreamReader, asyncio.StreamWriter, dict[str, Any]
+]:
+    """Start a stub with ``python`` and send ``hello``; return it with its first reply.
+
+    Raises ChildDied when the process exits before replying.
+    """
+    ours, theirs = socket.socketpair()
+    full_env = dict(os.environ)
+    full_env.update(env)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_SRC, env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))) if p
+    )
+    try:
+        process = await asyncio.create_subprocess_exec(
+            python, "-m", "despina_backend_python.stub", str(theirs.fileno()),
+            pass_fds=(theirs.fileno(),), env=full_env, stdin=asyncio.subprocess.DEVNULL,
+        )
+    finally:
+        theirs.close()
+    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    writer.write(channel.encode(hello))
+    first = await channel.read_message(reader)
+    if first is None:
+        code = await process.wait()
+        writer.close()
+        raise ChildDied(f"the model process exited with code {code} before it was ready")
+    return process, reader, writer, first
+
+
+class ChildProcess:
+    """A started child whose model is ready; serves its messages until it exits."""
+
+    def __init__(self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, host: ServerRuntime, arena: Arena,
+                 on_exit: Callable[[ChildProcess], None]) -> None:
+        self.process = process
+        self.pid = process.pid
+        self.writer = writer
+        self.host = host
+        self.arena = arena
+        self.on_exit = on_exit
+        self.executions: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        #: Requests whose responses the child still sends (token -> request).
+        self.open: dict[int, CoreRequest] = {}
+        self.finalized: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.alive = True
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._reader = asyncio.create_task(self._read(reader))
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.alive:
+            self.writer.write(channel.encode(message))
+
+    def execute(self, exec_id: int, message: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        """Send an ``execute`` message; the future completes with ``executed``."""
+        if not self.alive:
+            raise ChildDied("the model process is not running")
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.executions[exec_id] = future
+        self.send(message)
+        return future
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        while (message := await channel.read_message(reader)) is not None:
+            try:
+                self._dispatch(message)
+            except Exception:
+                self.host.logger.exception("bad message from the model process")
+        await self._ended()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        op = message["op"]
+        if op == "executed":
+            future = self.executions.pop(message["id"], None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        elif op == "send":
+            self._deliver(message)
+        elif op == "log":
+            self.host.log(message["level"], message["message"])
+        elif op == "finalized":
+            if not self.finalized.done():
+                self.finalized.set_result(message)
+        else:
+            task = asyncio.create_task(self._serve(op, message))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        final = bool(message["final"])
+        request = self.open.pop(message["token"]) if final else self.open.get(message["token"])
+        if request is None or request.stream is None:
+            return
+        items = wire.unpack_responses(message)
+        if not items:
+            request.stream.send(None, final)
+            return
+        item = items[0]
+        if isinstance(item, str):
+            raise TritonModelException(f"send() expects an InferenceResponse, got {item}")
+        request.respond(convert.response_to_core(item, request.requested_output_names), final)
+
+    async def _serve(self, op: str, message: dict[str, Any]) -> None:
+        """Answer a call of the model (BLS, metric, model control, cancellation)."""
+        call_id = message["id"]
+        if op == "bls_stream":
+            request = wire.unpack_request(message)
+            async for response in self.host.stream_responses(request):
+                self.send({"op": "stream", "id": call_id, **wire.pack_responses(self.arena, [response])})
+            self.send({"op": "stream_end", "id": call_id})
+            return
+        reply: dict[str, Any] = {"op": "reply", "id": call_id}
+        try:
+            if op == "bls":
+                response = await self.host.infer_async(wire.unpack_request(message))
+                reply.update(wire.pack_responses(self.arena, [response]))
+            elif op == "metric":
+                fields = message["fields"]
+                reply["value"] = self.host.metric(message["action"], message["family"], **fields)
+            elif op == "model_control":
+                reply["value"] = await self.host.model_control_async(message["action"], **message["fields"])
+            elif op == "is_cancelled":
+                request = self.open.get(message["token"])
+                reply["value"] = bool(request is not None and request.cancelled)
+        except TritonModelException as exc:
+            reply["error"] = str(exc)
+        self.send(reply)
+
+    async def _ended(self) -> None:
+        self.alive = False
+        with contextlib.suppress(ProcessLookupError):
+            await self.process.wait()
+        self.writer.close()
+        self.arena.cleanup()
+        code = self.process.returncode
+        error = ChildDied(f"the model process exited unexpectedly (exit code {code})")
+        for future in self.executions.values():
+            if not future.done():
+                future.set_exception(error)
+        self.executions.clear()
+        if not self.finalized.done():
+            self.finalized.set_exception(error)
+            self.finalized.exception()  # retrieved: nobody may be waiting
+        self.on_exit(self)
+
+    def kill(self) -> None:
+        if self.alive and self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+
+    async def stop(self, timeout: float) -> str:
+        """``finalize`` and wait for the exit (killed after ``timeout``); its error text."""
+        self.send({"op": "finalize"})
+        error = ""
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(self.finalized), timeout)
+            error = reply.get("error", "")
+        except (TimeoutError, ChildDied):
+            pass
+        self.alive = False
+        self.writer.close()
+        try:
+            await asyncio.wait_for(self.process.wait(), timeout)
+        except TimeoutError:
+            self.kill()
+            await self.process.wait()
+        await asyncio.gather(self._reader, return_exceptions=True)
+        return error
+
+
+def python_executable() -> str:
+    return sys.executable

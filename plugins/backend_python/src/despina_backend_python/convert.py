@@ -1,0 +1,115 @@
+"""Conversions between the server's requests/responses/errors and pb_utils objects.
+
+Arrays are never copied: a pb Tensor wraps the request's numpy array, and response
+arrays go to the server as they are (BYTES given as ``S``/``U`` arrays become object
+arrays of ``bytes`` in bulk).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from despina import errors
+from despina.inference import InferenceRequest as CoreRequest
+from despina.inference import InferenceResponse as CoreResponse
+from despina.inference import RequestedOutput, SequenceFlags
+
+from despina_backend_python.pb import messages as pb
+from despina_backend_python.pb.errors import TritonError
+from despina_backend_python.pb.tensor import Tensor
+from despina_backend_python.pb.types import as_bytes_items, bytes_array
+
+#: Request parameters that belong to the protocol, not to the model (Triton drops them).
+PROTOCOL_PARAMETERS = frozenset({
+    "binary_data_output", "sequence_id", "sequence_start", "sequence_end", "priority",
+    "timeout", "triton_enable_empty_final_response",
+})
+
+_CODE_TO_ERROR: dict[int, type[errors.DespinaError]] = {
+    TritonError.NOT_FOUND: errors.NotFound,
+    TritonError.INVALID_ARG: errors.InvalidArgument,
+    TritonError.UNAVAILABLE: errors.Unavailable,
+    TritonError.UNSUPPORTED: errors.Unsupported,
+    TritonError.ALREADY_EXISTS: errors.AlreadyExists,
+    TritonError.CANCELLED: errors.Cancelled,
+}
+
+
+def error_to_core(error: TritonError) -> errors.DespinaError:
+    """A pb TritonError as the server error of the same status."""
+    return _CODE_TO_ERROR.get(error.code(), errors.Internal)(error.message())
+
+
+def error_to_pb(error: errors.DespinaError) -> TritonError:
+    code = getattr(TritonError, error.triton_code, TritonError.INTERNAL)
+    return TritonError(str(error), code)
+
+
+def model_parameters_json(parameters: dict[str, Any]) -> str:
+    """A request's parameters as the model sees them (JSON, protocol keys removed)."""
+    if not parameters:
+        return "{}"
+    return json.dumps({k: v for k, v in parameters.items() if k not in PROTOCOL_PARAMETERS})
+
+
+def output_array(array: np.ndarray) -> np.ndarray:
+    """A response array as the server carries it (BYTES as object arrays of bytes)."""
+    if array.dtype.kind in "SU":
+        return bytes_array(as_bytes_items(array), array.shape)
+    return array
+
+
+def response_to_core(response: pb.InferenceResponse, wanted: list[str] | None) -> CoreResponse:
+    """A model's response for the server; only ``wanted`` outputs (all when None)."""
+    if not isinstance(response, pb.InferenceResponse):
+        raise errors.Internal(
+            f"Expected a pb_utils.InferenceResponse, got {type(response).__name__}"
+        )
+    params = json.loads(response.parameters())
+    error = response.error()
+    if error is not None:
+        return CoreResponse(error=error_to_core(error), parameters=params)
+    outputs = {t.name(): output_array(t.as_numpy()) for t in response.output_tensors()}
+    if wanted is not None:
+        outputs = {name: outputs[name] for name in wanted if name in outputs}
+    return CoreResponse(outputs=outputs, parameters=params)
+
+
+def response_to_pb(response: CoreResponse) -> pb.InferenceResponse:
+    """A server response (BLS result) for the model."""
+    params = {k: v for k, v in response.parameters.items() if isinstance(v, bool | int | str)}
+    if response.error is not None:
+        return pb.InferenceResponse(error=error_to_pb(response.error), parameters=params)
+    tensors = [Tensor(name, array) for name, array in response.outputs.items()]
+    return pb.InferenceResponse(output_tensors=tensors, parameters=params)
+
+
+def request_to_core(request: pb.InferenceRequest) -> CoreRequest:
+    """A BLS request built by a model, for ``Server.infer``."""
+    version = request.model_version()
+    flags = request.flags()
+    parameters = json.loads(request.parameters())
+    return CoreRequest(
+        model_name=request.model_name(),
+        inputs={t.name(): t.as_numpy() for t in request.inputs()},
+        model_version=str(version) if version >= 0 else "",
+        id=request.request_id(),
+        outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,
+        parameters=parameters,
+        timeout_us=request.timeout(),
+        correlation_id=request.correlation_id(),
+        flags=SequenceFlags(flags & 3),
+    )
+
+
+def request_fields(request: CoreRequest, all_outputs: list[str]) -> dict[str, Any]:
+    """The scalar fields of a request as ``execute`` sees them."""
+    return {
+        "outputs": request.requested_output_names or list(all_outputs),
+        "request_id": request.id,
+        "correlation_id": request.correlation_id,
+        "flags": int(request.flags),
+        "parameters_json": model_parameters_json(request.parameters),
+    }

@@ -1,0 +1,162 @@
+"""In-process mode: the model runs inside the server process, loaded once.
+
+Every instance of ``count: N`` shares one ``TritonPythonModel`` object (weights loaded
+once, ``initialize`` called once with the first instance's args). A synchronous
+``execute`` runs in a worker thread per instance (so N instances run N calls at once,
+truly in parallel for code that releases the GIL); an ``async def execute`` runs on the
+server's event loop and each instance takes many requests concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from despina.backend import InstanceSpec, ModelContext, ModelInstance
+from despina.inference import InferenceRequest as CoreRequest
+from despina.inference import InferenceResponse as CoreResponse
+
+from despina_backend_python import convert, responses
+from despina_backend_python.loading import describe_exception, load_model_class
+from despina_backend_python.pb import runtime as pb_runtime
+from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
+from despina_backend_python.pb.tensor import Tensor
+from despina_backend_python.server_runtime import ServerRuntime
+
+
+class CoreResponder(Responder):
+    """Sends a model's responses straight to the server request's stream."""
+
+    __slots__ = ("request", "wanted")
+
+    def __init__(self, request: CoreRequest) -> None:
+        self.request = request
+        self.wanted = request.requested_output_names
+
+    def send(self, response: InferenceResponse | None, final: bool) -> None:
+        stream = self.request.stream
+        if stream is None:
+            return
+        if response is None:
+            stream.send(None, final)
+        else:
+            self.request.respond(convert.response_to_core(response, self.wanted), final)
+
+    def is_cancelled(self) -> bool:
+        return self.request.cancelled
+
+
+class SharedModel:
+    """The one model object of an in-process model version."""
+
+    def __init__(self, context: ModelContext, host: ServerRuntime, args: dict[str, str]) -> None:
+        self.context = context
+        self.host = host
+        self.args = args
+        self.decoupled = bool(context.config.model_transaction_policy.decoupled)
+        self.output_names = [o.name for o in context.config.output]
+        self.model: Any = None
+        self.is_async = False
+        self.executor = ThreadPoolExecutor(
+            max_workers=max(sum(g.count for g in context.config.instance_group), 1),
+            thread_name_prefix=f"despina-py-{context.name}",
+        )
+
+    def _in_host(self, call: Any, *args: Any) -> Any:
+        token = pb_runtime.activate(self.host)
+        try:
+            return call(*args)
+        finally:
+            pb_runtime.deactivate(token)
+
+    async def load(self) -> None:
+        """Import model.py, create the model, run ``initialize`` (in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.executor, self._in_host, self._load)
+
+    def _load(self) -> None:
+        ctx = self.context
+        module = f"despina_python_model_{ctx.name}_{ctx.version}_{id(self):x}"
+        try:
+            model_class = load_model_class(ctx.model_file, module)
+            self.model = model_class()
+            if hasattr(self.model, "initialize"):
+                result = self.model.initialize(self.args)
+                if inspect.isawaitable(result):
+                    asyncio.run(_awaited(result))
+        except Exception as exc:
+            raise RuntimeError(describe_exception(exc)) from None
+        self.is_async = inspect.iscoroutinefunction(self.model.execute)
+
+    async def finalize(self) -> None:
+        """Run ``finalize`` (if the model has one) and stop the worker threads."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self.model is not None and hasattr(self.model, "finalize"):
+                await loop.run_in_executor(self.executor, self._in_host, self.model.finalize)
+        except Exception as exc:  # noqa: BLE001 - a failing finalize is logged, not fatal
+            self.host.logger.error("finalize failed: %s", describe_exception(exc))
+        finally:
+            self.executor.shutdown(wait=False)
+            pb_runtime.forget(self.host)
+
+    def pb_requests(self, requests: Sequence[CoreRequest]) -> list[InferenceRequest]:
+        ctx = self.context
+        return [
+            InferenceRequest.incoming(
+                CoreResponder(r),
+                [Tensor(name, array) for name, array in r.inputs.items()],
+                model_name=ctx.name, model_version=ctx.version,
+                **convert.request_fields(r, self.output_names),
+            )
+            for r in requests
+        ]
+
+
+def _convert(item: Any, request: CoreRequest) -> CoreResponse:
+    return convert.response_to_core(item, request.requested_output_names)
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
+
+
+class InProcessInstance(ModelInstance):
+    """One instance: a worker-thread slot on the shared model."""
+
+    def __init__(self, shared: SharedModel, spec: InstanceSpec) -> None:
+        self.shared = shared
+        self.spec = spec
+
+    async def execute(self, requests: Sequence[CoreRequest]) -> Sequence[CoreResponse] | None:
+        shared = self.shared
+        pb_requests = shared.pb_requests(requests)
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(
+                shared.executor, shared._in_host, shared.model.execute, pb_requests
+            )
+        except Exception as exc:
+            raise responses.exception_failed(self.spec.name, exc) from None
+        return responses.collect(self.spec.name, result, requests, shared.decoupled, _convert)
+
+
+class AsyncInProcessInstance(InProcessInstance):
+    """An instance of a model whose ``execute`` is ``async def``: runs on the server's
+    loop, many requests at once."""
+
+    concurrent = True
+
+    async def execute(self, requests: Sequence[CoreRequest]) -> Sequence[CoreResponse] | None:
+        shared = self.shared
+        token = pb_runtime.activate(shared.host)
+        try:
+            result = await shared.model.execute(shared.pb_requests(requests))
+        except Exception as exc:
+            raise responses.exception_failed(self.spec.name, exc) from None
+        finally:
+            pb_runtime.deactivate(token)
+        return responses.collect(self.spec.name, result, requests, shared.decoupled, _convert)

@@ -1,0 +1,64 @@
+"""Importing a ``model.py`` and the pieces of Triton's calling convention around it.
+
+Server-independent: used in the server process (in-process mode) and in child processes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+_OWN_FILES = (str(Path(__file__).parent),)
+
+
+def load_model_class(model_file: Path, module_name: str) -> type[Any]:
+    """Import ``model_file`` as ``module_name`` and return its ``TritonPythonModel``.
+
+    As Triton's stub, the version folder and the model folder go on ``sys.path`` so a
+    model can import modules that sit next to it.
+    """
+    if not model_file.is_file():
+        raise FileNotFoundError(f"Python model file not found in '{model_file}'")
+    for folder in (model_file.parent, model_file.parent.parent):
+        if str(folder) not in sys.path:
+            sys.path.append(str(folder))
+    spec = importlib.util.spec_from_file_location(module_name, model_file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import '{model_file}'")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    model_class = getattr(module, "TritonPythonModel", None)
+    if not isinstance(model_class, type):
+        raise AttributeError(f"'{model_file.name}' must define class TritonPythonModel")
+    return model_class
+
+
+def initialize_args(model_config_json: str, model_dir: Path, name: str, version: int,
+                    instance_name: str, kind: str, device_id: int) -> dict[str, str]:
+    """Triton's ``initialize(args)`` dictionary (all values are strings)."""
+    return {
+        "model_config": model_config_json,
+        "model_instance_kind": kind.removeprefix("KIND_"),
+        "model_instance_name": instance_name,
+        "model_instance_device_id": str(device_id),
+        "model_repository": str(model_dir),
+        "model_version": str(version),
+        "model_name": name,
+    }
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` then ``At:`` and the model's frames, innermost first (Triton's form)."""
+    text = f"{type(exc).__name__}: {exc}"
+    frames = [
+        f"  {frame.filename}({frame.lineno}): {frame.name}\n"
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith(_OWN_FILES)
+    ]
+    if frames:
+        text += "\n\nAt:\n" + "".join(reversed(frames))
+    return text

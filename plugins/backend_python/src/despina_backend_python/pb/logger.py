@@ -1,0 +1,54 @@
+"""``pb_utils.Logger``: model log lines written into the server's log."""
+
+from __future__ import annotations
+
+import logging
+
+from despina_backend_python.pb import runtime
+
+_LOCAL = logging.getLogger("despina.python")
+
+
+class Logger:
+    """Use as ``pb_utils.Logger.log_info("...")`` (class-level, like Triton's)."""
+
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    VERBOSE = "VERBOSE"
+
+    @classmethod
+    def log(cls, message: str, level: str = INFO) -> None:
+        """Log ``message`` at ``level`` (INFO unless given)."""
+        if level not in (cls.INFO, cls.WARNING, cls.ERROR, cls.VERBOSE):
+            raise ValueError(f"unknown log level {level!r}")
+        host = runtime.current_or_none()
+        if host is None:
+            _LOCAL.log(_LEVELS[level], "%s", message)
+        else:
+            host.log(level, str(message))
+
+    @classmethod
+    def log_info(cls, message: str) -> None:
+        cls.log(message, cls.INFO)
+
+    @classmethod
+    def log_warn(cls, message: str) -> None:
+        cls.log(message, cls.WARNING)
+
+    @classmethod
+    def log_error(cls, message: str) -> None:
+        cls.log(message, cls.ERROR)
+
+    @classmethod
+    def log_verbose(cls, message: str) -> None:
+        cls.log(message, cls.VERBOSE)
+
+
+#: Logger level -> Python logging level (VERBOSE shows with ``--log-verbose``).
+_LEVELS = {"INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR,
+           "VERBOSE": logging.DEBUG}
+
+
+def python_level(level: str) -> int:
+    return _LEVELS.get(level, logging.INFO)

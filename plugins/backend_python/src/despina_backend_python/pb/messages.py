@@ -1,0 +1,253 @@
+"""``InferenceRequest`` (given to ``execute``, or built for BLS), ``InferenceResponse``
+and the decoupled ``InferenceResponseSender``."""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from despina_backend_python.pb import runtime
+from despina_backend_python.pb.errors import TritonError, TritonModelException
+from despina_backend_python.pb.tensor import Tensor
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_CPU_PINNED = 1
+TRITONSERVER_MEMORY_GPU = 2
+
+
+class PreferredMemory:
+    """Where BLS outputs should live; only CPU memory exists here, so it is advisory."""
+
+    def __init__(self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU,
+                 preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class Responder(abc.ABC):
+    """The server side of a request given to ``execute``: where its responses go."""
+
+    @abc.abstractmethod
+    def send(self, response: InferenceResponse | None, final: bool) -> None:
+        """Deliver a response (None: only the final flag)."""
+
+    @abc.abstractmethod
+    def is_cancelled(self) -> bool:
+        """True once the client cancelled the request."""
+
+
+def _parameters_json(parameters: dict[str, Any] | str | None) -> str:
+    if parameters is None:
+        return "{}"
+    if isinstance(parameters, str):
+        parameters = json.loads(parameters)
+    if not isinstance(parameters, dict):
+        raise TritonModelException("parameters must be a dict of str to bool, int or str")
+    for key, value in parameters.items():
+        if not isinstance(key, str) or not isinstance(value, bool | int | str):
+            raise TritonModelException(
+                f"parameter '{key}' must have a bool, int or str value, got {type(value).__name__}"
+            )
+    return json.dumps(parameters)
+
+
+class InferenceResponse:
+    """One response: output tensors, or an error; optional parameters (bool/int/str)."""
+
+    def __init__(self, output_tensors: Sequence[Tensor] | None = None,
+                 error: TritonError | None = None,
+                 parameters: dict[str, Any] | str | None = None) -> None:
+        if error is not None and not isinstance(error, TritonError):
+            raise TritonModelException("InferenceResponse error must be a pb_utils.TritonError")
+        self._outputs = list(output_tensors or [])
+        for tensor in self._outputs:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException(
+                    f"InferenceResponse output_tensors must be pb_utils.Tensor, got {type(tensor).__name__}"
+                )
+        self._error = error
+        self._parameters = _parameters_json(parameters)
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._outputs
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        """The parameters as a JSON string."""
+        return self._parameters
+
+
+class InferenceResponseSender:
+    """Sends the responses of one request (decoupled models, or default models since 24.06)."""
+
+    def __init__(self, responder: Responder) -> None:
+        self._responder = responder
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        """Send ``response``; ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` ends the request."""
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException("Inference Response object is needed when the flag is 0")
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException("send() expects a pb_utils.InferenceResponse")
+        self._closed = final
+        self._responder.send(response, final)
+
+    def is_cancelled(self) -> bool:
+        return self._responder.is_cancelled()
+
+
+class ResponseIterator:
+    """The responses of a decoupled BLS request; ``cancel()`` stops early."""
+
+    def __init__(self, responses: Iterator[InferenceResponse]) -> None:
+        self._responses = responses
+        self._cancelled = False
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._cancelled:
+            raise StopIteration
+        return next(self._responses)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+
+class InferenceRequest:
+    """A request: the ones ``execute`` receives, or one built for BLS with
+    ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])``."""
+
+    def __init__(self, model_name: str = "", inputs: Sequence[Tensor] = (),
+                 requested_output_names: Sequence[str] = (), request_id: str = "",
+                 correlation_id: int | str = 0, model_version: int = -1, flags: int = 0,
+                 timeout: int = 0, preferred_memory: PreferredMemory | None = None,
+                 parameters: dict[str, Any] | str | None = None, trace: Any = None) -> None:
+        self._model_name = str(model_name)
+        self._inputs = list(inputs)
+        for tensor in self._inputs:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException("InferenceRequest inputs must be pb_utils.Tensor objects")
+        self._outputs = [str(n) for n in requested_output_names]
+        self._request_id = str(request_id)
+        self._correlation_id = correlation_id
+        self._model_version = int(model_version)
+        self._flags = int(flags)
+        self._timeout = int(timeout)
+        self._preferred_memory = preferred_memory
+        self._parameters = _parameters_json(parameters)
+        self._trace = trace
+        self._responder: Responder | None = None
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+
+    @classmethod
+    def incoming(cls, responder: Responder, inputs: list[Tensor], outputs: list[str],
+                 request_id: str, correlation_id: int | str, flags: int,
+                 parameters_json: str, model_name: str, model_version: int) -> InferenceRequest:
+        """A request given to ``execute`` (built by the backend, not by models)."""
+        request = cls.__new__(cls)
+        request._model_name, request._inputs, request._outputs = model_name, inputs, outputs
+        request._request_id, request._correlation_id = request_id, correlation_id
+        request._model_version, request._flags, request._timeout = model_version, flags, 0
+        request._preferred_memory, request._trace = None, None
+        request._parameters = parameters_json
+        request._responder = responder
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        return request
+
+    # -- reading -------------------------------------------------------------------------
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def get_input_tensor_by_name(self, name: str) -> Tensor | None:
+        for tensor in self._inputs:
+            if tensor.name() == name:
+                return tensor
+        return None
+
+    def requested_output_names(self) -> list[str]:
+        return self._outputs
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def model_name(self) -> str:
+        return self._model_name
+
+    def model_version(self) -> int:
+        return self._model_version
+
+    def parameters(self) -> str:
+        """The request parameters as a JSON string."""
+        return self._parameters
+
+    def trace(self) -> Any:
+        return self._trace
+
+    def is_cancelled(self) -> bool:
+        return self._responder.is_cancelled() if self._responder is not None else False
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._responder is None:
+            raise TritonModelException("only requests given to execute() have a response sender")
+        return InferenceResponseSender(self._responder)
+
+    def set_release_flags(self, flags: int) -> None:
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise TritonModelException("request rescheduling is not supported by this server")
+        self._release_flags = flags
+
+    # -- BLS -----------------------------------------------------------------------------
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on ``model_name`` and wait: a response, or with
+        ``decoupled=True`` an iterator of responses."""
+        host = runtime.current()
+        if decoupled:
+            return ResponseIterator(host.infer_stream(self))
+        return host.infer(self)
+
+    async def async_exec(self, decoupled: bool = False) -> Any:
+        """``exec`` for ``async def execute`` models (awaitable)."""
+        host = runtime.current()
+        if decoupled:
+            return ResponseIterator(iter(await host.infer_stream_async(self)))
+        return await host.infer_async(self)
+
+
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    """The input ``name`` of a request, or None."""
+    return inference_request.get_input_tensor_by_name(name)
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    """The output ``name`` of a response, or None."""
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None

@@ -1,0 +1,92 @@
+"""What the pb_utils API needs from its host: BLS, logging, metrics, model control.
+
+In the server process (in-process mode) the host is the server itself; in a child
+process it forwards each call to the server over the instance's channel. The active host
+is per context (set around ``initialize``/``execute``) with a process-wide fallback for
+threads the model starts itself.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextvars
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse
+
+
+class Runtime(abc.ABC):
+    """The host of model code. Methods may be called from any thread of the model."""
+
+    model_name: str = ""
+
+    @abc.abstractmethod
+    def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Run a BLS request and wait; errors come back as the response's error."""
+
+    @abc.abstractmethod
+    def infer_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        """Run a BLS request on a decoupled model; yield its responses as they come."""
+
+    @abc.abstractmethod
+    async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
+        """:meth:`infer` for ``async def execute``."""
+
+    @abc.abstractmethod
+    async def infer_stream_async(self, request: InferenceRequest) -> list[InferenceResponse]:
+        """Every response of a decoupled BLS request, once the final one arrived."""
+
+    @abc.abstractmethod
+    def log(self, level: str, message: str) -> None:
+        """Write ``message`` to the server log; level is INFO/WARNING/ERROR/VERBOSE."""
+
+    @abc.abstractmethod
+    def metric(self, action: str, family: str, **fields: Any) -> float:
+        """A custom-metric operation (``family``, ``add``, ``set``, ``value``, ``observe``,
+        ``remove``) on the server's registry; returns the metric's value where relevant."""
+
+    @abc.abstractmethod
+    def model_control(self, action: str, **fields: Any) -> Any:
+        """``ready``/``load``/``unload`` of another model (Triton's model loading API)."""
+
+
+_current: contextvars.ContextVar[Runtime | None] = contextvars.ContextVar(
+    "despina_pb_runtime", default=None
+)
+_fallback: list[Runtime] = []
+
+
+def current() -> Runtime:
+    """The active host; raises TritonModelException outside a model."""
+    runtime = _current.get()
+    if runtime is None and _fallback:
+        runtime = _fallback[-1]
+    if runtime is None:
+        from despina_backend_python.pb.errors import TritonModelException
+
+        raise TritonModelException("this call is only available inside a Python model")
+    return runtime
+
+
+def current_or_none() -> Runtime | None:
+    runtime = _current.get()
+    return runtime if runtime is not None else (_fallback[-1] if _fallback else None)
+
+
+def activate(runtime: Runtime) -> contextvars.Token[Runtime | None]:
+    """Make ``runtime`` the host of this context (and the fallback for new threads)."""
+    if runtime not in _fallback:
+        _fallback.append(runtime)
+    return _current.set(runtime)
+
+
+def deactivate(token: contextvars.Token[Runtime | None]) -> None:
+    _current.reset(token)
+
+
+def forget(runtime: Runtime) -> None:
+    """Drop ``runtime`` from the fallbacks (its model unloaded)."""
+    if runtime in _fallback:
+        _fallback.remove(runtime)

@@ -1,0 +1,71 @@
+"""``pb_utils.Tensor``: a named numpy array (CPU), with DLPack interchange."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from despina_backend_python.pb.types import wire_datatype
+
+
+class _Capsule:
+    """Adapts a bare DLPack capsule to the ``__dlpack__`` protocol numpy expects."""
+
+    def __init__(self, capsule: Any) -> None:
+        self.capsule = capsule
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU
+
+
+class Tensor:
+    """A tensor of an inference request or response: ``Tensor(name, numpy_array)``."""
+
+    __slots__ = ("_array", "_name")
+
+    def __init__(self, name: str, array: Any) -> None:
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"Tensor '{name}' expects a numpy array, got {type(array).__name__}")
+        wire_datatype(array)  # refuses unsupported dtypes up front
+        self._name = str(name)
+        self._array = array
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        """The data as a numpy array (BYTES: an object array of ``bytes``)."""
+        return self._array
+
+    def shape(self) -> list[int]:
+        return [int(d) for d in self._array.shape]
+
+    def triton_dtype(self) -> str:
+        """The wire datatype ("FP32", "BYTES", ...)."""
+        return wire_datatype(self._array)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        """A DLPack capsule sharing this tensor's memory (not for BYTES tensors)."""
+        if self._array.dtype == np.object_:
+            raise TypeError("DLPack does not support BYTES tensors")
+        return self._array.__dlpack__()
+
+    @staticmethod
+    def from_dlpack(name: str, dlpack: Any) -> Tensor:
+        """A Tensor sharing the memory of a DLPack capsule or ``__dlpack__`` object
+        (C-contiguous, on the CPU)."""
+        source = dlpack if hasattr(dlpack, "__dlpack__") else _Capsule(dlpack)
+        array = np.from_dlpack(source)
+        if not array.flags.c_contiguous:
+            raise ValueError(f"Tensor '{name}': DLPack tensor must be C-contiguous")
+        return Tensor(name, array)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"

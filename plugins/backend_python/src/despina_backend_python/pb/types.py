@@ -1,0 +1,157 @@
+"""Data types as Triton's Python backend names them, and BYTES helpers.
+
+Wire names ("FP32", "BYTES"), config names ("TYPE_FP32", "TYPE_STRING"), Triton's
+``TRITONSERVER_DataType`` numbers and numpy dtypes. BYTES tensors are numpy object arrays.
+"""
+
+from __future__ import annotations
+
+import struct
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+try:  # BF16 needs ml_dtypes (installed with the server; optional in foreign envs)
+    import ml_dtypes
+
+    _BF16: Any = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - only in execution environments without it
+    _BF16 = None
+
+#: Wire datatype -> numpy dtype.
+WIRE_TO_DTYPE: dict[str, Any] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+}
+if _BF16 is not None:
+    WIRE_TO_DTYPE["BF16"] = _BF16
+
+_DTYPE_TO_WIRE = {dtype: name for name, dtype in WIRE_TO_DTYPE.items()}
+
+#: ``TRITONSERVER_DataType`` numbers, in Triton's order (0 is INVALID).
+_TRITON_NUMBERS = [
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+    "FP16", "FP32", "FP64", "BYTES", "BF16",
+]
+
+TRITON_STRING_TO_NUMPY: dict[str, Any] = {
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+if _BF16 is not None:
+    TRITON_STRING_TO_NUMPY["TYPE_BF16"] = _BF16.type
+
+
+def wire_datatype(array: np.ndarray) -> str:
+    """The wire datatype of an array; object/bytes/str arrays are BYTES."""
+    if array.dtype.kind in "OSU":
+        return "BYTES"
+    try:
+        return _DTYPE_TO_WIRE[array.dtype]
+    except KeyError:
+        raise TypeError(f"unsupported numpy dtype {array.dtype}") from None
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    """``"TYPE_FP32"`` -> ``numpy.float32`` (as Triton's helper)."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    """A ``TRITONSERVER_DataType`` number -> numpy type (None when unknown)."""
+    if 1 <= data_type <= len(_TRITON_NUMBERS):
+        dtype = WIRE_TO_DTYPE.get(_TRITON_NUMBERS[data_type - 1])
+        return None if dtype is None else dtype.type
+    return None
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """A numpy type -> ``TRITONSERVER_DataType`` number (None when unsupported)."""
+    if data_type in (np.object_, np.bytes_):
+        return _TRITON_NUMBERS.index("BYTES") + 1
+    name = _DTYPE_TO_WIRE.get(np.dtype(data_type))
+    return None if name is None else _TRITON_NUMBERS.index(name) + 1
+
+
+def as_bytes_items(array: np.ndarray) -> list[bytes]:
+    """The elements of a BYTES tensor as a flat list of ``bytes`` (C order).
+
+    ``str`` elements are UTF-8 encoded, other objects are ``str()``-ed and encoded (as
+    Triton does). Bulk conversions only; a per-element Python call happens only for
+    arrays mixing bytes with other objects.
+    """
+    if array.dtype.kind == "U":
+        array = np.char.encode(array, "utf-8")
+    items: list[Any] = array.ravel(order="C").tolist()
+    if array.dtype.kind == "S" or _all_bytes(items):
+        return items
+    return list(map(_to_bytes, items))
+
+
+def _all_bytes(items: list[Any]) -> bool:
+    return set(map(type, items)) <= {bytes}
+
+
+def _to_bytes(item: Any) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    return (item if isinstance(item, str) else str(item)).encode("utf-8")
+
+
+def bytes_array(items: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
+    """An object array of ``shape`` holding ``items`` (one C-level copy of references)."""
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out.reshape(shape)
+
+
+_PACK_LENGTH = struct.Struct("<I").pack
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> bytes | tuple[()] | None:
+    """Triton's wire encoding of a BYTES tensor: each element a 4-byte LE length + data.
+
+    Returns ``()`` for an empty tensor and None for a non-BYTES tensor (as Triton).
+    """
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype.kind not in "OS":
+        return None
+    items = as_bytes_items(input_tensor)
+    return b"".join(chain.from_iterable(zip(map(_PACK_LENGTH, map(len, items)), items, strict=True)))
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
+    """Decode Triton's BYTES wire encoding into a 1-D object array."""
+    view = memoryview(encoded_tensor).cast("B")
+    items: list[bytes] = []
+    offset = 0
+    while offset < len(view):
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    return bytes_array(items, (len(items),))

@@ -1,0 +1,216 @@
+"""Process mode (the default, as Triton): each instance runs ``model.py`` in its own child.
+
+Tensors cross through shared memory (:mod:`.shm`). When a child dies (crash, kill,
+``os._exit`` in user code) or an ``execute`` outlives ``DESPINA_EXECUTE_TIMEOUT_SECONDS``
+(then the child is killed), the requests it held fail with a clear error, the instance
+reports itself unhealthy (so the model is not ready) and a new child is started; requests
+that arrive meanwhile wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from despina.backend import InstanceSpec, ModelInstance
+from despina.errors import ConfigError, Internal, Unavailable
+from despina.inference import InferenceRequest as CoreRequest
+from despina.inference import InferenceResponse as CoreResponse
+from despina.shared_memory import INTERNAL_KEY_PREFIX
+
+from despina_backend_python import convert, responses, wire
+from despina_backend_python.child import ChildDied, ChildProcess, spawn
+from despina_backend_python.execution_env import resolve_environment
+from despina_backend_python.pb.messages import InferenceResponse
+from despina_backend_python.server_runtime import ServerRuntime
+from despina_backend_python.shm import Arena
+
+if TYPE_CHECKING:
+    from despina_backend_python.backend import PythonBackend
+
+TIMEOUT_KEY = "DESPINA_EXECUTE_TIMEOUT_SECONDS"
+#: How long a request waits for a restarting instance before failing.
+RESTART_WAIT_S = 60.0
+FINALIZE_TIMEOUT_S = 30.0
+
+
+def new_tag() -> str:
+    return "py" + uuid.uuid4().hex[:12]
+
+
+async def start_instance(backend: PythonBackend, spec: InstanceSpec, host: ServerRuntime) -> ModelInstance:
+    """Start the child of ``spec``; raises RuntimeError with ``initialize``'s error."""
+    instance = ProcessInstance(backend, spec, host)
+    await instance.start()
+    if instance.is_async:
+        instance.__class__ = AsyncProcessInstance
+    return instance
+
+
+class ProcessInstance(ModelInstance):
+    """One instance backed by a child process, restarted when it dies."""
+
+    def __init__(self, backend: PythonBackend, spec: InstanceSpec, host: ServerRuntime) -> None:
+        ctx = backend.context
+        self.spec = spec
+        self.host = host
+        self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
+        self.output_names = [o.name for o in ctx.config.output]
+        self.python, self.env = resolve_environment(ctx.parameters, ctx.model_dir)
+        self.hello: dict[str, Any] = {
+            "op": "init", "prefix": INTERNAL_KEY_PREFIX, "model_name": ctx.name,
+            "model_file": str(ctx.model_file), "args": backend.args_for(spec),
+        }
+        timeout = ctx.parameters.get(TIMEOUT_KEY, "") or "0"
+        try:
+            self.timeout = float(timeout)
+        except ValueError:
+            raise ConfigError(f"model '{ctx.name}': {TIMEOUT_KEY} must be a number of seconds") from None
+        self.child: ChildProcess | None = None
+        self.is_async = False
+        self._ids = itertools.count(1)
+        self._tokens = itertools.count(1)
+        self._back = asyncio.Event()
+        self._closing = False
+        self._restart_error = ""
+        self._restarter: asyncio.Task[None] | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.child is not None and self.child.alive
+
+    async def start(self) -> None:
+        """Start a child and initialize the model in it."""
+        tag = new_tag()
+        hello = dict(self.hello, tag=tag)
+        try:
+            process, reader, writer, first = await spawn(self.python, self.env, hello)
+        except ChildDied as exc:
+            raise RuntimeError(str(exc)) from None
+        if first["op"] != "ready":
+            writer.close()
+            await process.wait()
+            Arena(INTERNAL_KEY_PREFIX, tag + "c").cleanup()
+            raise RuntimeError(first.get("message", "the model process failed to start"))
+        self.is_async = bool(first["is_async"])
+        arena = Arena(INTERNAL_KEY_PREFIX, tag + "p")
+        self.child = ChildProcess(process, reader, writer, self.host, arena, self._child_exited)
+        self._back.set()
+
+    def _child_exited(self, child: ChildProcess) -> None:
+        if self._closing or child is not self.child:
+            return
+        self._back.clear()
+        for request in child.open.values():
+            request.fail(self._died_error(child))
+        child.open.clear()
+        self.host.logger.error(
+            "model instance '%s' process %d exited unexpectedly (exit code %s); restarting",
+            self.spec.name, child.pid, child.process.returncode,
+        )
+        self._restarter = asyncio.create_task(self._restart())
+
+    def _died_error(self, child: ChildProcess) -> Internal:
+        return Internal(
+            f"Failed to process the request(s) for model '{self.spec.name}', message: the model "
+            f"instance process stopped unexpectedly (exit code {child.process.returncode}); "
+            "the instance is restarting"
+        )
+
+    async def _restart(self) -> None:
+        delay = 0.5
+        while not self._closing:
+            try:
+                await self.start()
+                self.host.logger.info("model instance '%s' restarted", self.spec.name)
+                return
+            except RuntimeError as exc:
+                self._restart_error = str(exc)
+                self.host.logger.error("restarting '%s' failed: %s", self.spec.name, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    async def _ready_child(self) -> ChildProcess:
+        if not self._back.is_set():
+            try:
+                await asyncio.wait_for(self._back.wait(), RESTART_WAIT_S)
+            except TimeoutError:
+                raise Unavailable(
+                    f"model instance '{self.spec.name}' is restarting: {self._restart_error}"
+                ) from None
+        assert self.child is not None
+        return self.child
+
+    async def execute(self, requests: Sequence[CoreRequest]) -> Sequence[CoreResponse] | None:
+        child = await self._ready_child()
+        exec_id = next(self._ids)
+        tokens = [next(self._tokens) for _ in requests]
+        message = self._execute_message(exec_id, child, requests, tokens)
+        try:
+            future = child.execute(exec_id, message)
+            reply = await (asyncio.wait_for(future, self.timeout) if self.timeout > 0 else future)
+        except TimeoutError:
+            child.kill()
+            raise responses.execute_failed(
+                self.spec.name, f"execute did not finish within {self.timeout:g} s; the instance "
+                "process was killed and is restarting",
+            ) from None
+        except ChildDied:
+            raise self._died_error(child) from None
+        finally:
+            if not self.decoupled:
+                for token in tokens:
+                    child.open.pop(token, None)
+        if "exception" in reply:
+            raise responses.execute_failed(self.spec.name, reply["exception"])
+        if "invalid_result" in reply:
+            raise responses.execute_failed(
+                self.spec.name, f"Expected a list in the execute return, got {reply['invalid_result']}"
+            )
+        result = wire.unpack_responses(reply) if "responses" in reply else None
+        return responses.collect(self.spec.name, result, requests, self.decoupled, self._convert)
+
+    def _execute_message(self, exec_id: int, child: ChildProcess,
+                         requests: Sequence[CoreRequest], tokens: list[int]) -> dict[str, Any]:
+        tensors: list[tuple[str, Any]] = []
+        fields: list[dict[str, Any]] = []
+        for request, token in zip(requests, tokens, strict=True):
+            child.open[token] = request
+            tensors.extend(request.inputs.items())
+            scalar = convert.request_fields(request, self.output_names)
+            corr = scalar["correlation_id"]
+            fields.append({
+                "token": token, "n": len(request.inputs), "outputs": scalar["outputs"],
+                "id": scalar["request_id"], "corr": corr if isinstance(corr, int | str) else 0,
+                "flags": scalar["flags"], "params": scalar["parameters_json"],
+            })
+        segment, descs = child.arena.pack(tensors)
+        return {"op": "execute", "id": exec_id, "shm": segment, "tensors": descs, "requests": fields}
+
+    def _convert(self, item: Any, request: CoreRequest) -> CoreResponse:
+        if isinstance(item, str):
+            raise responses.execute_failed(
+                self.spec.name, f"Expected an InferenceResponse in the execute return, got {item}"
+            )
+        assert isinstance(item, InferenceResponse)
+        return convert.response_to_core(item, request.requested_output_names)
+
+    async def close(self) -> None:
+        """``finalize`` in the child, then wait for it to exit."""
+        self._closing = True
+        if self._restarter is not None:
+            self._restarter.cancel()
+        if self.child is not None and self.child.alive:
+            error = await self.child.stop(FINALIZE_TIMEOUT_S)
+            if error:
+                self.host.logger.error("finalize of '%s' failed: %s", self.spec.name, error)
+        self.child = None
+
+
+class AsyncProcessInstance(ProcessInstance):
+    """An instance whose model has ``async def execute``: many executions at once."""
+
+    concurrent = True

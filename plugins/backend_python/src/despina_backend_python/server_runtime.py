@@ -1,0 +1,155 @@
+"""The server as host of model code: BLS through ``Server.infer``/``infer_stream``,
+``Logger`` into the server log, custom metrics into ``server.custom_metrics``, and the
+model loading API. In-process models call it directly; child processes reach it through
+their instance's channel (:mod:`.process`), which uses the async methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from despina.errors import DespinaError, InvalidArgument
+
+from despina_backend_python import convert
+from despina_backend_python.pb.errors import TritonModelException
+from despina_backend_python.pb.logger import python_level
+from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse
+from despina_backend_python.pb.runtime import Runtime
+
+if TYPE_CHECKING:
+    from despina.server import Server
+
+_END = object()
+
+
+class ServerRuntime(Runtime):
+    """Host for the models of one Backend; ``loop`` is the server's event loop."""
+
+    def __init__(self, server: Server, loop: asyncio.AbstractEventLoop, model_name: str) -> None:
+        self.server = server
+        self.loop = loop
+        self.model_name = model_name
+        self.logger = logging.getLogger(f"despina.model.{model_name}")
+
+    def _off_loop(self, what: str) -> None:
+        if threading.get_ident() == getattr(self.loop, "_thread_id", None):
+            raise TritonModelException(
+                f"{what} would block the server's event loop; in 'async def execute' use "
+                "'await request.async_exec()'"
+            )
+
+    # -- BLS -----------------------------------------------------------------------------
+    def infer(self, request: InferenceRequest) -> InferenceResponse:
+        self._off_loop("exec()")
+        return asyncio.run_coroutine_threadsafe(self.infer_async(request), self.loop).result()
+
+    async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
+        try:
+            response = await self.server.infer(convert.request_to_core(request))
+        except DespinaError as exc:
+            return InferenceResponse(error=convert.error_to_pb(exc))
+        return convert.response_to_pb(response)
+
+    def infer_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        self._off_loop("exec(decoupled=True)")
+        items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+        async def pump() -> None:
+            try:
+                async for response in self.stream_responses(request):
+                    items.put(response)
+            finally:
+                items.put(_END)
+
+        asyncio.run_coroutine_threadsafe(pump(), self.loop)
+        while (item := items.get()) is not _END:
+            yield item
+
+    async def infer_stream_async(self, request: InferenceRequest) -> list[InferenceResponse]:
+        return [r async for r in self.stream_responses(request)]
+
+    async def stream_responses(self, request: InferenceRequest) -> Any:
+        """Every response of a decoupled BLS request; an empty last one when the model
+        ended the stream with the final flag alone (as Triton)."""
+        last_final = False
+        try:
+            async for response in self.server.infer_stream(convert.request_to_core(request)):
+                last_final = response.final
+                yield convert.response_to_pb(response)
+        except DespinaError as exc:
+            yield InferenceResponse(error=convert.error_to_pb(exc))
+            return
+        if not last_final:
+            yield InferenceResponse()
+
+    # -- logging and metrics -------------------------------------------------------------
+    def log(self, level: str, message: str) -> None:
+        self.logger.log(python_level(level), "%s", message)
+
+    def metric(self, action: str, family: str, **fields: Any) -> float:
+        registry = self.server.custom_metrics
+        try:
+            if action == "family":
+                registry.family(family, fields["description"], fields["kind"])
+                return 0.0
+            target = next((f for f in registry.families() if f.name == family), None)
+            if target is None:
+                raise InvalidArgument(f"metric family '{family}' does not exist")
+            labels, value = fields.get("labels", {}), float(fields.get("value", 0.0))
+            if action == "add":
+                target.add(labels, value)
+            elif action == "set":
+                target.set(labels, value)
+            elif action == "observe":
+                target.observe(labels, value, list(fields.get("buckets", [])))
+            elif action == "remove":
+                target.remove(labels)
+            return float(target.value(labels))
+        except DespinaError as exc:
+            raise TritonModelException(str(exc)) from None
+
+    # -- model loading API ---------------------------------------------------------------
+    def model_control(self, action: str, **fields: Any) -> Any:
+        if action == "ready":
+            return self.model_ready(fields["name"], fields.get("version", ""))
+        self._off_loop(f"{action}_model()")
+        future = asyncio.run_coroutine_threadsafe(self.model_control_async(action, **fields), self.loop)
+        return future.result()
+
+    def model_ready(self, name: str, version: str) -> bool:
+        try:
+            self.server.models.get(name, str(version or ""))
+        except DespinaError:
+            return False
+        return True
+
+    async def model_control_async(self, action: str, **fields: Any) -> Any:
+        """``ready``, ``load`` or ``unload``; raises TritonModelException with the reason."""
+        if action == "ready":
+            return self.model_ready(fields["name"], fields.get("version", ""))
+        models = self.server.models
+        try:
+            models.check_control()
+            if action == "load":
+                files = {
+                    key.removeprefix("file:"): _as_bytes(value)
+                    for key, value in (fields.get("files") or {}).items()
+                }
+                await models.load(fields["name"], fields.get("config") or None, files or None)
+            elif action == "unload":
+                await models.unload(fields["name"], bool(fields.get("unload_dependents")))
+            else:
+                raise InvalidArgument(f"unknown model control action '{action}'")
+        except DespinaError as exc:
+            raise TritonModelException(str(exc)) from None
+        return None
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else base64.b64decode(value)

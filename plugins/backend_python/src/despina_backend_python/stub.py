@@ -1,0 +1,268 @@
+"""The child process of a ``process``-mode instance: runs one ``model.py``.
+
+Started as ``python -m despina_backend_python.stub <fd>`` with one end of a socket pair.
+The first message is ``init`` (import the model, ``initialize``, answer ``ready``) or
+``auto_complete`` (answer the completed config, then exit). After ``ready``:
+
+- a reader thread routes the server's messages: ``execute`` and ``finalize`` go to the
+  event loop of the main thread; replies (BLS, metrics, ...) complete waiting calls;
+- a synchronous ``execute`` runs in one worker thread (calls stay in order); an
+  ``async def execute`` runs as tasks on the loop, many at once;
+- the model reaches the server (BLS, Logger, metrics) through :class:`ChildRuntime`.
+
+Only numpy and this package are needed, so it also runs in other Python environments
+(``EXECUTION_ENV_PATH``). Exits when the server closes the channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import os
+import queue
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from despina_backend_python import wire
+from despina_backend_python.channel import BlockingChannel
+from despina_backend_python.loading import describe_exception, load_model_class
+from despina_backend_python.pb import runtime as pb_runtime
+from despina_backend_python.pb.errors import TritonModelException
+from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
+from despina_backend_python.pb.model_config import ModelConfig
+from despina_backend_python.pb.tensor import Tensor
+from despina_backend_python.shm import Arena, unpack
+
+_END = object()
+
+
+class ChildRuntime(pb_runtime.Runtime):
+    """Forwards the model's calls to the server and waits for the replies."""
+
+    def __init__(self, channel: BlockingChannel, arena: Arena, model_name: str) -> None:
+        self.channel = channel
+        self.arena = arena
+        self.model_name = model_name
+        self._ids = itertools.count(1)
+        self.waiting: dict[int, Future[dict[str, Any]] | queue.SimpleQueue[Any]] = {}
+
+    def call(self, op: str, **body: Any) -> Future[dict[str, Any]]:
+        """Send a request; the future completes with the server's reply."""
+        call_id = next(self._ids)
+        future: Future[dict[str, Any]] = Future()
+        self.waiting[call_id] = future
+        self.channel.send({"op": op, "id": call_id, **body})
+        return future
+
+    def route(self, message: dict[str, Any]) -> None:
+        """A reply from the server (reader thread)."""
+        op, call_id = message["op"], message["id"]
+        target = self.waiting.get(call_id)
+        if isinstance(target, queue.SimpleQueue):
+            target.put(_END if op == "stream_end" else message)
+            if op == "stream_end":
+                del self.waiting[call_id]
+        elif target is not None:
+            del self.waiting[call_id]
+            target.set_result(message)
+
+    @staticmethod
+    def _response(reply: dict[str, Any]) -> InferenceResponse:
+        item = wire.unpack_responses(reply)[0]
+        assert isinstance(item, InferenceResponse)
+        return item
+
+    def infer(self, request: InferenceRequest) -> InferenceResponse:
+        return self._response(self.call("bls", **wire.pack_request(self.arena, request)).result())
+
+    async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
+        future = self.call("bls", **wire.pack_request(self.arena, request))
+        return self._response(await asyncio.wrap_future(future))
+
+    def infer_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        call_id = next(self._ids)
+        items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.waiting[call_id] = items
+        self.channel.send({"op": "bls_stream", "id": call_id, **wire.pack_request(self.arena, request)})
+        while (item := items.get()) is not _END:
+            yield self._response(item)
+
+    async def infer_stream_async(self, request: InferenceRequest) -> list[InferenceResponse]:
+        return await asyncio.to_thread(lambda: list(self.infer_stream(request)))
+
+    def log(self, level: str, message: str) -> None:
+        self.channel.send({"op": "log", "level": level, "message": message})
+
+    def metric(self, action: str, family: str, **fields: Any) -> float:
+        reply = self.call("metric", action=action, family=family, fields=fields).result()
+        if reply.get("error"):
+            raise TritonModelException(reply["error"])
+        return float(reply["value"])
+
+    def model_control(self, action: str, **fields: Any) -> Any:
+        reply = self.call("model_control", action=action, fields=fields).result()
+        if reply.get("error"):
+            raise TritonModelException(reply["error"])
+        return reply.get("value")
+
+
+class ChildResponder(Responder):
+    """A request's response sender in the child: each send is one message."""
+
+    __slots__ = ("stub", "token")
+
+    def __init__(self, stub: Stub, token: int) -> None:
+        self.stub, self.token = stub, token
+
+    def send(self, response: InferenceResponse | None, final: bool) -> None:
+        body = wire.pack_responses(self.stub.arena, [] if response is None else [response])
+        self.stub.channel.send({"op": "send", "token": self.token, "final": final, **body})
+
+    def is_cancelled(self) -> bool:
+        reply = self.stub.runtime.call("is_cancelled", token=self.token).result()
+        return bool(reply["value"])
+
+
+class Stub:
+    """The model of this process and the loop that serves it."""
+
+    def __init__(self, channel: BlockingChannel, hello: dict[str, Any]) -> None:
+        self.channel = channel
+        self.hello = hello
+        self.arena = Arena(hello["prefix"], hello["tag"] + "c")
+        self.runtime = ChildRuntime(channel, self.arena, hello["model_name"])
+        self.loop = asyncio.new_event_loop()
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="execute")
+        self.model: Any = None
+        self.is_async = False
+
+    def load(self) -> dict[str, Any]:
+        """Import the model and run ``initialize``; the ``ready`` (or ``error``) message."""
+        pb_runtime.activate(self.runtime)
+        try:
+            model_class = load_model_class(Path(self.hello["model_file"]), "model")
+            self.model = model_class()
+            if hasattr(self.model, "initialize"):
+                result = self.model.initialize(self.hello["args"])
+                if inspect.isawaitable(result):
+                    self.loop.run_until_complete(result)
+        except BaseException as exc:  # noqa: BLE001 - reported to the server as the reason
+            return {"op": "error", "message": describe_exception(exc)}
+        self.is_async = inspect.iscoroutinefunction(self.model.execute)
+        return {"op": "ready", "is_async": self.is_async, "pid": os.getpid()}
+
+    def serve(self) -> None:
+        threading.Thread(target=self._read, name="channel-reader", daemon=True).start()
+        self.loop.run_forever()
+
+    def _read(self) -> None:
+        while (message := self.channel.recv()) is not None:
+            op = message["op"]
+            if op in ("reply", "stream", "stream_end"):
+                self.runtime.route(message)
+            elif op == "execute":
+                self.loop.call_soon_threadsafe(self._execute, message)
+            elif op == "finalize":
+                self.loop.call_soon_threadsafe(self._finalize)
+        os._exit(0)  # the server went away
+
+    def _requests(self, message: dict[str, Any]) -> list[InferenceRequest]:
+        tensors = unpack(message["shm"], message["tensors"])
+        requests, at = [], 0
+        for fields in message["requests"]:
+            inputs = [Tensor(n, a) for n, a in tensors[at : at + fields["n"]]]
+            at += fields["n"]
+            requests.append(InferenceRequest.incoming(
+                ChildResponder(self, fields["token"]), inputs, fields["outputs"],
+                request_id=fields["id"], correlation_id=fields["corr"], flags=fields["flags"],
+                parameters_json=fields["params"], model_name=self.hello["model_name"],
+                model_version=int(self.hello["args"]["model_version"]),
+            ))
+        return requests
+
+    def _execute(self, message: dict[str, Any]) -> None:
+        requests = self._requests(message)
+        if self.is_async:
+            self.loop.create_task(self._run_async(message["id"], requests))
+        else:
+            self.worker.submit(self._run_sync, message["id"], requests)
+
+    def _run_sync(self, exec_id: int, requests: list[InferenceRequest]) -> None:
+        try:
+            result = self.model.execute(requests)
+        except BaseException as exc:  # noqa: BLE001 - reported to the server
+            self._executed(exec_id, exception=describe_exception(exc))
+            return
+        self._executed(exec_id, result=result)
+
+    async def _run_async(self, exec_id: int, requests: list[InferenceRequest]) -> None:
+        try:
+            result = await self.model.execute(requests)
+        except BaseException as exc:  # noqa: BLE001 - reported to the server
+            self._executed(exec_id, exception=describe_exception(exc))
+            return
+        self._executed(exec_id, result=result)
+
+    def _executed(self, exec_id: int, result: Any = None, exception: str = "") -> None:
+        reply: dict[str, Any] = {"op": "executed", "id": exec_id}
+        if exception:
+            reply["exception"] = exception
+        elif isinstance(result, list | tuple):
+            reply.update(wire.pack_responses(self.arena, list(result)))
+        elif result is not None:
+            reply["invalid_result"] = type(result).__name__
+        self.channel.send(reply)
+
+    def _finalize(self) -> None:
+        self.worker.shutdown(wait=True)
+        message = ""
+        try:
+            if hasattr(self.model, "finalize"):
+                self.model.finalize()
+        except BaseException as exc:  # noqa: BLE001 - reported to the server
+            message = describe_exception(exc)
+        self.channel.send({"op": "finalized", "error": message})
+        self.loop.stop()
+
+
+def auto_complete(hello: dict[str, Any]) -> dict[str, Any]:
+    """The ``config`` (JSON) after the model's ``auto_complete_config``, or an error."""
+    try:
+        model_class = load_model_class(Path(hello["model_file"]), "model")
+        config = ModelConfig(hello["config"])
+        hook = getattr(model_class, "auto_complete_config", None)
+        if hook is None:
+            return {"op": "config", "config": ""}
+        result = hook(config)
+        completed = result if isinstance(result, ModelConfig) else config
+        return {"op": "config", "config": json.dumps(completed.as_dict())}
+    except BaseException as exc:  # noqa: BLE001 - reported to the server
+        return {"op": "error", "message": describe_exception(exc)}
+
+
+def main(argv: list[str]) -> int:
+    channel = BlockingChannel(socket.socket(fileno=int(argv[1])))
+    hello = channel.recv()
+    if hello is None:
+        return 0
+    if hello["op"] == "auto_complete":
+        channel.send(auto_complete(hello))
+        return 0
+    stub = Stub(channel, hello)
+    ready = stub.load()
+    channel.send(ready)
+    if ready["op"] != "ready":
+        return 1
+    stub.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,83 @@
+"""pb_utils requests and responses as channel messages: descriptors + one shm segment.
+
+Server-independent (used by the child and by the server side).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from despina_backend_python.pb.errors import TritonError
+from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse
+from despina_backend_python.pb.tensor import Tensor
+from despina_backend_python.shm import Arena, unpack
+
+
+def pack_responses(arena: Arena, items: list[Any]) -> dict[str, Any]:
+    """``{"shm", "responses"}`` for a list of InferenceResponse (other items are marked
+    ``invalid`` with their type name, for the server to report)."""
+    tensors: list[tuple[str, np.ndarray]] = []
+    descs: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, InferenceResponse):
+            descs.append({"invalid": type(item).__name__})
+            continue
+        error = item.error()
+        outputs = [] if error is not None else item.output_tensors()
+        tensors.extend((t.name(), t.as_numpy()) for t in outputs)
+        descs.append({
+            "n": len(outputs),
+            "error": None if error is None else (error.message(), error.code()),
+            "params": item.parameters(),
+        })
+    segment, tensor_descs = arena.pack(tensors)
+    return {"shm": segment, "tensors": tensor_descs, "responses": descs}
+
+
+def unpack_responses(message: dict[str, Any]) -> list[InferenceResponse | str]:
+    """The responses of :func:`pack_responses` (the type name for invalid items)."""
+    tensors = unpack(message["shm"], message["tensors"])
+    out: list[InferenceResponse | str] = []
+    at = 0
+    for desc in message["responses"]:
+        if "invalid" in desc:
+            out.append(desc["invalid"])
+            continue
+        chunk = [Tensor(name, array) for name, array in tensors[at : at + desc["n"]]]
+        at += desc["n"]
+        error = None if desc["error"] is None else TritonError(*desc["error"])
+        out.append(InferenceResponse(chunk, error=error, parameters=desc["params"]))
+    return out
+
+
+def request_fields(request: InferenceRequest) -> dict[str, Any]:
+    """The scalar fields of a request (everything but its tensors)."""
+    return {
+        "model": request.model_name(),
+        "version": request.model_version(),
+        "outputs": request.requested_output_names(),
+        "id": request.request_id(),
+        "corr": request.correlation_id(),
+        "flags": request.flags(),
+        "params": request.parameters(),
+        "timeout": request.timeout(),
+    }
+
+
+def pack_request(arena: Arena, request: InferenceRequest) -> dict[str, Any]:
+    """A BLS request as a message body."""
+    segment, descs = arena.pack([(t.name(), t.as_numpy()) for t in request.inputs()])
+    return {"shm": segment, "tensors": descs, "request": request_fields(request)}
+
+
+def unpack_request(message: dict[str, Any]) -> InferenceRequest:
+    """The BLS request of :func:`pack_request`."""
+    fields = message["request"]
+    inputs = [Tensor(name, array) for name, array in unpack(message["shm"], message["tensors"])]
+    return InferenceRequest(
+        model_name=fields["model"], inputs=inputs, requested_output_names=fields["outputs"],
+        request_id=fields["id"], correlation_id=fields["corr"], model_version=fields["version"],
+        flags=fields["flags"], timeout=fields["timeout"], parameters=fields["params"],
+    )
