@@ -256,3 +256,23 @@ ensemble_scheduling { step [ {
     sequences = {31: [1, 2, 3], 32: [10, 10]}
     results = running.call(run_interleaved(running, "stateful", sequences))
     assert results == {31: [1, 3, 6], 32: [10, 20]}
+
+
+def test_explicit_load_of_an_ensemble_loads_its_composing_models(
+    start_ens: Callable[..., RunningServer],
+) -> None:
+    running = start_ens(
+        {"branch": BRANCH}, args=("--model-control-mode=explicit", "--load-model=branch")
+    )
+    manager = running.server.models
+    states = {row["name"]: row.get("state") for row in manager.index()}
+    assert {m: states[m] for m in ("branch", "double", "neg", "add")} == dict.fromkeys(
+        ("branch", "double", "neg", "add"), "READY"
+    )
+    assert states["check"] is None  # not composing: not loaded
+    running.call(manager.unload("neg"))
+    running.call(manager.load("branch"))  # reloading the ensemble brings "neg" back
+    assert manager.get("neg").ready
+    np.testing.assert_array_equal(
+        infer(running, "branch", [2]).outputs["Z"], np.array([6], np.float32)
+    )

@@ -66,18 +66,35 @@ class EnsembleScheduler(Scheduler):
                 f"ensemble {self.model.name} contains models that are not available or "
                 f"ambiguous: {', '.join(missing)}"
             )
-        deadline = time.monotonic() + COMPOSING_WAIT_S
-        while time.monotonic() < deadline and any(
-            m not in manager.entries or manager.entries[m].state is ModelState.LOADING
-            for m in self.graph.models
-        ):
-            await asyncio.sleep(_POLL_S)
+        for name in self.graph.models:
+            await self._settle(name)
         configs: dict[str, ModelConfig] = {}
         for step in self.graph.steps:
             configs[step.model_name] = self._composing_config(step.model_name, step.model_version)
         check_composing(self.graph, self.model.config, configs)
         if self.graph.decoupled:
             self.model.config.model_transaction_policy.decoupled = True
+
+    async def _settle(self, name: str) -> None:
+        """Wait while composing model ``name`` is loading (or still to be loaded by the
+        start-up); in explicit control mode load it when nothing else will, as Triton
+        does when an ensemble is loaded."""
+        assert self.model.server is not None
+        manager = self.model.server.models
+        startup = set(getattr(self.model.server.settings, "load_model", None) or [])
+        startup_loads = not manager.explicit or "*" in startup or name in startup
+        deadline = time.monotonic() + COMPOSING_WAIT_S
+        while time.monotonic() < deadline:
+            entry = manager.entries.get(name)
+            if entry is None and not startup_loads:
+                break
+            if entry is not None and entry.state is not ModelState.LOADING:
+                break
+            await asyncio.sleep(_POLL_S)
+        entry = manager.entries.get(name)
+        if manager.explicit and (entry is None or not entry.ready):
+            with contextlib.suppress(DespinaError):  # the reason shows in the check below
+                await manager.load(name)
 
     def _composing_config(self, name: str, version: str) -> ModelConfig:
         """The config of the composing model's version; Triton's texts when it has none."""
