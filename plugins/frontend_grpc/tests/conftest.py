@@ -14,8 +14,20 @@ sys.path.insert(0, str(Path(__file__).parent))  # the in-test backend module bes
 import grpc_test_backend as backend
 
 DATATYPES = (
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-    "FP16", "FP32", "FP64", "BF16", "BYTES",
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BF16",
+    "BYTES",
 )
 #: Flags every test server gets: loopback only, and no other protocol listening.
 LOCAL = ("--grpc-address=127.0.0.1", "--allow-http=false", "--allow-metrics=false")
@@ -29,7 +41,9 @@ def build_repository(repo: RepositoryBuilder) -> None:
         name = f"echo_{datatype.lower()}"
         repo.add(name, backend.config(name, datatype=datatype, dims="-1, -1"), version)
     repo.add("sleep", backend.config("sleep", "sleep"), version)
-    repo.add("decoupled", backend.config("decoupled", "decoupled", "INT32", decoupled=True), version)
+    repo.add(
+        "decoupled", backend.config("decoupled", "decoupled", "INT32", decoupled=True), version
+    )
     repo.add("fail", backend.config("fail", "fail"), version)
 
 
@@ -38,12 +52,15 @@ def serve_repository(root: Path, *args: str, plugins: tuple[Any, ...] = ()) -> R
     return start_server(root, args=[*LOCAL, *args], plugins=[backend, *plugins])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """One server with default flags, shared by a test module."""
+@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "2-workers"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    """One server shared by a test module: gRPC served in the server process, then from
+    two worker processes (``--grpc-worker-processes=2``)."""
     repo = RepositoryBuilder(tmp_path_factory.mktemp("grpc") / "models")
     build_repository(repo)
-    running = serve_repository(repo.root)
+    running = serve_repository(repo.root, f"--grpc-worker-processes={request.param}")
     yield running
     running.stop()
 
@@ -56,7 +73,9 @@ def serve(
     build_repository(model_repository)
 
     def start(*args: str, plugins: tuple[Any, ...] = ()) -> RunningServer:
-        return despina_server(model_repository.root, args=[*LOCAL, *args], plugins=[backend, *plugins])
+        return despina_server(
+            model_repository.root, args=[*LOCAL, *args], plugins=[backend, *plugins]
+        )
 
     return start
 

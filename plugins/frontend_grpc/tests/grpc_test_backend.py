@@ -80,7 +80,9 @@ class GrpcTestInstance(ModelInstance):
             return
         for index in range(count):
             await asyncio.sleep(0)
-            request.respond(InferenceResponse(outputs={"OUT": np.array([index], np.int32)}), final=False)
+            request.respond(
+                InferenceResponse(outputs={"OUT": np.array([index], np.int32)}), final=False
+            )
         assert request.stream is not None
         request.stream.send(None, final=True)
 

@@ -102,13 +102,21 @@ def test_repository_index_load_unload(serve: Callable[..., RunningServer]) -> No
         assert not client.is_model_ready("echo_fp32")
         client.unload_model("never_loaded")  # Triton answers OK
         # a config override, then file overrides (which need a config)
-        config = json.dumps({"name": "echo_fp32", "backend": "grpctest", "max_batch_size": 0,
-                             "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [-1]}],
-                             "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [-1]}],
-                             "parameters": {"mode": {"string_value": "echo"}}})
+        config = json.dumps(
+            {
+                "name": "echo_fp32",
+                "backend": "grpctest",
+                "max_batch_size": 0,
+                "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [-1]}],
+                "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [-1]}],
+                "parameters": {"mode": {"string_value": "echo"}},
+            }
+        )
         client.load_model("echo_fp32", config=config)
         assert client.get_model_config("echo_fp32").config.input[0].dims == [-1]
-        client.load_model("renamed", config=config.replace("echo_fp32", "renamed"), files={"file:1/.keep": b""})
+        client.load_model(
+            "renamed", config=config.replace("echo_fp32", "renamed"), files={"file:1/.keep": b""}
+        )
         assert client.is_model_ready("renamed")
         client.unload_model("add_sub", unload_dependents=True)
         assert not client.is_model_ready("add_sub")

@@ -34,17 +34,25 @@ def refused(call: Callable[[], Any]) -> InferenceServerException:
     return info.value
 
 
-def test_restricted_protocols(serve: Callable[..., RunningServer]) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_restricted_protocols(serve: Callable[..., RunningServer], workers: str) -> None:
     running = serve(
+        f"--grpc-worker-processes={workers}",
         "--grpc-restricted-protocol=model-repository,shared-memory:admin-key=secret",
         "--grpc-restricted-protocol=health:probe=yes",
     )
     with grpcclient.InferenceServerClient(running.grpc_url) as client:
         error = refused(client.get_model_repository_index)
         assert error.status() == "StatusCode.UNAVAILABLE"
-        assert error.message() == "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'"
+        assert (
+            error.message()
+            == "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'"
+        )
         wrong = {"triton-grpc-protocol-admin-key": "guess"}
-        assert refused(lambda: client.get_system_shared_memory_status(headers=wrong)).status() == "StatusCode.UNAVAILABLE"
+        assert (
+            refused(lambda: client.get_system_shared_memory_status(headers=wrong)).status()
+            == "StatusCode.UNAVAILABLE"
+        )
         right = {"triton-grpc-protocol-admin-key": "secret"}
         assert client.get_model_repository_index(headers=right, as_json=True)["models"]
         assert client.get_system_shared_memory_status(headers=right, as_json=True) == {}
@@ -57,12 +65,16 @@ def test_restricted_protocols(serve: Callable[..., RunningServer]) -> None:
         with pytest.raises(grpc.RpcError) as info:
             health.Check(health_pb2.HealthCheckRequest())
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-        reply = health.Check(health_pb2.HealthCheckRequest(), metadata=[("triton-grpc-protocol-probe", "yes")])
+        reply = health.Check(
+            health_pb2.HealthCheckRequest(), metadata=[("triton-grpc-protocol-probe", "yes")]
+        )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 @pytest.mark.parametrize("value", ["metadata", "bogus:k=v", "health:k"])
-def test_malformed_restriction_refuses_to_start(serve: Callable[..., RunningServer], value: str) -> None:
+def test_malformed_restriction_refuses_to_start(
+    serve: Callable[..., RunningServer], value: str
+) -> None:
     from despina.server import StartupError
 
     with pytest.raises(StartupError, match="grpc-restricted-protocol"):
@@ -76,13 +88,55 @@ def _openssl(*args: str, cwd: Path) -> None:
 def make_certificates(folder: Path) -> dict[str, Path]:
     """A CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
     key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=despina-test-ca", cwd=folder)
+    _openssl(
+        "req",
+        "-x509",
+        *key,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=despina-test-ca",
+        cwd=folder,
+    )
     (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name in ("server", "client"):
-        _openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=folder)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-out", f"{name}.crt", "-days", "1", "-extfile", "san.ext", cwd=folder)
-    return {name: folder / name for name in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
+        _openssl(
+            "req",
+            *key,
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={name}",
+            cwd=folder,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.crt",
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+            cwd=folder,
+        )
+    return {
+        name: folder / name
+        for name in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -90,22 +144,32 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_certificates(tmp_path_factory.mktemp("certs"))
 
 
-def test_tls(serve: Callable[..., RunningServer], certificates: dict[str, Path]) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_tls(
+    serve: Callable[..., RunningServer], certificates: dict[str, Path], workers: str
+) -> None:
     running = serve(
+        f"--grpc-worker-processes={workers}",
         "--grpc-use-ssl=true",
         f"--grpc-server-cert={certificates['server.crt']}",
         f"--grpc-server-key={certificates['server.key']}",
     )
     root = str(certificates["ca.crt"])
-    with grpcclient.InferenceServerClient(running.grpc_url, ssl=True, root_certificates=root) as client:
+    with grpcclient.InferenceServerClient(
+        running.grpc_url, ssl=True, root_certificates=root
+    ) as client:
         assert client.is_server_live()
         assert client.infer("add_sub", add_sub_inputs(2.0)).as_numpy("OUTPUT0")[0, 0] == 4.0
     with grpcclient.InferenceServerClient(running.grpc_url) as plaintext:
         assert refused(plaintext.is_server_live).status() == "StatusCode.UNAVAILABLE"
 
 
-def test_mutual_tls(serve: Callable[..., RunningServer], certificates: dict[str, Path]) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_mutual_tls(
+    serve: Callable[..., RunningServer], certificates: dict[str, Path], workers: str
+) -> None:
     running = serve(
+        f"--grpc-worker-processes={workers}",
         "--grpc-use-ssl-mutual=true",
         f"--grpc-server-cert={certificates['server.crt']}",
         f"--grpc-server-key={certificates['server.key']}",
@@ -113,11 +177,16 @@ def test_mutual_tls(serve: Callable[..., RunningServer], certificates: dict[str,
     )
     root = str(certificates["ca.crt"])
     with grpcclient.InferenceServerClient(
-        running.grpc_url, ssl=True, root_certificates=root,
-        private_key=str(certificates["client.key"]), certificate_chain=str(certificates["client.crt"]),
+        running.grpc_url,
+        ssl=True,
+        root_certificates=root,
+        private_key=str(certificates["client.key"]),
+        certificate_chain=str(certificates["client.crt"]),
     ) as client:
         assert client.is_server_ready()
-    with grpcclient.InferenceServerClient(running.grpc_url, ssl=True, root_certificates=root) as anonymous:
+    with grpcclient.InferenceServerClient(
+        running.grpc_url, ssl=True, root_certificates=root
+    ) as anonymous:
         assert refused(anonymous.is_server_live).status() == "StatusCode.UNAVAILABLE"
 
 
@@ -136,9 +205,16 @@ def test_shared_memory_bounds_and_internal_keys(client: Any) -> None:
         error = refused(lambda: client.register_system_shared_memory("big", key, 128))
         assert error.status() == "StatusCode.INVALID_ARGUMENT"
         assert key not in error.message()
-        error = refused(lambda: client.register_system_shared_memory("hidden", "/despina_internal_x", 8))
-        assert error.status() == "StatusCode.PERMISSION_DENIED" and "despina_internal" not in error.message()
-        error = refused(lambda: client.register_system_shared_memory("absent", "/despina_grpc_no_such_key", 8))
+        error = refused(
+            lambda: client.register_system_shared_memory("hidden", "/despina_internal_x", 8)
+        )
+        assert (
+            error.status() == "StatusCode.PERMISSION_DENIED"
+            and "despina_internal" not in error.message()
+        )
+        error = refused(
+            lambda: client.register_system_shared_memory("absent", "/despina_grpc_no_such_key", 8)
+        )
         assert "despina_grpc_no_such_key" not in error.message()
         client.register_system_shared_memory("bounds", key, 32, offset=16)
         inputs = add_sub_inputs()
@@ -160,13 +236,16 @@ def test_shared_memory_bounds_and_internal_keys(client: Any) -> None:
         shm.destroy_shared_memory_region(region)
 
 
-def test_max_message_size(serve: Callable[..., RunningServer]) -> None:
-    running = serve("--grpc-max-message-size=4096")
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_max_message_size(serve: Callable[..., RunningServer], workers: str) -> None:
+    running = serve("--grpc-max-message-size=4096", f"--grpc-worker-processes={workers}")
     options = [("grpc.max_receive_message_length", 2**30), ("grpc.max_send_message_length", 2**30)]
     with grpcclient.InferenceServerClient(running.grpc_url, channel_args=options) as client:
         error = refused(lambda: client.infer("echo_fp32", [_echo(np.zeros((1, 2048), np.float32))]))
         assert error.status() == "StatusCode.RESOURCE_EXHAUSTED"
-        assert client.infer("echo_fp32", [_echo(np.zeros((1, 16), np.float32))]).as_numpy("OUT").shape == (1, 16)
+        assert client.infer("echo_fp32", [_echo(np.zeros((1, 16), np.float32))]).as_numpy(
+            "OUT"
+        ).shape == (1, 16)
 
 
 def _echo(data: np.ndarray) -> grpcclient.InferInput:
@@ -176,24 +255,34 @@ def _echo(data: np.ndarray) -> grpcclient.InferInput:
 
 
 def test_large_tensor_by_default(server: RunningServer) -> None:
-    data = np.arange(2 * 1024 * 1024, dtype=np.float32).reshape(1, -1)  # 8 MiB, over grpc's 4 MiB default
+    data = np.arange(2 * 1024 * 1024, dtype=np.float32).reshape(
+        1, -1
+    )  # 8 MiB, over grpc's 4 MiB default
     options = [("grpc.max_receive_message_length", 2**30), ("grpc.max_send_message_length", 2**30)]
     with grpcclient.InferenceServerClient(server.grpc_url, channel_args=options) as big:
         np.testing.assert_array_equal(big.infer("echo_fp32", [_echo(data)]).as_numpy("OUT"), data)
 
 
-def test_gzip_compression(serve: Callable[..., RunningServer]) -> None:
-    running = serve("--grpc-infer-response-compression-level=high")
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_gzip_compression(serve: Callable[..., RunningServer], workers: str) -> None:
+    running = serve(
+        "--grpc-infer-response-compression-level=high", f"--grpc-worker-processes={workers}"
+    )
     with grpcclient.InferenceServerClient(running.grpc_url) as client:
         data = np.zeros((1, 4096), np.float32)
         result = client.infer("echo_fp32", [_echo(data)], compression_algorithm="gzip")
         np.testing.assert_array_equal(result.as_numpy("OUT"), data)
 
 
-def test_header_forwarding(serve: Callable[..., RunningServer]) -> None:
-    running = serve("--grpc-header-forward-pattern=^x-fwd-")
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_header_forwarding(serve: Callable[..., RunningServer], workers: str) -> None:
+    running = serve("--grpc-header-forward-pattern=^x-fwd-", f"--grpc-worker-processes={workers}")
     with grpcclient.InferenceServerClient(running.grpc_url) as client:
-        result = client.infer("echo_fp32", [_echo(np.ones((1, 1), np.float32))], headers={"x-fwd-user": "ada", "x-other": "no"})
+        result = client.infer(
+            "echo_fp32",
+            [_echo(np.ones((1, 1), np.float32))],
+            headers={"x-fwd-user": "ada", "x-other": "no"},
+        )
         parameters = result.get_response().parameters
         assert parameters["x-fwd-user"].string_param == "ada"
         assert "x-other" not in parameters
@@ -205,19 +294,26 @@ def test_allow_grpc_false_listens_nowhere(serve: Callable[..., RunningServer]) -
         assert refused(client.is_server_live).status() == "StatusCode.UNAVAILABLE"
 
 
-def test_busy_port_fails_start_clearly(serve: Callable[..., RunningServer], server: RunningServer) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_busy_port_fails_start_clearly(
+    serve: Callable[..., RunningServer], server: RunningServer, workers: str
+) -> None:
     from despina.server import StartupError
 
     with pytest.raises(StartupError, match="cannot bind gRPC"):
-        serve(f"--grpc-port={server.grpc_port}")
+        serve(f"--grpc-port={server.grpc_port}", f"--grpc-worker-processes={workers}")
 
 
 def test_keepalive_flags(serve: Callable[..., RunningServer]) -> None:
     running = serve(
-        "--grpc-keepalive-time=10000", "--grpc-keepalive-timeout=5000",
-        "--grpc-keepalive-permit-without-calls=true", "--grpc-http2-max-pings-without-data=0",
-        "--grpc-http2-min-recv-ping-interval-without-data=1000", "--grpc-http2-max-ping-strikes=0",
-        "--grpc-max-connection-age=60000", "--grpc-max-connection-age-grace=1000",
+        "--grpc-keepalive-time=10000",
+        "--grpc-keepalive-timeout=5000",
+        "--grpc-keepalive-permit-without-calls=true",
+        "--grpc-http2-max-pings-without-data=0",
+        "--grpc-http2-min-recv-ping-interval-without-data=1000",
+        "--grpc-http2-max-ping-strikes=0",
+        "--grpc-max-connection-age=60000",
+        "--grpc-max-connection-age-grace=1000",
     )
     with grpcclient.InferenceServerClient(running.grpc_url) as client:
         assert client.is_server_live()

@@ -46,7 +46,9 @@ def take(received: queue.Queue[Item], count: int) -> list[Item]:
 def test_several_requests_in_flight_on_one_stream(stream: tuple[Any, queue.Queue[Item]]) -> None:
     client, received = stream
     for index, tenths in enumerate((3.0, 1.0, 2.0, 0.0)):
-        client.async_stream_infer("sleep", [tensor("IN", np.array([tenths], np.float32))], request_id=f"r{index}")
+        client.async_stream_infer(
+            "sleep", [tensor("IN", np.array([tenths], np.float32))], request_id=f"r{index}"
+        )
     items = take(received, 4)
     assert all(error is None for _, error in items)
     by_id = {result.get_response().id: result.as_numpy("OUT") for result, _ in items}
@@ -58,31 +60,40 @@ def test_errors_inside_the_stream_leave_it_open(stream: tuple[Any, queue.Queue[I
     client, received = stream
     client.async_stream_infer("add_sub", add_sub(1.0), request_id="ok-1")
     client.async_stream_infer("nope", add_sub(), request_id="unknown")
-    bad_shape = [tensor("INPUT0", np.ones((1, 15), np.float32)), tensor("INPUT1", np.ones((1, 15), np.float32))]
+    bad_shape = [
+        tensor("INPUT0", np.ones((1, 15), np.float32)),
+        tensor("INPUT1", np.ones((1, 15), np.float32)),
+    ]
     client.async_stream_infer("add_sub", bad_shape, request_id="shape")
     client.async_stream_infer("fail", [tensor("IN", np.ones(1, np.float32))], request_id="model")
-    client.async_stream_infer("decoupled", [tensor("IN", np.array([-1], np.int32), "INT32")], request_id="neg")
+    client.async_stream_infer(
+        "decoupled", [tensor("IN", np.array([-1], np.int32), "INT32")], request_id="neg"
+    )
     client.async_stream_infer("add_sub", add_sub(2.0), request_id="ok-2")
     items = take(received, 6)
     errors = sorted(str(error) for _, error in items if error is not None)
-    assert errors == sorted([
-        "Request for unknown model: 'nope' is not found",
-        "[request id: shape] unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1,16], got [1,15]. ",
-        "grpctest model refuses every request",
-        "count must not be negative",
-    ])
+    assert errors == sorted(
+        [
+            "Request for unknown model: 'nope' is not found",
+            "[request id: shape] unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1,16], got [1,15]. ",
+            "grpctest model refuses every request",
+            "count must not be negative",
+        ]
+    )
     results = {r.get_response().id: r for r, e in items if e is None}
     assert sorted(results) == ["ok-1", "ok-2"]
     np.testing.assert_array_equal(results["ok-2"].as_numpy("OUTPUT0"), np.full((1, 16), 4.0))
     client.async_stream_infer("add_sub", add_sub(3.0), request_id="after")
-    (result, error), = take(received, 1)
+    ((result, error),) = take(received, 1)
     assert error is None and result.get_response().id == "after"
 
 
 def test_decoupled_model_streams_responses(stream: tuple[Any, queue.Queue[Item]]) -> None:
     client, received = stream
     count = tensor("IN", np.array([3], np.int32), "INT32")
-    client.async_stream_infer("decoupled", [count], request_id="d1", enable_empty_final_response=True)
+    client.async_stream_infer(
+        "decoupled", [count], request_id="d1", enable_empty_final_response=True
+    )
     items = take(received, 4)
     assert all(error is None for _, error in items)
     values = [r.as_numpy("OUT") for r, _ in items[:3]]
@@ -92,8 +103,10 @@ def test_decoupled_model_streams_responses(stream: tuple[Any, queue.Queue[Item]]
     assert items[3][0].get_response().outputs == []
     assert items[3][0].get_response().id == "d1"
     zero = tensor("IN", np.array([0], np.int32), "INT32")
-    client.async_stream_infer("decoupled", [zero], request_id="d0", enable_empty_final_response=True)
-    (result, error), = take(received, 1)
+    client.async_stream_infer(
+        "decoupled", [zero], request_id="d0", enable_empty_final_response=True
+    )
+    ((result, error),) = take(received, 1)
     assert error is None and result.get_response().parameters["triton_final_response"].bool_param
 
 
@@ -117,7 +130,11 @@ def test_aio_client(server: RunningServer) -> None:
             async def requests() -> AsyncIterator[dict[str, Any]]:
                 for index in range(5):
                     model = "nope" if index == 2 else "add_sub"
-                    yield {"model_name": model, "inputs": add_sub(float(index)), "request_id": str(index)}
+                    yield {
+                        "model_name": model,
+                        "inputs": add_sub(float(index)),
+                        "request_id": str(index),
+                    }
 
             return [item async for item in client.stream_infer(requests())]
 

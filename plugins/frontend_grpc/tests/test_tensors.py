@@ -17,17 +17,27 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 TYPED_FIELD = {
-    "BOOL": "bool_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
-    "UINT32": "uint_contents", "UINT64": "uint64_contents", "INT8": "int_contents",
-    "INT16": "int_contents", "INT32": "int_contents", "INT64": "int64_contents",
-    "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+    "BOOL": "bool_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
 }
 
 
 def sample(datatype: str) -> np.ndarray:
     """A 2x3 array of ``datatype`` with values at the type's edges."""
     if datatype == "BYTES":
-        return np.array([[b"", b"a\x00b", "é".encode()], [b"x" * 300, b"y", b"z"]], dtype=np.object_)
+        return np.array(
+            [[b"", b"a\x00b", "é".encode()], [b"x" * 300, b"y", b"z"]], dtype=np.object_
+        )
     if datatype == "BOOL":
         return np.array([[True, False, True], [False, False, True]])
     if datatype == "BF16":
@@ -71,7 +81,9 @@ def test_typed_contents_every_datatype(stub: Any, datatype: str) -> None:
 @pytest.mark.parametrize("datatype", ["FP16", "BF16"])
 def test_half_types_are_raw_only(stub: Any, datatype: str) -> None:
     request = service_pb2.ModelInferRequest(model_name=f"echo_{datatype.lower()}")
-    request.inputs.add(name="IN", datatype=datatype, shape=[1, 1]).contents.fp32_contents.append(1.0)
+    request.inputs.add(name="IN", datatype=datatype, shape=[1, 1]).contents.fp32_contents.append(
+        1.0
+    )
     with pytest.raises(grpc.RpcError) as info:
         stub.ModelInfer(request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -101,7 +113,9 @@ def test_sequence_fields(client: Any, sequence_id: int | str) -> None:
         )
         got = result.get_response().parameters
         correlation = got["correlation_id"]
-        value = correlation.string_param if isinstance(sequence_id, str) else correlation.int64_param
+        value = (
+            correlation.string_param if isinstance(sequence_id, str) else correlation.int64_param
+        )
         assert value == sequence_id
         assert got["sequence_flags"].int64_param == flags
 

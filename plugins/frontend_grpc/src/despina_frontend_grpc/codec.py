@@ -114,13 +114,17 @@ class RequestDecoder:
         for tensor in self.message.inputs:
             name = tensor.name
             if name in inputs:
-                raise InvalidArgument(f"[request id: {self.rid}] input '{name}' already exists in request")
+                raise InvalidArgument(
+                    f"[request id: {self.rid}] input '{name}' already exists in request"
+                )
             datatype = tensor.datatype
             dtype = DATATYPE_TO_DTYPE.get(datatype)
             if dtype is None:
                 expected = expected_datatypes.get(name)
                 if expected is None:
-                    raise InvalidArgument(f"unexpected inference input '{name}' for model '{self.model}'")
+                    raise InvalidArgument(
+                        f"unexpected inference input '{name}' for model '{self.model}'"
+                    )
                 raise InvalidArgument(
                     f"[request id: {self.rid}] inference input '{name}' data-type is '<invalid>', "
                     f"but model '{self.model}' expects '{expected}'"
@@ -228,7 +232,9 @@ class RequestDecoder:
             )
         region, offset, size = str(found[SHM_REGION]), found.get(SHM_OFFSET, 0), found[SHM_SIZE]
         if not isinstance(offset, int) or not isinstance(size, int):
-            raise InvalidArgument(f"shared memory offset and byte size of input '{name}' must be integers")
+            raise InvalidArgument(
+                f"shared memory offset and byte size of input '{name}' must be integers"
+            )
         view = self.shm.view(region, offset, size)
         try:
             # Copied: the client may rewrite or unregister the region while we compute.
@@ -264,7 +270,9 @@ def encode_response(
     if requested is None:
         chosen = [(name, array, None) for name, array in response.outputs.items()]
     else:
-        chosen = [(o.name, response.outputs[o.name], o) for o in requested if o.name in response.outputs]
+        chosen = [
+            (o.name, response.outputs[o.name], o) for o in requested if o.name in response.outputs
+        ]
     raw: list[bytes] = []
     for name, array, output in chosen:
         message.outputs.add(name=name, datatype=datatype_of(array), shape=array.shape)

@@ -18,8 +18,10 @@ from grpc_health.v1.health import aio as health_aio
 
 from despina_frontend_grpc.infer import Inference
 from despina_frontend_grpc.options import ALLOCATION_POOL_SIZE
+from despina_frontend_grpc.pool import WorkerPool
 from despina_frontend_grpc.restrict import SERVICE, RestrictionInterceptor, parse_restrictions
 from despina_frontend_grpc.service import InferenceServicer, add_to_server
+from despina_frontend_grpc.wire import HEALTH_SERVICE
 
 if TYPE_CHECKING:
     from despina.server import Server
@@ -58,7 +60,9 @@ def credentials(settings: argparse.Namespace) -> grpc.ServerCredentials | None:
     key = Path(settings.grpc_server_key).read_bytes()
     cert = Path(settings.grpc_server_cert).read_bytes()
     root = Path(settings.grpc_root_cert).read_bytes() if settings.grpc_root_cert else None
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=root, require_client_auth=mutual)
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=root, require_client_auth=mutual
+    )
 
 
 def bind_address(settings: argparse.Namespace) -> str:
@@ -103,6 +107,8 @@ class GrpcFrontend:
         self.server = server
         self.settings = server.settings
         self.grpc_server: grpc.aio.Server | None = None
+        self.pool: WorkerPool | None = None
+        self.health: ReadinessHealth | None = None
         self.port: int | None = None
 
     async def start(self) -> None:
@@ -111,30 +117,54 @@ class GrpcFrontend:
         if not settings.allow_grpc:
             return
         if settings.grpc_infer_allocation_pool_size != ALLOCATION_POOL_SIZE:
-            log.warning("--grpc-infer-allocation-pool-size has no effect: Python allocates per request")
+            log.warning(
+                "--grpc-infer-allocation-pool-size has no effect: Python allocates per request"
+            )
+        compress = settings.grpc_infer_response_compression_level != "none"
+        inference = Inference(self.server, compress, settings.grpc_header_forward_pattern)
+        servicer = InferenceServicer(self.server, inference)
+        self.health = ReadinessHealth(self.server)
+        await self.health.refresh()
+        if settings.grpc_worker_processes > 0:
+            self.pool = WorkerPool({SERVICE: servicer, HEALTH_SERVICE: self.health}, settings)
+            self.port = await self.pool.start(settings.grpc_worker_processes)
+        else:
+            self.grpc_server, self.port = await self._serve_here(servicer)
+        log.info(
+            "Started GRPCInferenceService at %s (%d worker processes)",
+            bind_address(settings),
+            settings.grpc_worker_processes,
+        )
+
+    async def _serve_here(self, servicer: InferenceServicer) -> tuple[grpc.aio.Server, int]:
+        settings = self.settings
         restrictions = parse_restrictions(settings.grpc_restricted_protocol)
         interceptors = [RestrictionInterceptor(restrictions)] if restrictions else []
         server = grpc.aio.server(options=server_options(settings), interceptors=interceptors)
-        compress = settings.grpc_infer_response_compression_level != "none"
-        inference = Inference(self.server, compress, settings.grpc_header_forward_pattern)
-        add_to_server(InferenceServicer(self.server, inference), server)
-        health = ReadinessHealth(self.server)
-        await health.refresh()
-        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        add_to_server(servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         address = bind_address(settings)
         creds = credentials(settings)
         try:
-            port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+            port = (
+                server.add_secure_port(address, creds)
+                if creds
+                else server.add_insecure_port(address)
+            )
         except RuntimeError as exc:
             raise OSError(f"cannot bind gRPC to {address}: {exc}") from None
         if not port:
             raise OSError(f"cannot bind gRPC to {address}")
         await server.start()
-        self.grpc_server, self.port = server, port
-        log.info("Started GRPCInferenceService at %s", address)
+        return server, port
 
     async def stop(self) -> None:
-        """Stop accepting calls; give in-flight calls a second to finish."""
+        """Report NOT_SERVING, stop accepting calls; in-flight calls get a second to finish."""
+        if self.health is not None:
+            await self.health.enter_graceful_shutdown()
         if self.grpc_server is not None:
             await self.grpc_server.stop(grace=1.0)
             self.grpc_server = None
+        if self.pool is not None:
+            await self.pool.stop()
+            self.pool = None

@@ -50,9 +50,7 @@ def _typed(parameters: Mapping[str, Any], key: str, kinds: tuple[str, ...], expe
     parameter = parameters[key]
     kind = parameter.WhichOneof("parameter_choice")
     if kind not in kinds:
-        raise InvalidArgument(
-            f"invalid value type for '{key}' parameter, expected {expected}."
-        )
+        raise InvalidArgument(f"invalid value type for '{key}' parameter, expected {expected}.")
     return getattr(parameter, kind)
 
 
@@ -63,7 +61,9 @@ def apply_request_parameters(request: InferenceRequest, parameters: Mapping[str,
     for key in parameters:
         if key == "sequence_id":
             request.correlation_id = _typed(
-                parameters, key, ("int64_param", "uint64_param", "string_param"),
+                parameters,
+                key,
+                ("int64_param", "uint64_param", "string_param"),
                 "int64_param, uint64_param or string_param",
             )
         elif key == "sequence_start":

@@ -52,9 +52,7 @@ def parse_restrictions(values: Sequence[str]) -> dict[str, tuple[str, str]]:
         groups_text, sep, pair = raw.partition(":")
         key, eq, value = pair.partition("=")
         if not sep or not eq or not key or not groups_text:
-            raise ValueError(
-                f"--grpc-restricted-protocol '{raw}': expected <groups>:<key>=<value>"
-            )
+            raise ValueError(f"--grpc-restricted-protocol '{raw}': expected <groups>:<key>=<value>")
         for group in (g.strip() for g in groups_text.split(",")):
             if group not in GROUPS:
                 raise ValueError(

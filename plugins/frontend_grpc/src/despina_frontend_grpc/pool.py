@@ -1,0 +1,246 @@
+"""The server-process side of ``--grpc-worker-processes``: starts the worker processes and
+runs every call they forward on the same servicer as in-process serving.
+
+A forwarded call gets a :class:`ForwardedContext` instead of grpc's: ``abort`` raises
+:class:`Aborted` (sent back as the call's status), ``write`` sends a stream message, and
+``invocation_metadata`` holds what the worker forwarded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from despina_frontend_grpc import wire
+from despina_frontend_grpc.errors import UNPARSABLE, client_text
+
+log = logging.getLogger("despina.frontend.grpc")
+
+#: Seconds a worker may take to start and bind before the frontend fails to start.
+START_TIMEOUT = 60.0
+
+
+class Aborted(Exception):
+    """A forwarded call ended with a non-OK status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class ForwardedContext:
+    """The part of ``grpc.aio.ServicerContext`` the servicers use."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...], write: Any = None) -> None:
+        self.metadata = metadata
+        self._write = write
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.metadata
+
+    def set_compression(self, compression: grpc.Compression) -> None:
+        """Compression is applied by the worker, which knows the setting too."""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise Aborted(code, details)
+
+    async def write(self, message: Any) -> None:
+        self._write(message.SerializeToString())
+
+
+def _parse(method: wire.Method, data: bytes) -> Any:
+    try:
+        return method.parse(data)
+    except DecodeError:
+        return UNPARSABLE
+
+
+class WorkerConnection(asyncio.Protocol):
+    """One worker's connection: runs its calls, one task each."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.reader = wire.FrameReader(self._received)
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.inbox: dict[int, asyncio.Queue[Any]] = {}
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.pool.connections.append(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        if self in self.pool.connections:
+            self.pool.connections.remove(self)
+
+    def send(self, kind: int, call: int, aux: int = 0, payload: bytes = b"") -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(wire.frame(kind, call, aux, payload))
+
+    def _received(self, kind: int, call: int, aux: int, payload: bytes) -> None:
+        if kind == wire.CALL:
+            self._start(call, self._unary(call, wire.METHODS[aux], payload))
+        elif kind == wire.MESSAGE or kind == wire.HALF_CLOSE:
+            inbox = self.inbox.get(call)
+            if inbox is not None:
+                inbox.put_nowait(payload if kind == wire.MESSAGE else None)
+        elif kind == wire.OPEN:
+            self.inbox[call] = asyncio.Queue()
+            self._start(call, self._stream(call, wire.METHODS[aux], payload))
+        elif kind == wire.CANCEL:
+            task = self.tasks.get(call)
+            if task is not None:
+                task.cancel()
+        elif kind == wire.HELLO:
+            self.pool.hello(aux, payload)
+
+    def _start(self, call: int, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self.tasks[call] = task
+        task.add_done_callback(lambda _: self._finished(call))
+
+    def _finished(self, call: int) -> None:
+        self.tasks.pop(call, None)
+        self.inbox.pop(call, None)
+
+    async def _unary(self, call: int, method: wire.Method, payload: bytes) -> None:
+        metadata, data = wire.unpack_metadata(payload)
+        context = ForwardedContext(metadata)
+        try:
+            handler = self.pool.handler(method)
+            response = await handler(_parse(method, data), context)
+        except Aborted as exc:
+            self.send(wire.REPLY, call, exc.code.value[0], exc.details.encode())
+            return
+        except Exception as exc:  # noqa: BLE001 - reported to the client, logged by client_text
+            self.send(
+                wire.REPLY, call, grpc.StatusCode.INTERNAL.value[0], client_text(exc).encode()
+            )
+            return
+        self.send(wire.REPLY, call, 0, response.SerializeToString())
+
+    async def _stream(self, call: int, method: wire.Method, payload: bytes) -> None:
+        metadata, _ = wire.unpack_metadata(payload)
+        inbox = self.inbox[call]
+        context = ForwardedContext(
+            metadata, lambda data: self.send(wire.STREAM_MESSAGE, call, 0, data)
+        )
+
+        async def requests() -> AsyncIterator[Any]:
+            while (data := await inbox.get()) is not None:
+                yield _parse(method, data)
+
+        handler = self.pool.handler(method)
+        try:
+            if method.request_streaming:
+                async for response in handler(requests(), context):
+                    self.send(wire.STREAM_MESSAGE, call, 0, response.SerializeToString())
+            else:
+                async for request in requests():
+                    await handler(request, context)
+                    break
+        except Aborted as exc:
+            self.send(wire.END, call, exc.code.value[0], exc.details.encode())
+            return
+        except Exception as exc:  # noqa: BLE001 - reported to the client, logged by client_text
+            self.send(wire.END, call, grpc.StatusCode.INTERNAL.value[0], client_text(exc).encode())
+            return
+        self.send(wire.END, call)
+
+
+class WorkerPool:
+    """N worker processes serving the gRPC port for one server's servicers."""
+
+    def __init__(self, servicers: dict[str, Any], settings: argparse.Namespace) -> None:
+        self.servicers = servicers
+        self.settings = settings
+        self.connections: list[WorkerConnection] = []
+        self.processes: list[asyncio.subprocess.Process] = []
+        self.folder = Path(tempfile.mkdtemp(prefix="despina-grpc-"))
+        self.server: asyncio.AbstractServer | None = None
+        self._hellos: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
+
+    def handler(self, method: wire.Method) -> Any:
+        service = method.path.split("/")[1]
+        return getattr(self.servicers[service], method.name)
+
+    def hello(self, status: int, payload: bytes) -> None:
+        self._hellos.put_nowait((status, payload))
+
+    async def start(self, count: int) -> int:
+        """Start ``count`` workers; return the bound port. OSError if one cannot bind."""
+        if not self.settings.reuse_grpc_port:
+            _refuse_taken_port(self.settings)
+        socket_path = str(self.folder / "frontend.sock")
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_unix_server(lambda: WorkerConnection(self), socket_path)
+        settings = json.dumps({k: v for k, v in vars(self.settings).items() if _worker_setting(k)})
+        for _ in range(count):
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "despina_frontend_grpc.worker", socket_path, settings
+            )
+            self.processes.append(process)
+        port = 0
+        try:
+            for _ in range(count):
+                status, payload = await asyncio.wait_for(self._hellos.get(), START_TIMEOUT)
+                if status:
+                    raise OSError(payload.decode())
+                port = int(payload)
+        except (OSError, TimeoutError) as exc:
+            await self.stop()
+            raise OSError(str(exc) or "gRPC worker processes did not start in time") from None
+        return port
+
+    async def stop(self) -> None:
+        """Close the workers' connections (they stop serving and exit), then clean up."""
+        if self.server is not None:
+            self.server.close()
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        for process in self.processes:
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        self.processes.clear()
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.folder)
+
+
+def _refuse_taken_port(settings: argparse.Namespace) -> None:
+    """OSError when something already accepts on the port: the workers bind with
+    SO_REUSEPORT among themselves and would otherwise share it silently."""
+    host = str(settings.grpc_address)
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    try:
+        with socket.create_connection((host, int(settings.grpc_port)), timeout=1):
+            pass
+    except OSError:
+        return
+    raise OSError(f"cannot bind gRPC to {settings.grpc_address}:{settings.grpc_port}: address in use")
+
+
+def _worker_setting(key: str) -> bool:
+    return key.startswith("grpc_") or key in ("reuse_grpc_port", "allow_grpc")
