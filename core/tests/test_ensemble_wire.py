@@ -49,6 +49,8 @@ def x_input(module: Any, values: list[float]) -> Any:
 def test_branch_error_and_readiness_over_http(running: RunningServer, http_client: Any) -> None:
     client = http_client(running)
     result = client.infer("branch", [x_input(httpclient, [1, 2])])
+    parameters = result.get_response()["parameters"]
+    assert parameters == {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
     np.testing.assert_array_equal(result.as_numpy("Y"), np.array([1, 2], np.float32))
     np.testing.assert_array_equal(result.as_numpy("Z"), np.array([3, 6], np.float32))
     with pytest.raises(InferenceServerException) as info:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from despina.errors import Cancelled, DespinaError, Internal, InvalidArgument
-from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput
+from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput, SequenceFlags
 from despina.scheduling.base import ScheduledModel, batch_size_of
 from despina.scheduling.ensemble_graph import EnsembleGraph, Step
 
@@ -144,10 +144,20 @@ class EnsembleRun:
         wanted = self.request.requested_output_names or self.graph.outputs
         outputs = {name: flow.tensors[name] for name in wanted}
         response = InferenceResponse(self.model.name, self.model.version, self.request.id, outputs)
+        response.parameters.update(self._sequence_parameters())
         self.answers += 1
         if not self.decoupled:
             self._record_success()
         self._send(response, final=not self.decoupled)
+
+    def _sequence_parameters(self) -> dict[str, int | str | bool]:
+        """The sequence fields Triton puts on every ensemble response."""
+        request = self.request
+        return {
+            "sequence_id": request.correlation_id,
+            "sequence_start": SequenceFlags.START in request.flags,
+            "sequence_end": SequenceFlags.END in request.flags,
+        }
 
     def _fail_step(self, step: Step, error: DespinaError) -> None:
         self._fail(
