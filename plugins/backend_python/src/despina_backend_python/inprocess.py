@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from despina.backend import InstanceSpec, ModelContext, ModelInstance
+from despina.errors import Internal
 from despina.inference import InferenceRequest as CoreRequest
 from despina.inference import InferenceResponse as CoreResponse
 
@@ -88,7 +89,7 @@ class SharedModel:
                 if inspect.isawaitable(result):
                     asyncio.run(_awaited(result))
         except Exception as exc:
-            raise RuntimeError(describe_exception(exc)) from None
+            raise Internal(describe_exception(exc)) from None
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
 
     async def finalize(self) -> None:

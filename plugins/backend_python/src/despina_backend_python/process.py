@@ -42,7 +42,7 @@ def new_tag() -> str:
 
 
 async def start_instance(backend: PythonBackend, spec: InstanceSpec, host: ServerRuntime) -> ModelInstance:
-    """Start the child of ``spec``; raises RuntimeError with ``initialize``'s error."""
+    """Start the child of ``spec``; raises Internal with ``initialize``'s error."""
     instance = ProcessInstance(backend, spec, host)
     await instance.start()
     if instance.is_async:
@@ -89,12 +89,12 @@ class ProcessInstance(ModelInstance):
         try:
             process, reader, writer, first = await spawn(self.python, self.env, hello)
         except ChildDied as exc:
-            raise RuntimeError(str(exc)) from None
+            raise Internal(str(exc)) from None
         if first["op"] != "ready":
             writer.close()
             await process.wait()
             Arena(INTERNAL_KEY_PREFIX, tag + "c").cleanup()
-            raise RuntimeError(first.get("message", "the model process failed to start"))
+            raise Internal(first.get("message", "the model process failed to start"))
         self.is_async = bool(first["is_async"])
         arena = Arena(INTERNAL_KEY_PREFIX, tag + "p")
         self.child = ChildProcess(process, reader, writer, self.host, arena, self._child_exited)
@@ -127,7 +127,7 @@ class ProcessInstance(ModelInstance):
                 await self.start()
                 self.host.logger.info("model instance '%s' restarted", self.spec.name)
                 return
-            except RuntimeError as exc:
+            except Internal as exc:
                 self._restart_error = str(exc)
                 self.host.logger.error("restarting '%s' failed: %s", self.spec.name, exc)
             await asyncio.sleep(delay)

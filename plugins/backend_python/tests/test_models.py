@@ -1,0 +1,118 @@
+"""pb_utils models served over HTTP/gRPC in both execution modes."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from .helpers import infer, pair
+from .models import (
+    ADD_SUB, ADD_SUB_IO, BATCHED, BATCHED_IO, RAISE_INIT, STRINGS, STRINGS_IO, WRONG_RETURN, add,
+)
+
+MODES = ["process", "in-process"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_add_sub(mode: str, model_repository: Any, despina_server: Any, http_client: Any) -> None:
+    add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, mode)
+    running = despina_server(model_repository.root)
+    client = http_client(running)
+    result = infer(client, "add_sub", pair(), request_id="req-7", parameters={"custom": "v"})
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [2, 3, 4, 5])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), [0, 1, 2, 3])
+    params = result.get_response()["parameters"]
+    assert params["custom"] == "v" and params["request_id"] == "req-7"
+    assert params["model_name"] == "add_sub" and params["model_version"] == "1"
+    assert params["model_instance_name"] == "add_sub_0"
+    assert params["model_instance_kind"] == "CPU" and params["model_instance_device_id"] == "0"
+    assert params["model_repository"].endswith("add_sub")
+    assert client.is_model_ready("add_sub")
+
+
+def test_response_error_and_execute_exception(mode: str, model_repository: Any,
+                                              despina_server: Any, http_client: Any) -> None:
+    add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, mode)
+    add(model_repository, "wrong_return", WRONG_RETURN, ADD_SUB_IO, mode)
+    client = http_client(despina_server(model_repository.root))
+    with pytest.raises(InferenceServerException) as error:
+        infer(client, "add_sub", pair(-1))
+    assert error.value.message() == "negative first element" and error.value.status() == "400"
+    with pytest.raises(InferenceServerException) as error:
+        infer(client, "add_sub", pair(-2))
+    text = error.value.message()
+    assert text.startswith("Failed to process the request(s) for model 'add_sub_0', message: "
+                           "ValueError: execute exploded\n\nAt:\n")
+    assert "model.py" in text and error.value.status() == "500"
+    with pytest.raises(InferenceServerException) as error:
+        infer(client, "wrong_return", pair())
+    assert "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:0" in error.value.message()
+    # the model stays loaded and serves the next request
+    assert infer(client, "add_sub", pair()).as_numpy("OUTPUT0")[0] == 2
+    assert client.is_model_ready("add_sub")
+
+
+def test_initialize_raising_makes_model_unavailable(mode: str, model_repository: Any,
+                                                   despina_server: Any, http_client: Any) -> None:
+    add(model_repository, "broken", RAISE_INIT, ADD_SUB_IO, mode)
+    add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, mode)
+    client = http_client(despina_server(model_repository.root, ["--exit-on-error=false"]))
+    index = {m["name"]: m for m in client.get_model_repository_index()}
+    assert index["broken"]["state"] == "UNAVAILABLE"
+    assert index["broken"]["reason"].startswith("RuntimeError: cannot initialize: missing weights")
+    assert "initialize" in index["broken"]["reason"]
+    assert not client.is_model_ready("broken") and client.is_model_ready("add_sub")
+
+
+def test_bytes_tensors(mode: str, model_repository: Any, despina_server: Any,
+                       grpc_client: Any) -> None:
+    import tritonclient.grpc as grpcclient
+
+    add(model_repository, "strings", STRINGS, STRINGS_IO, mode)
+    client = grpc_client(despina_server(model_repository.root))
+    words = np.array([b"hello", b"", "w\u00f6rld".encode(), b"a\x00b"] * 2500, dtype=np.object_)
+    tensor = grpcclient.InferInput("TEXT", [len(words)], "BYTES")
+    tensor.set_data_from_numpy(words)
+    result = client.infer("strings", [tensor])
+    upper = result.as_numpy("UPPER")
+    assert upper.shape == (10000,) and list(upper[:4]) == [b"HELLO", b"", "W\u00f6RLD".encode(), b"A\x00B"]
+    assert list(result.as_numpy("LENGTHS")[:4]) == [5, 0, 6, 3]
+
+
+def test_dynamic_batching_gives_execute_several_requests(mode: str, model_repository: Any,
+                                                        despina_server: Any, grpc_client: Any) -> None:
+    import tritonclient.grpc as grpcclient
+
+    add(model_repository, "batched", BATCHED, BATCHED_IO, mode)
+    client = grpc_client(despina_server(model_repository.root))
+
+    def one(i: int) -> Any:
+        tensor = grpcclient.InferInput("X", [1, 1], "INT64")
+        tensor.set_data_from_numpy(np.array([[i]], np.int64))
+        return client.infer("batched", [tensor])
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(8)))
+    assert [int(r.as_numpy("Y")[0, 0]) for r in results] == [2 * i for i in range(8)]
+    assert max(int(r.as_numpy("BATCH")[0, 0]) for r in results) > 1
+    stats = client.get_inference_statistics("batched", as_json=True)["model_stats"][0]
+    assert int(stats["execution_count"]) < 8
+
+
+def test_model_config_seen_by_initialize(mode: str, model_repository: Any, despina_server: Any) -> None:
+    source = ADD_SUB.replace(
+        'self.args = args', 'self.args = args; assert json.loads(args["model_config"])["parameters"]'
+    )
+    add(model_repository, "add_sub", source, ADD_SUB_IO, mode)
+    running = despina_server(model_repository.root)
+    config = running.server.models.get("add_sub").config
+    assert json.loads(json.dumps({"name": config.name}))["name"] == "add_sub"
