@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -276,3 +277,40 @@ def test_explicit_load_of_an_ensemble_loads_its_composing_models(
     np.testing.assert_array_equal(
         infer(running, "branch", [2]).outputs["Z"], np.array([6], np.float32)
     )
+
+
+def test_max_inflight_requests_bounds_each_step(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    # A dynamic-batched step batches 3 concurrent ensemble requests into one execution,
+    # unless the ensemble allows only 1 in-flight request per step.
+    model_repository.add(
+        "bdouble",
+        """
+backend: "enstoy"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 200000 }
+""",
+        {"1/model.ens": '{"op": "double"}'},
+    )
+    for name, extra in (("free", ""), ("limited", "max_inflight_requests: 1")):
+        config = ensemble([step("bdouble", {"IN": "X"}, {"OUT": "Y"})], ["X"], ["Y"])
+        config = config.replace('platform: "ensemble"', 'platform: "ensemble"\nmax_batch_size: 4')
+        config = config.replace("ensemble_scheduling {", f"ensemble_scheduling {{ {extra}")
+        model_repository.add(name, config)
+    running = despina_server(model_repository.root, plugins=[ens_backend])
+    stats = running.server.models.get("bdouble").stats
+
+    async def three(model: str) -> int:
+        before = stats.execution_count
+        requests = [
+            InferenceRequest(model, {"X": np.full((1, 2), v, np.float32)}) for v in (1, 2, 3)
+        ]
+        responses = await asyncio.gather(*(running.server.infer(r) for r in requests))
+        assert [r.outputs["Y"].tolist() for r in responses] == [[[2, 2]], [[4, 4]], [[6, 6]]]
+        return stats.execution_count - before
+
+    assert running.call(three("free")) == 1
+    assert running.call(three("limited")) == 3

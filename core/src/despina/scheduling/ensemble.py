@@ -49,6 +49,9 @@ class EnsembleScheduler(Scheduler):
         self.graph = build_graph(model.config)
         self._running: set[asyncio.Task[None]] = set()
         self._stopping = False
+        limit = int(model.config.ensemble_scheduling.max_inflight_requests)
+        #: ``max_inflight_requests``: in-flight requests per step, over all ensemble requests.
+        self._limits = [asyncio.Semaphore(limit) for _ in self.graph.steps] if limit else []
 
     async def start(self) -> None:
         """Wait for the composing models to settle, then check the steps against them.
@@ -130,7 +133,7 @@ class EnsembleScheduler(Scheduler):
         if self._stopping:
             raise stopping_error(self.model)
         assert self.model.server is not None
-        run = EnsembleRun(self.model, self.graph, self.model.server, request)
+        run = EnsembleRun(self.model, self.graph, self.model.server, request, self._limits)
         task = asyncio.create_task(run.run())
         self._running.add(task)
         task.add_done_callback(self._running.discard)

@@ -10,10 +10,11 @@ so the steps downstream of a decoupled step run once per response, the others on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import ChainMap
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,10 +51,18 @@ class EnsembleRun:
     """Runs one ensemble request to its answer; :meth:`run` never raises."""
 
     def __init__(
-        self, model: ScheduledModel, graph: EnsembleGraph, server: Server, request: InferenceRequest
+        self,
+        model: ScheduledModel,
+        graph: EnsembleGraph,
+        server: Server,
+        request: InferenceRequest,
+        limits: Sequence[asyncio.Semaphore] = (),
     ) -> None:
+        """``limits``: one semaphore per step bounding its in-flight requests across every
+        ensemble request (``max_inflight_requests``); empty for no limit."""
         self.model = model
         self.graph = graph
+        self.limits = limits
         self.server = server
         self.request = request
         self.decoupled = bool(model.config.model_transaction_policy.decoupled)
@@ -94,6 +103,11 @@ class EnsembleRun:
             self.idle.set()
 
     async def _step(self, flow: Flow, step: Step) -> None:
+        limit = self.limits[step.index] if self.limits else contextlib.nullcontext()
+        async with limit:
+            await self._run_step(flow, step)
+
+    async def _run_step(self, flow: Flow, step: Step) -> None:
         request = self._step_request(flow, step)
         self.step_requests.append(request)
         try:
