@@ -5,12 +5,15 @@ Each step is an ordinary request to its composing model, submitted through the s
 (so it is validated, scheduled, batched and counted like any other request). A step
 starts as soon as every tensor it reads exists; a step's output arrays become the next
 steps' inputs as they are (no copies). The first failing step fails the ensemble request
-with Triton's ``in ensemble '<name>', ...`` text, naming the step's model.
+with Triton's ``in ensemble '<name>', ...`` prefix followed by ``step '<model>': `` and
+the step's own error (Triton omits the step's name; we add it). ``max_inflight_requests``
+bounds each step's in-flight requests over all requests of the ensemble.
 
 Decoupled steps: every response of a decoupled step starts its own run of the steps
 downstream of it (a fork of the tensors seen so far), and the ensemble, decoupled too,
 answers once per fork that produced every output. The ensemble is ready only while
-every composing model has a ready version.
+every composing model has a ready version; in explicit control mode, loading it loads
+the composing models that are not loaded.
 """
 
 from __future__ import annotations
