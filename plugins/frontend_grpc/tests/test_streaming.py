@@ -144,3 +144,23 @@ def test_aio_client(server: RunningServer) -> None:
     assert [str(e) for e in failed] == ["Request for unknown model: 'nope' is not found"]
     ids = sorted(result.get_response().id for result, error in items if error is None)
     assert ids == ["0", "1", "3", "4"]
+
+
+def test_cancelled_stream_and_call_leave_the_server_serving(server: RunningServer) -> None:
+    received: queue.Queue[Item] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: received.put((result, error)))
+        client.async_stream_infer(
+            "sleep", [tensor("IN", np.array([20.0], np.float32))], request_id="long"
+        )
+        client.async_stream_infer("add_sub", add_sub(1.0), request_id="quick")
+        ((result, error),) = take(received, 1)
+        assert error is None and result.get_response().id == "quick"
+        client.stop_stream(cancel_requests=True)
+        again: queue.Queue[Item] = queue.Queue()
+        client.start_stream(callback=lambda result, error: again.put((result, error)))
+        client.async_stream_infer("add_sub", add_sub(2.0), request_id="again")
+        ((result, error),) = take(again, 1)
+        assert error is None and result.get_response().id == "again"
+        client.stop_stream()
+        assert client.infer("add_sub", add_sub(3.0)).as_numpy("OUTPUT0")[0, 0] == 6.0

@@ -91,6 +91,8 @@ class WorkerConnection(asyncio.Protocol):
             task.cancel()
         if self in self.pool.connections:
             self.pool.connections.remove(self)
+        if not self.pool.stopping:
+            log.error("a gRPC worker process went away; %d remain", len(self.pool.connections))
 
     def send(self, kind: int, call: int, aux: int = 0, payload: bytes = b"") -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -177,6 +179,7 @@ class WorkerPool:
         self.processes: list[asyncio.subprocess.Process] = []
         self.folder = Path(tempfile.mkdtemp(prefix="despina-grpc-"))
         self.server: asyncio.AbstractServer | None = None
+        self.stopping = False
         self._hellos: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
 
     def handler(self, method: wire.Method) -> Any:
@@ -213,6 +216,7 @@ class WorkerPool:
 
     async def stop(self) -> None:
         """Close the workers' connections (they stop serving and exit), then clean up."""
+        self.stopping = True
         if self.server is not None:
             self.server.close()
         for connection in list(self.connections):
@@ -239,7 +243,9 @@ def _refuse_taken_port(settings: argparse.Namespace) -> None:
             pass
     except OSError:
         return
-    raise OSError(f"cannot bind gRPC to {settings.grpc_address}:{settings.grpc_port}: address in use")
+    raise OSError(
+        f"cannot bind gRPC to {settings.grpc_address}:{settings.grpc_port}: address in use"
+    )
 
 
 def _worker_setting(key: str) -> bool:
