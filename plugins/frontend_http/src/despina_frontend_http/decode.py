@@ -19,7 +19,7 @@ from despina.tensors import DATATYPE_TO_DTYPE, deserialize_bytes, element_count
 _OBJECT = np.dtype(np.object_)
 
 
-def parse_header(body: bytes, header_length: str | None) -> tuple[dict[str, Any], int]:
+def parse_header(body: bytes | memoryview, header_length: str | None) -> tuple[dict[str, Any], int]:
     """The request's JSON object and where its binary part starts."""
     if header_length is None:
         size = len(body)
@@ -44,7 +44,7 @@ def parse_header(body: bytes, header_length: str | None) -> tuple[dict[str, Any]
 
 
 def decode_request(
-    body: bytes,
+    body: bytes | memoryview,
     header_length: str | None,
     model: str,
     version: str,
@@ -75,7 +75,7 @@ def decode_request(
 
 
 def _decode_input(
-    item: Any, body: bytes, offset: int, model: str, shm: SharedMemoryRegistry
+    item: Any, body: bytes | memoryview, offset: int, model: str, shm: SharedMemoryRegistry
 ) -> tuple[str, np.ndarray, int]:
     if not isinstance(item, dict):
         raise _parse_error("inputs", item, "object")

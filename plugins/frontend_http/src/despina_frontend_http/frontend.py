@@ -13,6 +13,7 @@ from despina_frontend_http import routes_admin, routes_infer, routes_meta, route
 from despina_frontend_http.context import Context
 from despina_frontend_http.responses import endpoint
 from despina_frontend_http.restricted import Restrictions
+from despina_frontend_http.workers import WorkerPool
 
 if TYPE_CHECKING:
     from despina.server import Server
@@ -43,6 +44,7 @@ class HttpFrontend:
     def __init__(self, server: Server) -> None:
         self.server = server
         self._runner: web.AppRunner | None = None
+        self._pool: WorkerPool | None = None
         self._executor: ThreadPoolExecutor | None = None
 
     async def start(self) -> None:
@@ -62,6 +64,18 @@ class HttpFrontend:
             forward=re.compile(pattern, re.IGNORECASE) if pattern else None,
             allow_client_shm=bool(settings.allow_client_shm),
         )
+        if settings.http_worker_processes > 0:
+            self._pool = WorkerPool(context, build_app(context), int(settings.http_worker_processes))
+            try:
+                await self._pool.start(settings)
+            except OSError:
+                await self.stop()
+                raise
+            log.info(
+                "Started HTTPService at %s:%s (%d worker processes)",
+                settings.http_address, settings.http_port, settings.http_worker_processes,
+            )
+            return
         runner = web.AppRunner(build_app(context), access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(
@@ -84,6 +98,9 @@ class HttpFrontend:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._pool is not None:
+            await self._pool.stop()
+            self._pool = None
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None

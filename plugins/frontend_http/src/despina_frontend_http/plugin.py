@@ -25,6 +25,12 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         "served by the server's asyncio event loop (default: 8)",
     )
     group.add_argument(
+        "--http-worker-processes", type=int, default=0, metavar="INT",
+        help="processes that parse HTTP on the port (SO_REUSEPORT) and forward requests to "
+        "the server process over a Unix socket; 0 serves HTTP on the server's event loop "
+        "(default: 0)",
+    )
+    group.add_argument(
         "--http-header-forward-pattern", default="", metavar="REGEX",
         help="request headers matching this regex (case-insensitive) are forwarded to models "
         "as request parameters (default: none)",
@@ -51,6 +57,8 @@ def despina_configure(settings: argparse.Namespace) -> None:
     from despina_frontend_http.restricted import parse_restricted
 
     parse_restricted(settings.http_restricted_api)
+    if settings.http_worker_processes < 0:
+        raise ValueError("--http-worker-processes must be >= 0")
     if settings.http_max_input_size <= 0:
         raise ValueError("--http-max-input-size must be positive")
 

@@ -1,7 +1,13 @@
-"""``POST /v2/models/{m}[/versions/{v}]/infer``: the inference endpoint."""
+"""``POST /v2/models/{m}[/versions/{v}]/infer``: the inference endpoint.
+
+:func:`run_infer` is the protocol-independent part (body in, response parts out); the
+aiohttp handler here and the worker link (:mod:`despina_frontend_http.link`) both use it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
@@ -16,67 +22,85 @@ from despina_frontend_http.encode import Classifier, encode_response
 
 #: Binary responses with more bytes than this are written buffer by buffer (no join).
 STREAM_BYTES = 1 << 20
-_JSON_HEADERS = {"Content-Type": "application/json"}
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+async def run_infer(
+    ctx: Context,
+    name: str,
+    version: str,
+    body: bytes | memoryview,
+    header_length: str | None,
+    forwarded: Mapping[str, str] | None,
+) -> tuple[bytes, list[Any]]:
+    """Decode, infer, encode: the JSON header and the binary buffers after it.
+
+    Raises DespinaError with Triton's status and text for anything that fails.
+    """
+    server = ctx.server
+    model = server.models.get(name, version)
+    request = decode_request(body, header_length, name, version, server.shared_memory)
+    if forwarded:
+        for key, value in forwarded.items():
+            request.parameters.setdefault(key, value)
+    response = await server.infer(request)
+    return encode_response(request, response, server.shared_memory, _classifier(server, model))
+
+
+def forwarded_headers(ctx: Context, headers: Mapping[str, str]) -> dict[str, str] | None:
+    """The request headers ``--http-header-forward-pattern`` selects (lower-cased keys)."""
+    if ctx.forward is None:
+        return None
+    return {k.lower(): v for k, v in headers.items() if ctx.forward.search(k)}
+
+
+async def respond(
+    request: web.Request, executor: Executor, header: bytes, blobs: Sequence[Any]
+) -> web.StreamResponse:
+    """The HTTP response for encoded parts: JSON or binary, compressed when accepted."""
+    encoding = accepted_encoding(request.headers.get("Accept-Encoding"))
+    if blobs:
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(header)),
+        }
+    else:
+        headers = JSON_HEADERS
+    parts = [header, *blobs]
+    if encoding is not None:
+        body = await compress(parts, encoding, executor)
+        return web.Response(body=body, headers={**headers, "Content-Encoding": encoding})
+    if not blobs:
+        return web.Response(body=header, headers=headers)
+    total = sum(len(p) for p in parts)
+    if total < STREAM_BYTES:
+        return web.Response(body=b"".join(parts), headers=headers)
+    stream = web.StreamResponse(headers=headers)
+    stream.content_length = total
+    await stream.prepare(request)
+    for part in parts:
+        await stream.write(part)
+    await stream.write_eof()
+    return stream
 
 
 def routes(ctx: Context) -> list[Route]:
-    server = ctx.server
-    shm = server.shared_memory
     limit = ctx.max_input_size
-    models = server.models
 
     async def infer(request: web.Request) -> web.StreamResponse:
         info = request.match_info
         name = info["model"]
         version = info.get("version", "")
-        model = models.get(name, version)
+        ctx.server.models.get(name, version)  # an unknown model is 404 before the body is read
         body = await read_body(request, limit)
         headers = request.headers
-        req = decode_request(
-            body, headers.get("Inference-Header-Content-Length"), name, version, shm
+        header, blobs = await run_infer(
+            ctx, name, version, body, headers.get("Inference-Header-Content-Length"),
+            forwarded_headers(ctx, headers),
         )
-        if ctx.forward is not None:
-            _forward_headers(ctx, headers, req.parameters)
-        response = await server.infer(req)
-        header, blobs = encode_response(req, response, shm, _classifier(server, model))
-        encoding = accepted_encoding(headers.get("Accept-Encoding"))
-        if not blobs:
-            if encoding is None:
-                return web.Response(body=header, headers=_JSON_HEADERS)
-            return await _compressed(ctx, [header], encoding, {"Content-Type": "application/json"})
-        out_headers = {
-            "Content-Type": "application/octet-stream",
-            "Inference-Header-Content-Length": str(len(header)),
-        }
-        parts = [header, *blobs]
-        if encoding is not None:
-            return await _compressed(ctx, parts, encoding, out_headers)
-        total = sum(len(p) for p in parts)
-        if total < STREAM_BYTES:
-            return web.Response(body=b"".join(parts), headers=out_headers)
-        stream = web.StreamResponse(headers=out_headers)
-        stream.content_length = total
-        await stream.prepare(request)
-        for part in parts:
-            await stream.write(part)
-        await stream.write_eof()
-        return stream
+        return await respond(request, ctx.executor, header, blobs)
 
     return [("POST", path, "inference", infer) for path in versioned("/infer")]
-
-
-async def _compressed(
-    ctx: Context, parts: list[Any], encoding: str, headers: dict[str, str]
-) -> web.Response:
-    body = await compress(parts, encoding, ctx.executor)
-    return web.Response(body=body, headers={**headers, "Content-Encoding": encoding})
-
-
-def _forward_headers(ctx: Context, headers: Any, parameters: dict[str, Any]) -> None:
-    assert ctx.forward is not None
-    for key, value in headers.items():
-        if ctx.forward.search(key):
-            parameters.setdefault(key.lower(), value)
 
 
 def _classifier(server: Any, model: ModelVersion) -> Classifier:

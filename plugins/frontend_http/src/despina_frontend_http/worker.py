@@ -1,0 +1,149 @@
+"""An HTTP worker process: parses HTTP on the shared port, forwards to the server process.
+
+Run by the frontend as ``python -m despina_frontend_http.worker LINK PROXY SETTINGS_JSON``
+(``--http-worker-processes``). Inference requests travel as INFER frames over the Unix
+socket LINK; every other endpoint is proxied over HTTP to the server's Unix socket PROXY,
+where the full application answers. The worker exits when the server closes LINK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from despina.errors import DespinaError, Unavailable
+
+from despina_frontend_http import wire
+from despina_frontend_http.body import read_body
+from despina_frontend_http.context import versioned
+from despina_frontend_http.responses import error_response
+from despina_frontend_http.restricted import Restrictions
+from despina_frontend_http.routes_infer import respond
+
+#: Request headers not forwarded to the server (hop-by-hop, or describing the raw body).
+_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
+_BACK = ("content-type", "content-encoding", "inference-header-content-length")
+
+
+class ServerLink(asyncio.Protocol):
+    """The connection to the server process; replies are matched to calls by id."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.reader = wire.FrameReader(self._frame)
+        self.calls: dict[int, asyncio.Future[tuple[int, int, bytes]]] = {}
+        self.ids = itertools.count(1)
+        self.closed = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        for future in self.calls.values():
+            if not future.done():
+                future.set_exception(Unavailable("Server is stopping"))
+        self.calls.clear()
+        self.closed.set()
+
+    def _frame(self, call_id: int, kind: int, payload: memoryview) -> None:
+        future = self.calls.pop(call_id, None)
+        if kind == wire.REPLY and future is not None and not future.done():
+            future.set_result(wire.parse_reply(payload))
+
+    async def infer(self, meta: list[Any], body: bytes) -> tuple[int, int, bytes]:
+        if self.transport is None:
+            raise Unavailable("Server is stopping")
+        call_id = next(self.ids)
+        future = asyncio.get_running_loop().create_future()
+        self.calls[call_id] = future
+        self.transport.writelines(wire.infer_frame(call_id, meta, body))
+        return await future
+
+
+def build_worker_app(link: ServerLink, session: aiohttp.ClientSession, settings: dict[str, Any]) -> web.Application:
+    """The worker's application: INFER forwarding plus a proxy for everything else."""
+    limit = int(settings["max_input_size"])
+    restrictions = Restrictions(settings["restricted"])
+    pattern = settings["forward_pattern"]
+    forward = re.compile(pattern, re.IGNORECASE) if pattern else None
+    executor = ThreadPoolExecutor(max_workers=max(int(settings["threads"]), 1))
+
+    async def infer(request: web.Request) -> web.StreamResponse:
+        headers = request.headers
+        try:
+            if restrictions.rules:
+                restrictions.check("inference", headers)
+            body = await read_body(request, limit)
+            forwarded = {k.lower(): v for k, v in headers.items() if forward.search(k)} if forward else None
+            info = request.match_info
+            meta = [info["model"], info.get("version", ""), headers.get("Inference-Header-Content-Length"), forwarded]
+            status, header_length, payload = await link.infer(meta, body)
+        except DespinaError as exc:
+            return error_response(exc.http_status, str(exc))
+        if status != 200:
+            return web.Response(status=status, body=payload, headers={"Content-Type": "application/json"})
+        if not header_length:
+            return await respond(request, executor, payload, [])
+        view = memoryview(payload)
+        return await respond(request, executor, bytes(view[:header_length]), [view[header_length:]])
+
+    async def proxy(request: web.Request) -> web.StreamResponse:
+        try:
+            body = await read_body(request, limit)
+        except DespinaError as exc:
+            return error_response(exc.http_status, str(exc))
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        async with session.request(request.method, request.rel_url, headers=headers, data=body) as answer:
+            payload = await answer.read()
+            back = {k: v for k, v in answer.headers.items() if k.lower() in _BACK}
+            return web.Response(status=answer.status, body=payload, headers=back)
+
+    app = web.Application(client_max_size=limit)
+    for path in versioned("/infer"):
+        app.router.add_post(path, infer)
+    app.router.add_route("*", "/{tail:.*}", proxy)
+    return app
+
+
+async def serve(link_path: str, proxy_path: str, settings: dict[str, Any]) -> None:
+    """Serve until the server process closes the link."""
+    loop = asyncio.get_running_loop()
+    link = ServerLink()
+    await loop.create_unix_connection(lambda: link, link_path)
+    connector = aiohttp.UnixConnector(path=proxy_path)
+    async with aiohttp.ClientSession("http://despina", connector=connector, auto_decompress=False) as session:
+        runner = web.AppRunner(build_worker_app(link, session, settings), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, settings["address"], int(settings["port"]), reuse_port=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            print(f"despina HTTP worker: cannot bind: {exc}", file=sys.stderr)
+            raise SystemExit(3) from None
+        assert link.transport is not None
+        link.transport.write(wire.hello_frame(os.getpid()))
+        await link.closed.wait()
+        await runner.cleanup()
+
+
+def main(argv: list[str]) -> int:
+    link_path, proxy_path, settings = argv
+    asyncio.run(serve(link_path, proxy_path, json.loads(settings)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
