@@ -58,11 +58,9 @@ class TorchBackend(Backend):
 
     async def load(self) -> None:
         """Parse the parameters and apply the process-wide ones."""
-        config = self.context.config
-        if not config.input or not config.output:
-            raise ConfigError(NO_SIGNATURE.format(model=self.context.name, label=self.file_label))
         self.settings = TorchSettings.from_parameters(self.context.parameters, self.context.name)
         self.settings.apply_process_wide()
+        #: Modules by device, kept only with ENABLE_WEIGHT_SHARING.
         self._shared: dict[str | None, LoadedModel] = {}
 
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
@@ -71,7 +69,8 @@ class TorchBackend(Backend):
         loaded = self._shared.get(device) if self.settings.weight_sharing else None
         if loaded is None:
             loaded = await asyncio.to_thread(self._load, device)
-            self._shared[device] = loaded
+            if self.settings.weight_sharing:
+                self._shared[device] = loaded
         config, model = self.context.config, self.context.name
         if loaded.inputs is not None and loaded.outputs is not None:
             check_config(config, loaded.inputs, loaded.outputs, model, self.file_label)
