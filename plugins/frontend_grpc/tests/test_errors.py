@@ -185,6 +185,19 @@ CASES: list[tuple[str, str, Any, grpc.StatusCode, str]] = [
         "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor 'OUTPUT0'",
     ),
     (
+        "classification",
+        "ModelInfer",
+        mutate(
+            lambda r: (
+                r.outputs.add(name="OUTPUT0")
+                .parameters["classification"]
+                .MergeFrom(pb.InferParameter(int64_param=2))
+            )
+        ),
+        grpc.StatusCode.UNIMPLEMENTED,
+        "classification of output 'OUTPUT0' is not supported over gRPC yet",
+    ),
+    (
         "priority type",
         "ModelInfer",
         mutate(lambda r: r.parameters["priority"].MergeFrom(pb.InferParameter(string_param="x"))),

@@ -173,7 +173,10 @@ class WorkerPool:
     """N worker processes serving the gRPC port for one server's servicers."""
 
     def __init__(self, servicers: dict[str, Any], settings: argparse.Namespace) -> None:
-        self.servicers = servicers
+        """``servicers``: service name -> the object whose methods serve its RPCs."""
+        self._handlers = {
+            m.path: getattr(servicers[m.path.split("/")[1]], m.name) for m in wire.METHODS
+        }
         self.settings = settings
         self.connections: list[WorkerConnection] = []
         self.processes: list[asyncio.subprocess.Process] = []
@@ -183,8 +186,7 @@ class WorkerPool:
         self._hellos: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
 
     def handler(self, method: wire.Method) -> Any:
-        service = method.path.split("/")[1]
-        return getattr(self.servicers[service], method.name)
+        return self._handlers[method.path]
 
     def hello(self, status: int, payload: bytes) -> None:
         self._hellos.put_nowait((status, payload))
