@@ -115,16 +115,21 @@ def batch_size_of(request: InferenceRequest, config: ModelConfig) -> int:
 
 
 async def execute_on(
-    model: ScheduledModel, index: int, requests: Sequence[InferenceRequest]
+    model: ScheduledModel,
+    index: int,
+    requests: Sequence[InferenceRequest],
+    instance: ModelInstance | None = None,
 ) -> None:
-    """:func:`run_batch` on ``model.instances[index]``, holding the instance's
-    rate-limiter resources for the execution when it has any. Never raises."""
+    """:func:`run_batch` on ``model.instances[index]`` (or on ``instance``, a wrapper of
+    it), holding the instance's rate-limiter resources for the execution when it has any.
+    Never raises."""
+    target = instance if instance is not None else model.instances[index]
     needs = model.needs[index] if model.limiter is not None and index < len(model.needs) else None
     if model.limiter is None or needs is None:
-        await run_batch(model, model.instances[index], requests)
+        await run_batch(model, target, requests)
         return
     async with model.limiter.slot(needs):
-        await run_batch(model, model.instances[index], requests)
+        await run_batch(model, target, requests)
 
 
 async def run_batch(

@@ -35,7 +35,7 @@ from despina.inference import (
     ResponseStream,
     SequenceFlags,
 )
-from despina.scheduling.base import run_batch
+from despina.scheduling.base import execute_on
 from despina.scheduling.dynamic import _same_shapes as same_shapes
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ class InstanceBatcher:
     async def _execute(self, chosen: Chosen) -> None:
         requests = [request for _, request in chosen if request is not None]
         execution = _Execution(self.owner, self.instance, chosen)
-        await run_batch(self.owner.model, execution, requests)
+        await execute_on(self.owner.model, self.index, requests, execution)
         for slot, request in chosen:
             if request is not None and SequenceFlags.END in request.flags:
                 self.owner.release(slot)
