@@ -4,7 +4,8 @@ OUTPUT = running sum of INPUT over a sequence. With an implicit state (input STA
 output STATE_OUT) the sum comes from the state the server keeps; without one the
 instance keeps it itself, keyed by the CORRID control input. Every batch an instance
 executes is recorded in ``SeqBackend.batches`` as (instance name, [inputs of each
-request as lists]) so tests can see control tensors, padding and routing. ``model.seq``
+request as lists]) so tests can see control tensors, padding and routing;
+``SeqBackend.peak`` is the most executions that ran at once. ``model.seq``
 holds optional JSON switches: ``delay_s`` (sleep per execution), ``fail_on`` (an INPUT
 value answered with an error).
 """
@@ -33,8 +34,13 @@ class SeqInstance(ModelInstance):
         SeqBackend.batches.append(
             (self.spec.name, [{k: _plain(v) for k, v in r.inputs.items()} for r in requests])
         )
-        if self.behaviour.get("delay_s"):
-            await asyncio.sleep(float(self.behaviour["delay_s"]))
+        SeqBackend.running += 1
+        SeqBackend.peak = max(SeqBackend.peak, SeqBackend.running)
+        try:
+            if self.behaviour.get("delay_s"):
+                await asyncio.sleep(float(self.behaviour["delay_s"]))
+        finally:
+            SeqBackend.running -= 1
         responses = [self._one(request) for request in requests]
         for request, response in zip(requests, responses, strict=True):
             wanted = request.requested_output_names
@@ -74,6 +80,9 @@ class SeqBackend(Backend):
     default_model_filename = "model.seq"
 
     batches: list[tuple[str, list[dict[str, Any]]]] = []
+    #: Executions running now, and the most that ever ran at once.
+    running = 0
+    peak = 0
 
     async def load(self) -> None:
         path = self.context.model_file

@@ -118,6 +118,7 @@ def start_seq(
         for name, config in models.items():
             model_repository.add(name, config, {"1/model.seq": "", **(files or {})})
         seq_backend.SeqBackend.batches.clear()
+        seq_backend.SeqBackend.peak = 0
         return despina_server(model_repository.root, args=args, plugins=[seq_backend])
 
     return start
@@ -428,3 +429,21 @@ def test_candidate_sequence_limit_backlogs_the_rest(
     config = running.server.models.get("single").config.sequence_batching
     assert config.max_sequence_idle_microseconds == 1_000_000
     assert list(config.oldest.preferred_batch_size) == [4]
+
+
+@pytest.mark.parametrize(("limited", "peak"), [(False, 2), (True, 1)])
+def test_rate_limiter_applies_to_sequence_executions(
+    start_seq: Callable[..., RunningServer], limited: bool, peak: int
+) -> None:
+    # Two instances each needing the one "R": with --rate-limit=execution_count they never
+    # execute at the same time.
+    config = seq_config(mbs=2, instances=2).replace(
+        "kind: KIND_CPU", 'kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 1 } ] }'
+    )
+    args = ("--rate-limit=execution_count", "--rate-limit-resource=R:1") if limited else ()
+    running = start_seq({"limited": config}, {"1/model.seq": '{"delay_s": 0.05}'}, args=args)
+    sequences = {c: [1, 2, 3] for c in range(1, 5)}
+    results = running.call(run_interleaved(running, "limited", sequences))
+    assert results == {c: [1, 3, 6] for c in sequences}
+    assert len({instance for instance, _ in seq_backend.SeqBackend.batches}) == 2
+    assert seq_backend.SeqBackend.peak == peak
