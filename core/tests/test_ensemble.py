@@ -314,3 +314,16 @@ dynamic_batching { max_queue_delay_microseconds: 200000 }
 
     assert running.call(three("free")) == 1
     assert running.call(three("limited")) == 3
+
+
+def test_cached_ensemble_answers_without_running_its_steps(
+    start_ens: Callable[..., RunningServer],
+) -> None:
+    cached = BRANCH + "response_cache { enable: true }\n"
+    running = start_ens({"cached": cached}, args=("--cache-config=local,size=1048576",))
+    first = infer(running, "cached", [1, 2])
+    second = infer(running, "cached", [1, 2])
+    np.testing.assert_array_equal(first.outputs["Z"], second.outputs["Z"])
+    assert [model for model, _, _ in ens_backend.EnsBackend.calls].count("add") == 1
+    stats = running.server.models.get("cached").stats
+    assert (stats.cache_hit.count, stats.cache_miss.count) == (1, 1)

@@ -162,6 +162,9 @@ class EnsembleRun:
         self.answers += 1
         if not self.decoupled:
             self._record_success()
+            cache, key = self.model.cache, self.request.cache_key
+            if cache is not None and key is not None:
+                cache.store(key, response.outputs, response.parameters)
         self._send(response, final=not self.decoupled)
 
     def _sequence_parameters(self) -> dict[str, int | str | bool]:
