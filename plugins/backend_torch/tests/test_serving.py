@@ -213,3 +213,39 @@ def test_model_py_with_state_dict(
     np.testing.assert_allclose(
         client.infer("module", {"features": x})["scores"], expected, rtol=1e-6
     )
+
+
+# Both calls must be inside forward() at once to pass the barrier: proof that two
+# instances execute in parallel (weight sharing gives them one module, so one barrier).
+MEET_PY = """
+import threading
+
+import torch
+
+
+class Meet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.barrier = threading.Barrier(2)
+
+    def forward(self, x):
+        self.barrier.wait(timeout=30)
+        return x * 2
+"""
+
+
+def test_two_instances_execute_in_parallel(
+    model_repository: RepositoryBuilder, despina_server: Start, served
+) -> None:
+    config = (
+        'backend: "pytorch"\ndefault_model_filename: "model.py"\n'
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+        'parameters { key: "ENABLE_WEIGHT_SHARING" value: { string_value: "true" } }\n'
+    )
+    model_repository.add("meet", config, {"1/model.py": MEET_PY})
+    client = served(despina_server(model_repository.root))
+    requests = [{"x": np.full(2, i, np.float32)} for i in range(4)]
+    for i, result in enumerate(client.infer_many("meet", requests)):
+        assert result["OUTPUT__0"].tolist() == [2.0 * i] * 2
