@@ -23,7 +23,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
          { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
-ADD_SUB = '''
+ADD_SUB = """
 import json
 import triton_python_backend_utils as pb_utils
 
@@ -52,7 +52,7 @@ class TritonPythonModel:
                                 pb_utils.Tensor("OUTPUT1", a - b)],
                 parameters={k: str(v) for k, v in params.items()}))
         return responses
-'''
+"""
 
 STRINGS_IO = """
 max_batch_size: 0
@@ -61,7 +61,7 @@ output [ { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] },
          { name: "LENGTHS" data_type: TYPE_INT32 dims: [ -1 ] } ]
 """
 
-STRINGS = '''
+STRINGS = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -75,7 +75,7 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("UPPER", upper), pb_utils.Tensor("LENGTHS", lengths)]))
         return responses
-'''
+"""
 
 BATCHED_IO = """
 max_batch_size: 8
@@ -85,7 +85,7 @@ output [ { name: "Y" data_type: TYPE_INT64 dims: [ 1 ] },
          { name: "BATCH" data_type: TYPE_INT64 dims: [ 1 ] } ]
 """
 
-BATCHED = '''
+BATCHED = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -99,22 +99,22 @@ class TritonPythonModel:
                 pb_utils.Tensor("Y", x * 2),
                 pb_utils.Tensor("BATCH", np.full_like(x, count))]))
         return out
-'''
+"""
 
-RAISE_INIT = '''
+RAISE_INIT = """
 class TritonPythonModel:
     def initialize(self, args):
         raise RuntimeError("cannot initialize: missing weights")
 
     def execute(self, requests):
         return []
-'''
+"""
 
-WRONG_RETURN = '''
+WRONG_RETURN = """
 class TritonPythonModel:
     def execute(self, requests):
         return []
-'''
+"""
 
 REPEAT_IO = """
 max_batch_size: 0
@@ -124,7 +124,7 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
          { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
 """
 
-REPEAT = '''
+REPEAT = """
 import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -143,7 +143,7 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUT", np.array([value], np.int32)),
                 pb_utils.Tensor("IDX", np.array([idx], np.uint32))]))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-'''
+"""
 
 BLS_IO = """
 max_batch_size: 0
@@ -153,7 +153,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
          { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
-BLS_SYNC = '''
+BLS_SYNC = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -175,9 +175,9 @@ class TritonPythonModel:
                 pb_utils.get_output_tensor_by_name(answer, "OUTPUT0"),
                 pb_utils.Tensor("COUNT", np.array([count], np.int32))]))
         return responses
-'''
+"""
 
-BLS_ASYNC = '''
+BLS_ASYNC = """
 import asyncio
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -200,9 +200,9 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("OUTPUT0", total), pb_utils.Tensor("COUNT", np.array([count], np.int32))]))
         return responses
-'''
+"""
 
-METRICS = '''
+METRICS = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -227,9 +227,9 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a),
                                                    pb_utils.Tensor("OUTPUT1", np.full(4, value, np.float32))]))
         return out
-'''
+"""
 
-AUTO_COMPLETE = '''
+AUTO_COMPLETE = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -245,9 +245,9 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy() * 3)])
                 for r in requests]
-'''
+"""
 
-CRASHY = '''
+CRASHY = """
 import os
 import signal
 import time
@@ -270,10 +270,11 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy()),
                                             pb_utils.Tensor("OUTPUT1", np.full(4, os.getpid(), np.float32))])
                 for r in requests]
-'''
+"""
 
 
-def add(repo: RepositoryBuilder, name: str, source: str, io: str, mode: str = "process",
-        extra: str = "") -> None:
+def add(
+    repo: RepositoryBuilder, name: str, source: str, io: str, mode: str = "process", extra: str = ""
+) -> None:
     """Add model ``name`` with ``1/model.py`` = ``source``."""
     repo.add(name, config(name, io, mode, extra), {"1/model.py": source})

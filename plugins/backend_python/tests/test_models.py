@@ -12,7 +12,15 @@ from tritonclient.utils import InferenceServerException
 
 from .helpers import infer, pair
 from .models import (
-    ADD_SUB, ADD_SUB_IO, BATCHED, BATCHED_IO, RAISE_INIT, STRINGS, STRINGS_IO, WRONG_RETURN, add,
+    ADD_SUB,
+    ADD_SUB_IO,
+    BATCHED,
+    BATCHED_IO,
+    RAISE_INIT,
+    STRINGS,
+    STRINGS_IO,
+    WRONG_RETURN,
+    add,
 )
 
 MODES = ["process", "in-process"]
@@ -39,8 +47,9 @@ def test_add_sub(mode: str, model_repository: Any, despina_server: Any, http_cli
     assert client.is_model_ready("add_sub")
 
 
-def test_response_error_and_execute_exception(mode: str, model_repository: Any,
-                                              despina_server: Any, http_client: Any) -> None:
+def test_response_error_and_execute_exception(
+    mode: str, model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
     add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, mode)
     add(model_repository, "wrong_return", WRONG_RETURN, ADD_SUB_IO, mode)
     client = http_client(despina_server(model_repository.root))
@@ -50,19 +59,24 @@ def test_response_error_and_execute_exception(mode: str, model_repository: Any,
     with pytest.raises(InferenceServerException) as error:
         infer(client, "add_sub", pair(-2))
     text = error.value.message()
-    assert text.startswith("Failed to process the request(s) for model 'add_sub_0', message: "
-                           "ValueError: execute exploded\n\nAt:\n")
+    assert text.startswith(
+        "Failed to process the request(s) for model 'add_sub_0', message: "
+        "ValueError: execute exploded\n\nAt:\n"
+    )
     assert "model.py" in text and error.value.status() == "500"
     with pytest.raises(InferenceServerException) as error:
         infer(client, "wrong_return", pair())
-    assert "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:0" in error.value.message()
+    assert (
+        "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:0" in error.value.message()
+    )
     # the model stays loaded and serves the next request
     assert infer(client, "add_sub", pair()).as_numpy("OUTPUT0")[0] == 2
     assert client.is_model_ready("add_sub")
 
 
-def test_initialize_raising_makes_model_unavailable(mode: str, model_repository: Any,
-                                                   despina_server: Any, http_client: Any) -> None:
+def test_initialize_raising_makes_model_unavailable(
+    mode: str, model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
     add(model_repository, "broken", RAISE_INIT, ADD_SUB_IO, mode)
     add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, mode)
     client = http_client(despina_server(model_repository.root, ["--exit-on-error=false"]))
@@ -73,8 +87,9 @@ def test_initialize_raising_makes_model_unavailable(mode: str, model_repository:
     assert not client.is_model_ready("broken") and client.is_model_ready("add_sub")
 
 
-def test_bytes_tensors(mode: str, model_repository: Any, despina_server: Any,
-                       grpc_client: Any) -> None:
+def test_bytes_tensors(
+    mode: str, model_repository: Any, despina_server: Any, grpc_client: Any
+) -> None:
     import tritonclient.grpc as grpcclient
 
     add(model_repository, "strings", STRINGS, STRINGS_IO, mode)
@@ -84,12 +99,18 @@ def test_bytes_tensors(mode: str, model_repository: Any, despina_server: Any,
     tensor.set_data_from_numpy(words)
     result = client.infer("strings", [tensor])
     upper = result.as_numpy("UPPER")
-    assert upper.shape == (10000,) and list(upper[:4]) == [b"HELLO", b"", "W\u00f6RLD".encode(), b"A\x00B"]
+    assert upper.shape == (10000,) and list(upper[:4]) == [
+        b"HELLO",
+        b"",
+        "W\u00f6RLD".encode(),
+        b"A\x00B",
+    ]
     assert list(result.as_numpy("LENGTHS")[:4]) == [5, 0, 6, 3]
 
 
-def test_dynamic_batching_gives_execute_several_requests(mode: str, model_repository: Any,
-                                                        despina_server: Any, grpc_client: Any) -> None:
+def test_dynamic_batching_gives_execute_several_requests(
+    mode: str, model_repository: Any, despina_server: Any, grpc_client: Any
+) -> None:
     import tritonclient.grpc as grpcclient
 
     add(model_repository, "batched", BATCHED, BATCHED_IO, mode)
@@ -108,9 +129,12 @@ def test_dynamic_batching_gives_execute_several_requests(mode: str, model_reposi
     assert int(stats["execution_count"]) < 8
 
 
-def test_model_config_seen_by_initialize(mode: str, model_repository: Any, despina_server: Any) -> None:
+def test_model_config_seen_by_initialize(
+    mode: str, model_repository: Any, despina_server: Any
+) -> None:
     source = ADD_SUB.replace(
-        'self.args = args', 'self.args = args; assert json.loads(args["model_config"])["parameters"]'
+        "self.args = args",
+        'self.args = args; assert json.loads(args["model_config"])["parameters"]',
     )
     add(model_repository, "add_sub", source, ADD_SUB_IO, mode)
     running = despina_server(model_repository.root)

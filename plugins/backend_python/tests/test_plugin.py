@@ -8,7 +8,11 @@ from despina.plugins import create_plugins
 
 
 def test_discovered_through_entry_point() -> None:
-    names = [ep.name for ep in entry_points(group="despina") if ep.value.startswith("despina_backend_python")]
+    names = [
+        ep.name
+        for ep in entry_points(group="despina")
+        if ep.value.startswith("despina_backend_python")
+    ]
     assert names == ["python"]
     backends = create_plugins().capabilities("despina_backends")
     assert backends["python"][0].default_model_filename == "model.py"

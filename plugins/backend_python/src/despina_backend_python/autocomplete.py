@@ -8,11 +8,15 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from despina.errors import ConfigError
+from despina.shared_memory import INTERNAL_KEY_PREFIX
 
 from despina_backend_python.child import ChildDied, spawn
 from despina_backend_python.execution_env import resolve_environment
 from despina_backend_python.loading import describe_exception, load_model_class
 from despina_backend_python.pb.model_config import ModelConfig
+from despina_backend_python.process import new_tag
+from despina_backend_python.server_runtime import ServerRuntime
+from despina_backend_python.shm import Arena
 
 if TYPE_CHECKING:
     from despina_backend_python.backend import PythonBackend
@@ -28,13 +32,16 @@ async def run_auto_complete(backend: PythonBackend, config_json: str, in_process
         text = await asyncio.to_thread(_in_this_process, backend, config_json)
     else:
         python, env = resolve_environment(ctx.parameters, ctx.model_dir)
-        hello = {"op": "auto_complete", "model_file": str(ctx.model_file), "config": config_json}
+        tag = new_tag()
+        hello = {"op": "auto_complete", "model_file": str(ctx.model_file), "config": config_json,
+                 "prefix": INTERNAL_KEY_PREFIX, "tag": tag, "model_name": ctx.name}
+        host = ServerRuntime(ctx.server, asyncio.get_running_loop(), ctx.name)
         try:
-            process, _, writer, reply = await spawn(python, env, hello)
+            child, reply = await spawn(python, env, hello, host, Arena(INTERNAL_KEY_PREFIX, tag + "p"),
+                                       lambda _: None)
         except ChildDied as exc:
             raise ConfigError(f"auto-complete of model '{ctx.name}' failed: {exc}") from None
-        writer.close()
-        await process.wait()
+        await child.stop(10.0, finalize=False)
         if reply["op"] != "config":
             raise ConfigError(reply.get("message", "auto-complete failed"))
         text = reply["config"]

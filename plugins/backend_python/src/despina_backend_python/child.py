@@ -33,12 +33,12 @@ class ChildDied(Exception):
     """The child process ended while a call was waiting on it."""
 
 
-async def spawn(python: str, env: dict[str, str], hello: dict[str, Any]) -> tuple[
-    asyncio.subprocess.Process, asyncio.StreamReader, asyncio.StreamWriter, dict[str, Any]
-]:
-    """Start a stub with ``python`` and send ``hello``; return it with its first reply.
+async def spawn(python: str, env: dict[str, str], hello: dict[str, Any], host: ServerRuntime,
+                arena: Arena, on_exit: Callable[[ChildProcess], None]) -> tuple[ChildProcess, dict[str, Any]]:
+    """Start a stub with ``python``, send ``hello``, and return it with its answer
+    (``ready``, ``config`` or ``error``); the model's calls are served meanwhile.
 
-    Raises ChildDied when the process exits before replying.
+    Raises ChildDied when the process exits before answering.
     """
     ours, theirs = socket.socketpair()
     full_env = dict(os.environ)
@@ -54,13 +54,9 @@ async def spawn(python: str, env: dict[str, str], hello: dict[str, Any]) -> tupl
     finally:
         theirs.close()
     reader, writer = await asyncio.open_unix_connection(sock=ours)
-    writer.write(channel.encode(hello))
-    first = await channel.read_message(reader)
-    if first is None:
-        code = await process.wait()
-        writer.close()
-        raise ChildDied(f"the model process exited with code {code} before it was ready")
-    return process, reader, writer, first
+    child = ChildProcess(process, reader, writer, host, arena, on_exit)
+    child.send(hello)
+    return child, await child.answer
 
 
 class ChildProcess:
@@ -78,7 +74,10 @@ class ChildProcess:
         self.executions: dict[int, asyncio.Future[dict[str, Any]]] = {}
         #: Requests whose responses the child still sends (token -> request).
         self.open: dict[int, CoreRequest] = {}
-        self.finalized: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        #: The answer to the first message.
+        self.answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self.finalized: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.alive = True
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reader = asyncio.create_task(self._read(reader))
@@ -114,6 +113,9 @@ class ChildProcess:
             self._deliver(message)
         elif op == "log":
             self.host.log(message["level"], message["message"])
+        elif op in ("ready", "config", "error"):
+            if not self.answer.done():
+                self.answer.set_result(message)
         elif op == "finalized":
             if not self.finalized.done():
                 self.finalized.set_result(message)
@@ -174,9 +176,10 @@ class ChildProcess:
             if not future.done():
                 future.set_exception(error)
         self.executions.clear()
-        if not self.finalized.done():
-            self.finalized.set_exception(error)
-            self.finalized.exception()  # retrieved: nobody may be waiting
+        for pending in (self.answer, self.finalized):
+            if not pending.done():
+                pending.set_exception(error)
+                pending.exception()  # retrieved: nobody may be waiting
         self.on_exit(self)
 
     def kill(self) -> None:
@@ -184,15 +187,17 @@ class ChildProcess:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
 
-    async def stop(self, timeout: float) -> str:
-        """``finalize`` and wait for the exit (killed after ``timeout``); its error text."""
-        self.send({"op": "finalize"})
+    async def stop(self, timeout: float, finalize: bool = True) -> str:
+        """``finalize`` (unless told not to) and wait for the exit (killed after
+        ``timeout``); return finalize's error text."""
         error = ""
-        try:
-            reply = await asyncio.wait_for(asyncio.shield(self.finalized), timeout)
-            error = reply.get("error", "")
-        except (TimeoutError, ChildDied):
-            pass
+        if finalize:
+            self.send({"op": "finalize"})
+            try:
+                reply = await asyncio.wait_for(asyncio.shield(self.finalized), timeout)
+                error = reply.get("error", "")
+            except (TimeoutError, ChildDied):
+                pass
         self.alive = False
         self.writer.close()
         try:

@@ -85,19 +85,17 @@ class ProcessInstance(ModelInstance):
     async def start(self) -> None:
         """Start a child and initialize the model in it."""
         tag = new_tag()
-        hello = dict(self.hello, tag=tag)
+        arena = Arena(INTERNAL_KEY_PREFIX, tag + "p")
         try:
-            process, reader, writer, first = await spawn(self.python, self.env, hello)
+            child, answer = await spawn(self.python, self.env, dict(self.hello, tag=tag), self.host,
+                                        arena, self._child_exited)
         except ChildDied as exc:
             raise Internal(str(exc)) from None
-        if first["op"] != "ready":
-            writer.close()
-            await process.wait()
-            Arena(INTERNAL_KEY_PREFIX, tag + "c").cleanup()
-            raise Internal(first.get("message", "the model process failed to start"))
-        self.is_async = bool(first["is_async"])
-        arena = Arena(INTERNAL_KEY_PREFIX, tag + "p")
-        self.child = ChildProcess(process, reader, writer, self.host, arena, self._child_exited)
+        if answer["op"] != "ready":
+            await child.stop(FINALIZE_TIMEOUT_S, finalize=False)
+            raise Internal(answer.get("message", "the model process failed to start"))
+        self.is_async = bool(answer["is_async"])
+        self.child = child
         self._back.set()
 
     def _child_exited(self, child: ChildProcess) -> None:

@@ -158,9 +158,9 @@ class Stub:
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
         return {"op": "ready", "is_async": self.is_async, "pid": os.getpid()}
 
-    def serve(self) -> None:
+    def start_reader(self) -> None:
+        """Route the server's messages (replies are needed while ``initialize`` runs)."""
         threading.Thread(target=self._read, name="channel-reader", daemon=True).start()
-        self.loop.run_forever()
 
     def _read(self) -> None:
         while (message := self.channel.recv()) is not None:
@@ -232,8 +232,9 @@ class Stub:
         self.loop.stop()
 
 
-def auto_complete(hello: dict[str, Any]) -> dict[str, Any]:
+def auto_complete(stub: Stub, hello: dict[str, Any]) -> dict[str, Any]:
     """The ``config`` (JSON) after the model's ``auto_complete_config``, or an error."""
+    pb_runtime.activate(stub.runtime)
     try:
         model_class = load_model_class(Path(hello["model_file"]), "model")
         config = ModelConfig(hello["config"])
@@ -252,15 +253,16 @@ def main(argv: list[str]) -> int:
     hello = channel.recv()
     if hello is None:
         return 0
-    if hello["op"] == "auto_complete":
-        channel.send(auto_complete(hello))
-        return 0
     stub = Stub(channel, hello)
+    stub.start_reader()
+    if hello["op"] == "auto_complete":
+        channel.send(auto_complete(stub, hello))
+        return 0
     ready = stub.load()
     channel.send(ready)
     if ready["op"] != "ready":
         return 1
-    stub.serve()
+    stub.loop.run_forever()
     return 0
 
 

@@ -1,0 +1,62 @@
+"""Decoupled models over the gRPC stream, and BLS (sync and async) in both modes."""
+
+from __future__ import annotations
+
+import queue
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from .helpers import infer, pair
+from .models import ADD_SUB, ADD_SUB_IO, BLS_ASYNC, BLS_IO, BLS_SYNC, REPEAT, REPEAT_IO, add
+
+
+@pytest.fixture(params=["process", "in-process"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def stream(client: Any, model: str, values: list[int]) -> list[Any]:
+    """Responses of one request on the gRPC stream, until the final flag."""
+    results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    tensor = grpcclient.InferInput("IN", [len(values)], "INT32")
+    tensor.set_data_from_numpy(np.array(values, np.int32))
+    client.async_stream_infer(model, [tensor], enable_empty_final_response=True)
+    out = []
+    while True:
+        result, error = results.get(timeout=30)
+        assert error is None, error
+        response = result.get_response()
+        if response.parameters["triton_final_response"].bool_param:
+            break
+        out.append(result)
+    client.stop_stream()
+    return out
+
+
+def test_decoupled_responses_stream(
+    mode: str, model_repository: Any, despina_server: Any, grpc_client: Any
+) -> None:
+    add(model_repository, "repeat", REPEAT, REPEAT_IO, mode)
+    client = grpc_client(despina_server(model_repository.root))
+    results = stream(client, "repeat", [4, 5, 6])
+    assert [int(r.as_numpy("OUT")[0]) for r in results] == [4, 5, 6]
+    assert [int(r.as_numpy("IDX")[0]) for r in results] == [0, 1, 2]
+    assert stream(client, "repeat", []) == []
+
+
+@pytest.mark.parametrize("source", [BLS_SYNC, BLS_ASYNC], ids=["sync", "async"])
+def test_bls(
+    mode: str, source: str, model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, mode)
+    add(model_repository, "repeat", REPEAT, REPEAT_IO, mode)
+    add(model_repository, "bls", source, BLS_IO, mode)
+    client = http_client(despina_server(model_repository.root))
+    result = infer(client, "bls", pair())
+    expected = [2, 3, 4, 5] if source is BLS_SYNC else [4, 6, 8, 10]
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected)
+    assert int(result.as_numpy("COUNT")[0]) == (3 if source is BLS_SYNC else 2)
