@@ -1,6 +1,6 @@
 """A test backend ("enstoy") of small FP32 models to compose into ensembles.
 
-``model.ens`` holds JSON ``{"op": ...}``:
+``model.ens`` holds JSON ``{"op": ..., "delay_s": seconds to sleep per execution}``:
 - ``double``: OUT = 2 * IN;  ``neg``: OUT = -IN;  ``check``: OUT = IN, or the error
   "negative input" when IN has a negative element;
 - ``add``: SUM = A + B, DIFF = A - B;
@@ -12,6 +12,7 @@ Every execution records (model, inputs, outputs) with the very array objects in
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -24,11 +25,14 @@ from despina.inference import InferenceRequest, InferenceResponse
 
 
 class EnsInstance(ModelInstance):
-    def __init__(self, model: str, op: str) -> None:
+    def __init__(self, model: str, op: str, delay_s: float) -> None:
         self.model = model
         self.op = op
+        self.delay_s = delay_s
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse] | None:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         if self.op == "split":
             for request in requests:
                 for x in request.inputs["IN"].ravel():
@@ -61,10 +65,12 @@ class EnsBackend(Backend):
     calls: list[tuple[str, dict[str, np.ndarray], dict[str, Any]]] = []
 
     async def load(self) -> None:
-        self.op = str(json.loads(self.context.model_file.read_text())["op"])
+        settings = json.loads(self.context.model_file.read_text())
+        self.op = str(settings["op"])
+        self.delay_s = float(settings.get("delay_s", 0))
 
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
-        return EnsInstance(self.context.name, self.op)
+        return EnsInstance(self.context.name, self.op, self.delay_s)
 
 
 @hookimpl

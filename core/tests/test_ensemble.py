@@ -10,7 +10,7 @@ import ens_backend
 import numpy as np
 import pytest
 import seq_backend
-from despina.errors import InvalidArgument, Unavailable, Unsupported
+from despina.errors import Cancelled, InvalidArgument, Unavailable, Unsupported
 from despina.inference import InferenceRequest, RequestedOutput
 from despina.testing import RepositoryBuilder, RunningServer
 from test_sequence import run_interleaved, seq_config
@@ -327,3 +327,28 @@ def test_cached_ensemble_answers_without_running_its_steps(
     assert [model for model, _, _ in ens_backend.EnsBackend.calls].count("add") == 1
     stats = running.server.models.get("cached").stats
     assert (stats.cache_hit.count, stats.cache_miss.count) == (1, 1)
+
+
+def test_cancelled_ensemble_request_cancels_its_queued_steps(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    config, _ = unary("double")
+    model_repository.add("slow", config, {"1/model.ens": '{"op": "double", "delay_s": 1.0}'})
+    model_repository.add("wrap", ensemble([step("slow", {"IN": "X"}, {"OUT": "Y"})], ["X"], ["Y"]))
+    running = despina_server(model_repository.root, plugins=[ens_backend])
+    ens_backend.EnsBackend.calls.clear()
+    server = running.server
+
+    async def scenario() -> list[Any]:
+        first = InferenceRequest("wrap", {"X": np.ones(2, np.float32)})
+        second = InferenceRequest("wrap", {"X": np.ones(2, np.float32)})
+        futures = [asyncio.ensure_future(server.infer(r)) for r in (first, second)]
+        await asyncio.sleep(0.05)  # both submitted; the second one's step waits in the queue
+        second.cancel()
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, second = running.call(scenario())
+    np.testing.assert_array_equal(first.outputs["Y"], np.full(2, 2, np.float32))
+    assert isinstance(second, Cancelled)
+    assert [model for model, _, _ in ens_backend.EnsBackend.calls] == ["slow"]
+    assert server.models.get("wrap").stats.failures["CANCELED"] == 1

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("despina.scheduling")
 
+#: How often a running ensemble request looks whether its client cancelled it.
+CANCEL_POLL_S = 0.2
+
 
 class Flow:
     """The tensors one line of execution sees, and the steps started in it."""
@@ -76,8 +79,11 @@ class EnsembleRun:
     async def run(self) -> None:
         """Start the steps the inputs allow, wait until no step runs, then finish."""
         self._advance(Flow(ChainMap(dict(self.request.inputs))))
-        if self.inflight:
-            await self.idle.wait()
+        while self.inflight:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.idle.wait(), CANCEL_POLL_S)
+            if self.request.cancelled and not self.failed:
+                self._fail(Cancelled("Request was cancelled"))  # cancels the queued steps
         self._finish()
 
     def _advance(self, flow: Flow) -> None:
@@ -189,7 +195,8 @@ class EnsembleRun:
         for request in self.step_requests:
             request.cancel()
         total = time.monotonic_ns() - self.request.received_ns
-        self.model.stats.record_failure(total, "OTHER")
+        reason = "CANCELED" if isinstance(error, Cancelled) else "OTHER"
+        self.model.stats.record_failure(total, reason)
         response = InferenceResponse(
             self.model.name, self.model.version, self.request.id, error=error
         )
