@@ -7,7 +7,8 @@ starts as soon as every tensor it reads exists; a step's output arrays become th
 steps' inputs as they are (no copies). The first failing step fails the ensemble request
 with Triton's ``in ensemble '<name>', ...`` prefix followed by ``step '<model>': `` and
 the step's own error (Triton omits the step's name; we add it). ``max_inflight_requests``
-bounds each step's in-flight requests over all requests of the ensemble.
+bounds each step's in-flight requests over all requests of the ensemble. A cancelled
+ensemble request fails with Cancelled and cancels its step requests still queued.
 
 Decoupled steps: every response of a decoupled step starts its own run of the steps
 downstream of it (a fork of the tensors seen so far), and the ensemble, decoupled too,
