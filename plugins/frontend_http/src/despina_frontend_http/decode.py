@@ -14,7 +14,7 @@ import orjson
 from despina.errors import InvalidArgument, NotFound
 from despina.inference import InferenceRequest, RequestedOutput, SequenceFlags
 from despina.shared_memory import SharedMemoryRegistry
-from despina.tensors import DATATYPE_TO_DTYPE, deserialize_bytes, element_count
+from despina.tensors import DATATYPE_TO_DTYPE, deserialize_bytes
 
 _OBJECT = np.dtype(np.object_)
 
@@ -77,20 +77,24 @@ def decode_request(
 def _decode_input(
     item: Any, body: bytes | memoryview, offset: int, model: str, shm: SharedMemoryRegistry
 ) -> tuple[str, np.ndarray, int]:
-    if not isinstance(item, dict):
+    if type(item) is not dict:
         raise _parse_error("inputs", item, "object")
     name = item.get("name")
-    if not isinstance(name, str):
+    if type(name) is not str:
         raise _parse_error("name", name, "string")
     datatype = item.get("datatype")
-    if not isinstance(datatype, str):
+    if type(datatype) is not str:
         raise _parse_error("datatype", datatype, "string")
     dtype = DATATYPE_TO_DTYPE.get(datatype)
     if dtype is None:
         raise InvalidArgument(f"invalid datatype for input {name}")
-    shape = _shape(item.get("shape"), name)
+    shape = item.get("shape")
+    count = _count(shape)
     params = item.get("parameters")
-    params = _params(params, f"input '{name}'") if params is not None else {}
+    if params is None:
+        params = {}
+    elif type(params) is not dict:
+        raise _parse_error("parameters", params, "object")
     data = item.get("data")
     size = params.get("binary_data_size")
     region = params.get("shared_memory_region")
@@ -102,16 +106,19 @@ def _decode_input(
             "'parameters', 'shared_memory_region' in 'parameters'. But "
             + ("set " + " ".join(f"'{f}'" for f in fields) if fields else "no field is set")
         )
-    count = element_count(shape)
     if size is not None:
-        if not _is_int(size) or size < 0:
+        if type(size) is not int or size < 0:
             raise _parse_error("binary_data_size", size, "unsigned-integer")
         if offset + size > len(body):
             raise InvalidArgument(
                 f"unexpected size for input '{name}', expecting {offset + size - len(body)} "
                 f"additional bytes for model '{model}'"
             )
-        array = _from_buffer(memoryview(body)[offset : offset + size], dtype, datatype, count, name, model)
+        if dtype is _OBJECT:
+            array = deserialize_bytes(memoryview(body)[offset : offset + size], count)
+        else:
+            _check_size(size, count * dtype.itemsize, name, model)
+            array = np.frombuffer(body, dtype=dtype, count=count, offset=offset)
         return name, array.reshape(shape), offset + size
     if region is not None:
         byte_size = params.get("shared_memory_byte_size")
@@ -126,17 +133,32 @@ def _decode_input(
     return name, _from_json(data, dtype, datatype, shape, count, name), offset
 
 
+def _count(shape: Any) -> int:
+    """The element count of a JSON shape; Triton's parse errors for a bad one."""
+    if type(shape) is not list:
+        raise _parse_error("shape", shape, "array")
+    count = 1
+    for dim in shape:
+        if type(dim) is not int or dim < 0:
+            raise _parse_error("shape", "", "unsigned-integer")
+        count *= dim
+    return count
+
+
+def _check_size(got: int, expected: int, name: str, model: str) -> None:
+    if got != expected:
+        raise InvalidArgument(
+            f"[request id: <id_unknown>] input byte size mismatch for input '{name}' for model "
+            f"'{model}'. Expected {expected}, got {got}"
+        )
+
+
 def _from_buffer(
     view: memoryview, dtype: np.dtype[Any], datatype: str, count: int, name: str, model: str
 ) -> np.ndarray:
     if dtype is _OBJECT:
         return deserialize_bytes(view, count)
-    expected = count * dtype.itemsize
-    if len(view) != expected:
-        raise InvalidArgument(
-            f"[request id: <id_unknown>] input byte size mismatch for input '{name}' for model '{model}'. "
-            f"Expected {expected}, got {len(view)}"
-        )
+    _check_size(len(view), count * dtype.itemsize, name, model)
     return np.frombuffer(view, dtype=dtype, count=count)
 
 
@@ -168,14 +190,6 @@ def _to_bytes(value: Any) -> bytes:
     if isinstance(value, str):
         return value.encode()
     raise ValueError("attempt to access JSON non-string as string")
-
-
-def _shape(value: Any, name: str) -> list[int]:
-    if not isinstance(value, list):
-        raise _parse_error("shape", value, "array")
-    if not all(_is_int(d) and d >= 0 for d in value):
-        raise _parse_error("shape", "", "unsigned-integer")
-    return value
 
 
 def _parse_error(member: str, value: Any, kind: str) -> InvalidArgument:
