@@ -30,7 +30,12 @@ DATATYPES = (
     "BYTES",
 )
 #: Flags every test server gets: loopback only, and no other protocol listening.
-LOCAL = ("--grpc-address=127.0.0.1", "--allow-http=false", "--allow-metrics=false")
+LOCAL = (
+    "--grpc-address=127.0.0.1",
+    "--allow-http=false",
+    "--allow-metrics=false",
+    "--allow-client-shm=true",
+)
 
 
 def build_repository(repo: RepositoryBuilder) -> None:

@@ -317,3 +317,18 @@ def test_keepalive_flags(serve: Callable[..., RunningServer]) -> None:
     )
     with grpcclient.InferenceServerClient(running.grpc_url) as client:
         assert client.is_server_live()
+
+
+def test_client_shared_memory_is_opt_in(serve: Callable[..., RunningServer]) -> None:
+    running = serve("--allow-client-shm=false")
+    key = "/despina_grpc_test_opt_in"
+    region = shm.create_shared_memory_region("opt_in", key, 64)
+    try:
+        with grpcclient.InferenceServerClient(running.grpc_url) as client:
+            error = refused(lambda: client.register_system_shared_memory("opt_in", key, 64))
+            assert error.status() == "StatusCode.PERMISSION_DENIED"
+            assert "--allow-client-shm=true" in error.message()
+            assert client.get_system_shared_memory_status(as_json=True) == {}
+            client.unregister_system_shared_memory()
+    finally:
+        shm.destroy_shared_memory_region(region)

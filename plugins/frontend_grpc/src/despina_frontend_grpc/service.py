@@ -11,7 +11,13 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from despina.errors import DespinaError, InvalidArgument, NotFound, Unsupported
+from despina.errors import (
+    DespinaError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unsupported,
+)
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
@@ -153,6 +159,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @guarded
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        if not self.server.settings.allow_client_shm:
+            raise PermissionDenied(
+                "client shared memory is disabled; start the server with --allow-client-shm=true"
+            )
         self.server.shared_memory.register(
             request.name, request.key, request.offset, request.byte_size
         )
