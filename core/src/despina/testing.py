@@ -164,35 +164,32 @@ def despina_server() -> Iterator[Callable[..., RunningServer]]:
         running.stop()
 
 
+def _client_factory(protocol: str) -> Iterator[Callable[..., Any]]:
+    """Yield ``factory(running, **kwargs)`` making tritonclient clients of ``protocol``
+    ("http" or "grpc") for a running server; close them all afterwards."""
+    import importlib
+
+    module = importlib.import_module(f"tritonclient.{protocol}")
+    clients: list[Any] = []
+
+    def factory(running: RunningServer, **kwargs: Any) -> Any:
+        url = running.http_url if protocol == "http" else running.grpc_url
+        client = module.InferenceServerClient(url, **kwargs)
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        client.close()
+
+
 @pytest.fixture
-def http_client() -> Iterator[Callable[[RunningServer], Any]]:
+def http_client() -> Iterator[Callable[..., Any]]:
     """Factory: ``http_client(running)`` -> ``tritonclient.http.InferenceServerClient``."""
-    import tritonclient.http as httpclient
-
-    clients: list[Any] = []
-
-    def factory(running: RunningServer, **kwargs: Any) -> Any:
-        client = httpclient.InferenceServerClient(running.http_url, **kwargs)
-        clients.append(client)
-        return client
-
-    yield factory
-    for client in clients:
-        client.close()
+    yield from _client_factory("http")
 
 
 @pytest.fixture
-def grpc_client() -> Iterator[Callable[[RunningServer], Any]]:
+def grpc_client() -> Iterator[Callable[..., Any]]:
     """Factory: ``grpc_client(running)`` -> ``tritonclient.grpc.InferenceServerClient``."""
-    import tritonclient.grpc as grpcclient
-
-    clients: list[Any] = []
-
-    def factory(running: RunningServer, **kwargs: Any) -> Any:
-        client = grpcclient.InferenceServerClient(running.grpc_url, **kwargs)
-        clients.append(client)
-        return client
-
-    yield factory
-    for client in clients:
-        client.close()
+    yield from _client_factory("grpc")
