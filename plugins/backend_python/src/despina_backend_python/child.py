@@ -183,9 +183,12 @@ class ChildProcess:
         self.on_exit(self)
 
     def kill(self) -> None:
-        if self.alive and self.process.returncode is None:
+        """Kill the process now; it counts as dead from here on (its exit is handled when
+        the channel ends)."""
+        if self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
+        self.alive = False
 
     async def stop(self, timeout: float, finalize: bool = True) -> str:
         """``finalize`` (unless told not to) and wait for the exit (killed after

@@ -151,6 +151,7 @@ class ProcessInstance(ModelInstance):
             future = child.execute(exec_id, message)
             reply = await (asyncio.wait_for(future, self.timeout) if self.timeout > 0 else future)
         except TimeoutError:
+            self._back.clear()
             child.kill()
             raise responses.execute_failed(
                 self.spec.name, f"execute did not finish within {self.timeout:g} s; the instance "

@@ -1,0 +1,69 @@
+"""Process mode: a killed or hung instance process fails only its requests, the model is
+not ready while the instance restarts, and it serves again afterwards."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from .helpers import infer, pair
+from .models import ADD_SUB_IO, CRASHY, add
+
+
+def wait_ready(client: Any, model: str, limit_s: float = 60) -> None:
+    deadline = time.monotonic() + limit_s
+    while not client.is_model_ready(model):
+        assert time.monotonic() < deadline, f"{model} did not come back"
+        time.sleep(0.1)
+
+
+def instance_pid(client: Any) -> int:
+    return int(infer(client, "crashy", pair()).as_numpy("OUTPUT1")[0])
+
+
+def test_killed_instance_fails_its_request_then_restarts(model_repository: Any,
+                                                        despina_server: Any, http_client: Any) -> None:
+    add(model_repository, "crashy", CRASHY, ADD_SUB_IO, "process")
+    client = http_client(despina_server(model_repository.root))
+    first_pid = instance_pid(client)
+    assert first_pid != os.getpid()
+    with pytest.raises(InferenceServerException) as error:
+        infer(client, "crashy", pair(-1))  # the model kills its own process mid-request
+    assert "stopped unexpectedly (exit code -9)" in error.value.message()
+    assert "crashy_0" in error.value.message()
+    assert not client.is_model_ready("crashy")
+    wait_ready(client, "crashy")
+    assert instance_pid(client) not in (first_pid, 0)
+
+
+def test_hung_execute_times_out_and_instance_restarts(model_repository: Any,
+                                                     despina_server: Any, http_client: Any) -> None:
+    extra = 'parameters { key: "DESPINA_EXECUTE_TIMEOUT_SECONDS" value { string_value: "1" } }'
+    add(model_repository, "crashy", CRASHY, ADD_SUB_IO, "process", extra)
+    client = http_client(despina_server(model_repository.root))
+    first_pid = instance_pid(client)
+    with pytest.raises(InferenceServerException) as error:
+        infer(client, "crashy", pair(1000))  # sleeps 30 s
+    assert "execute did not finish within 1 s" in error.value.message()
+    wait_ready(client, "crashy")
+    assert instance_pid(client) != first_pid
+
+
+def test_shared_memory_keys_are_internal(model_repository: Any, despina_server: Any,
+                                         http_client: Any) -> None:
+    from despina.errors import PermissionDenied
+    from despina.shared_memory import INTERNAL_KEY_PREFIX
+
+    add(model_repository, "crashy", CRASHY, ADD_SUB_IO, "process")
+    running = despina_server(model_repository.root)
+    instance_pid(http_client(running))
+    with pytest.raises(PermissionDenied):
+        running.server.shared_memory.register("mine", f"/{INTERNAL_KEY_PREFIX}_py_x", 0, 16)
+    stem = running.server.models.get("crashy").instances[0].child.arena.stem
+    assert stem.startswith(INTERNAL_KEY_PREFIX)
+    leftovers = [n for n in os.listdir("/dev/shm") if n.startswith(stem[:-2])]
+    assert leftovers == []
