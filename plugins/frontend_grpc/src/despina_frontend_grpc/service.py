@@ -31,7 +31,8 @@ from despina_frontend_grpc.restrict import SERVICE
 if TYPE_CHECKING:
     from despina.server import Server
 
-#: The extensions ServerMetadata reports (Triton's list, less what Despina lacks).
+#: The extensions ServerMetadata reports: Triton's list, less classification (not yet over
+#: gRPC) and cuda_shared_memory (no GPU support; the RPCs still answer as Triton's CPU build).
 EXTENSIONS = (
     "sequence",
     "model_repository",
@@ -39,7 +40,6 @@ EXTENSIONS = (
     "schedule_policy",
     "model_configuration",
     "system_shared_memory",
-    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
