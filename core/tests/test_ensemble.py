@@ -174,7 +174,6 @@ def test_ready_only_while_composing_models_are(start_ens: Callable[..., RunningS
     running.call(manager.unload("neg"))
     with pytest.raises(Unavailable):
         manager.get("branch")
-    assert not manager.all_ready()
     running.call(manager.load("neg"))
     assert manager.get("branch").ready
     np.testing.assert_array_equal(

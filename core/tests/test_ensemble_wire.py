@@ -60,7 +60,6 @@ def test_branch_error_and_readiness_over_http(running: RunningServer, http_clien
     assert client.is_model_ready("branch")
     client.unload_model("neg")
     assert not client.is_model_ready("branch")
-    assert not client.is_server_ready()
     client.load_model("neg")
     assert client.is_model_ready("branch")
     assert client.get_model_metadata("branch")["platform"] == "ensemble"
