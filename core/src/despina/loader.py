@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("despina.models")
 
 
+#: Reason shown for a loaded version that cannot serve right now.
+NOT_SERVING = "loaded but not ready: an instance is restarting or a composing model is unavailable"
+
+
 class ModelState(enum.StrEnum):
     """Triton's model states as the repository index reports them."""
 
@@ -275,10 +279,9 @@ def version_config(config: cfg.ModelConfig) -> cfg.ModelConfig:
 
 
 def describe(version: ModelVersion) -> dict[str, Any]:
-    """The repository index entry of a version."""
-    return {
-        "name": version.name,
-        "version": str(version.version),
-        "state": str(version.state),
-        "reason": version.reason,
-    }
+    """The repository index entry of a version; a loaded version that cannot serve (an
+    instance restarting, a composing model gone) shows as UNAVAILABLE with why."""
+    state, reason = str(version.state), version.reason
+    if version.state is ModelState.READY and not version.ready:
+        state, reason = str(ModelState.UNAVAILABLE), NOT_SERVING
+    return {"name": version.name, "version": str(version.version), "state": state, "reason": reason}

@@ -82,7 +82,9 @@ class ModelManager:
                 with contextlib.suppress(DespinaError):
                     await self.load(name)
 
-        await asyncio.gather(*(one(n) for n in names))
+        ensembles = [n for n in names if self._is_ensemble(n)]
+        await asyncio.gather(*(one(n) for n in names if n not in ensembles))
+        await asyncio.gather(*(one(n) for n in ensembles))  # after the models they compose
 
     async def load(
         self,
@@ -137,6 +139,14 @@ class ModelManager:
     async def unload_all(self) -> None:
         """Unload every model (shutdown): queued requests are answered with an error."""
         await asyncio.gather(*(self._retire(e, drain=False) for e in list(self.entries.values())))
+
+    def _is_ensemble(self, name: str) -> bool:
+        """Whether the model's config.pbtxt says ``platform: "ensemble"`` (False if unreadable)."""
+        try:
+            config, _ = cfg.read_model_config(self.repository.model_dir(name))
+        except DespinaError:
+            return False
+        return bool(config.platform == cfg.ENSEMBLE_PLATFORM)
 
     def check_control(self) -> None:
         """Raise Unavailable unless the control mode is explicit (Triton's text and code)."""

@@ -63,7 +63,7 @@ class DynamicBatchScheduler(QueueScheduler):
                         break
                     continue
                 candidate_size = batch_size_of(candidate, config)
-                if size + candidate_size > max_size or not _same_shapes(first, candidate, ragged):
+                if size + candidate_size > max_size or not same_shapes(first, candidate, ragged):
                     self.queue.push_front(candidate)
                     break
                 batch.append(candidate)
@@ -85,7 +85,7 @@ def _policy(policy: Any) -> QueuePolicy:
     )
 
 
-def _same_shapes(a: InferenceRequest, b: InferenceRequest, ragged: set[str]) -> bool:
+def same_shapes(a: InferenceRequest, b: InferenceRequest, ragged: set[str]) -> bool:
     """True when every input has the same shape past the batch dimension."""
     for name, array in a.inputs.items():
         if name in ragged:

@@ -36,7 +36,7 @@ from despina.inference import (
     SequenceFlags,
 )
 from despina.scheduling.base import execute_on
-from despina.scheduling.dynamic import _same_shapes as same_shapes
+from despina.scheduling.dynamic import same_shapes
 
 if TYPE_CHECKING:
     from despina.scheduling.sequence import SequenceBatchScheduler
