@@ -201,3 +201,23 @@ def test_version_folder_without_config_picks_onnxruntime(
     client = served(despina_server(model_repository.root))
     assert client.index()["second"]["version"] == "3"
     assert client.config("second")["backend"] == "onnxruntime"
+
+
+def test_served_over_grpc_too(
+    model_repository: RepositoryBuilder, despina_server: Start, grpc_client, onnx_models
+) -> None:
+    import tritonclient.grpc as grpcclient
+
+    model = onnx_models["add_sub"]()
+    model_repository.add("add_sub", None, {"1/model.onnx": model})
+    client = grpc_client(despina_server(model_repository.root))
+    inputs = add_sub_inputs(2)
+    infer_inputs = []
+    for name, array in inputs.items():
+        item = grpcclient.InferInput(name, list(array.shape), "FP32")
+        item.set_data_from_numpy(array)
+        infer_inputs.append(item)
+    result = client.infer("add_sub", infer_inputs)
+    expected = direct(model, inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected["OUTPUT0"])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), expected["OUTPUT1"])
