@@ -74,6 +74,7 @@ class WorkerConnection(asyncio.Protocol):
     def __init__(self, pool: WorkerPool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
+        self.writer: wire.FrameWriter | None = None
         self.reader = wire.FrameReader(self._received)
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.inbox: dict[int, asyncio.Queue[Any]] = {}
@@ -81,6 +82,7 @@ class WorkerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.writer = wire.FrameWriter(transport)
         self.pool.connections.append(self)
 
     def data_received(self, data: bytes) -> None:
@@ -95,8 +97,8 @@ class WorkerConnection(asyncio.Protocol):
             log.error("a gRPC worker process went away; %d remain", len(self.pool.connections))
 
     def send(self, kind: int, call: int, aux: int = 0, payload: bytes = b"") -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(wire.frame(kind, call, aux, payload))
+        if self.writer is not None:
+            self.writer.send(kind, call, aux, payload)
 
     def _received(self, kind: int, call: int, aux: int, payload: bytes) -> None:
         if kind == wire.CALL:

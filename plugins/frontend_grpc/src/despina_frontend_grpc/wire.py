@@ -9,6 +9,7 @@ payload length) and the payload.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,11 +69,6 @@ def _methods() -> list[Method]:
 METHODS: list[Method] = _methods()
 
 
-def frame(kind: int, call: int, aux: int = 0, payload: bytes = b"") -> bytes:
-    """One frame's bytes."""
-    return HEADER.pack(kind, call, aux, len(payload)) + payload
-
-
 def pack_metadata(pairs: Any) -> bytes:
     """Invocation metadata as a length-prefixed block (empty pairs: 4 bytes)."""
     text = "\0".join(f"{k}\0{v}" for k, v in pairs if isinstance(v, str)).encode()
@@ -108,3 +104,23 @@ class FrameReader:
             offset = end
         if offset:
             del buffer[:offset]
+
+
+class FrameWriter:
+    """Queues frames and writes them together once per event-loop iteration (one
+    system call for all the replies that became ready in that iteration)."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.pending: list[bytes] = []
+
+    def send(self, kind: int, call: int, aux: int = 0, payload: bytes = b"") -> None:
+        if not self.pending:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.pending.append(HEADER.pack(kind, call, aux, len(payload)))
+        self.pending.append(payload)
+
+    def flush(self) -> None:
+        data, self.pending = b"".join(self.pending), []
+        if not self.transport.is_closing():
+            self.transport.write(data)

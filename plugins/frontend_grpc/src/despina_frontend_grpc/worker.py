@@ -29,15 +29,14 @@ class ServerLink(asyncio.Protocol):
     """The connection to the server process: sends frames, routes replies by call id."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.writer: wire.FrameWriter | None = None
         self.reader = wire.FrameReader(self._received)
         self.calls: dict[int, asyncio.Future[tuple[int, bytes]] | asyncio.Queue[Any]] = {}
         self.ids = itertools.count(1)
         self.closed = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.writer = wire.FrameWriter(transport)
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -46,8 +45,8 @@ class ServerLink(asyncio.Protocol):
         self.closed.set()
 
     def send(self, kind: int, call: int, aux: int = 0, payload: bytes = b"") -> None:
-        assert self.transport is not None
-        self.transport.write(wire.frame(kind, call, aux, payload))
+        assert self.writer is not None
+        self.writer.send(kind, call, aux, payload)
 
     def _received(self, kind: int, call: int, aux: int, payload: bytes) -> None:
         target = self.calls.get(call)
