@@ -7,6 +7,8 @@ FP32, 16 values per batch item) in a framework's own format:
   onnxruntime backend auto-completes it, max_batch_size 4 with dynamic batching);
 - ``torch_add_sub``: ``1/model.pt`` scripted with ``torch.jit``, with a config.pbtxt (a
   TorchScript file declares no types or shapes) using Triton's ``INPUT__0`` naming;
+- ``torch_export_add_sub``: ``1/model.pt2``, a ``torch.export`` program with a dynamic
+  batch dimension; its config.pbtxt only names the file (the rest is auto-completed);
 - ``openvino_add_sub``: ``1/model.xml`` + ``model.bin`` converted from the ONNX graph with
   ``openvino.convert_model``; no config.pbtxt.
 
@@ -62,18 +64,37 @@ def write_onnx(folder: Path, graph: bytes) -> None:
     (folder / "1" / "model.onnx").write_bytes(graph)
 
 
-def write_torch(folder: Path) -> None:
+def torch_add_sub() -> object:
     import torch
 
     class AddSub(torch.nn.Module):
         def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return a + b, a - b
 
+    return AddSub()
+
+
+def write_torch(folder: Path) -> None:
+    import torch
+
     (folder / "1").mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated upstream
-        torch.jit.save(torch.jit.script(AddSub()), str(folder / "1" / "model.pt"))
+        torch.jit.save(torch.jit.script(torch_add_sub()), str(folder / "1" / "model.pt"))
     (folder / "config.pbtxt").write_text(TORCH_CONFIG.format(width=WIDTH))
+
+
+def write_torch_export(folder: Path) -> None:
+    import torch
+
+    example = (torch.ones(2, WIDTH), torch.ones(2, WIDTH))
+    batch = torch.export.Dim("batch", max=1024)
+    program = torch.export.export(torch_add_sub(), example, dynamic_shapes=({0: batch}, {0: batch}))
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, str(folder / "1" / "model.pt2"))
+    (folder / "config.pbtxt").write_text(
+        'backend: "pytorch"\ndefault_model_filename: "model.pt2"\n'
+    )
 
 
 def write_openvino(folder: Path, graph: bytes) -> None:
@@ -90,6 +111,7 @@ def main() -> None:
     graph = onnx_add_sub()
     write_onnx(ROOT / "onnx_add_sub", graph)
     write_torch(ROOT / "torch_add_sub")
+    write_torch_export(ROOT / "torch_export_add_sub")
     write_openvino(ROOT / "openvino_add_sub", graph)
     for path in sorted(ROOT.glob("*_add_sub/**/*")):
         if path.is_file():
