@@ -40,16 +40,33 @@ def start_server(protocol: str, extra: list[str]) -> tuple[subprocess.Popen[byte
     """``despina serve`` on loopback; returns (process, url for the protocol, http port)."""
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = [
-        str(Path(sys.executable).parent / "despina"), "serve",
-        "--plugin", "bench_backend",
-        "--model-repository", str(HERE / "model_repository"),
-        "--http-address", "127.0.0.1", "--http-port", str(http),
-        "--grpc-address", "127.0.0.1", "--grpc-port", str(grpc),
-        "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics),
+        str(Path(sys.executable).parent / "despina"),
+        "serve",
+        "--plugin",
+        "bench_backend",
+        "--model-repository",
+        str(HERE / "model_repository"),
+        "--http-address",
+        "127.0.0.1",
+        "--http-port",
+        str(http),
+        "--grpc-address",
+        "127.0.0.1",
+        "--grpc-port",
+        str(grpc),
+        "--metrics-address",
+        "127.0.0.1",
+        "--metrics-port",
+        str(metrics),
         *extra,
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
+    }
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"127.0.0.1:{grpc if protocol == 'grpc' else http}"
     return process, url, http
 
@@ -67,16 +84,30 @@ def wait_ready(http_port: int, process: subprocess.Popen[bytes], timeout_s: floa
     raise SystemExit("despina serve did not become ready")
 
 
-def perf_analyzer(options: argparse.Namespace, url: str, concurrency: int, encoding: str) -> dict[str, float]:
+def perf_analyzer(
+    options: argparse.Namespace, url: str, concurrency: int, encoding: str
+) -> dict[str, float]:
     """One perf_analyzer run; returns throughput (infer/s) and p50/p99 (µs)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.csv"
         command = [
-            PERF_ANALYZER, "-m", options.model, "-u", url, "-i", options.protocol,
-            "--concurrency-range", str(concurrency),
-            "--measurement-interval", str(options.interval_ms),
-            "-f", str(report),
-            "--stability-percentage", str(options.stability), "--max-trials", "10",
+            PERF_ANALYZER,
+            "-m",
+            options.model,
+            "-u",
+            url,
+            "-i",
+            options.protocol,
+            "--concurrency-range",
+            str(concurrency),
+            "--measurement-interval",
+            str(options.interval_ms),
+            "-f",
+            str(report),
+            "--stability-percentage",
+            str(options.stability),
+            "--max-trials",
+            "10",
         ]
         for shape in options.shape:
             command += ["--shape", shape]
@@ -94,7 +125,9 @@ def perf_analyzer(options: argparse.Namespace, url: str, concurrency: int, encod
     }
 
 
-def table(options: argparse.Namespace, rows: list[tuple[str, int, dict[str, float]]], server: str) -> str:
+def table(
+    options: argparse.Namespace, rows: list[tuple[str, int, dict[str, float]]], server: str
+) -> str:
     lines = [
         f"# Despina {options.protocol.upper()} benchmark",
         "",
@@ -116,17 +149,41 @@ def table(options: argparse.Namespace, rows: list[tuple[str, int, dict[str, floa
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
-    parser.add_argument("--url", help="drive this running server (host:port) instead of starting one")
+    parser.add_argument(
+        "--url", help="drive this running server (host:port) instead of starting one"
+    )
     parser.add_argument("--model", default="add_sub")
-    parser.add_argument("--shape", action="append", help="perf_analyzer --shape (default: add_sub's INPUT0/INPUT1 1,16)")
+    parser.add_argument(
+        "--shape",
+        action="append",
+        help="perf_analyzer --shape (default: add_sub's INPUT0/INPUT1 1,16)",
+    )
     parser.add_argument("--concurrency", default="1,8,32", help="comma-separated (default: 1,8,32)")
-    parser.add_argument("--encoding", choices=["binary", "json", "both"], default="both", help="HTTP tensor encoding (gRPC is always binary)")
-    parser.add_argument("--interval-ms", type=int, default=3000, help="perf_analyzer measurement window")
-    parser.add_argument("--stability", type=int, default=50, help="perf_analyzer -s: allowed %% variation between windows (shared hosts are noisy)")
-    parser.add_argument("--server-arg", action="append", default=[], help="extra flag for despina serve; repeatable")
-    parser.add_argument("--out", type=Path, help="markdown file (default: bench/results/<protocol>.md)")
+    parser.add_argument(
+        "--encoding",
+        choices=["binary", "json", "both"],
+        default="both",
+        help="HTTP tensor encoding (gRPC is always binary)",
+    )
+    parser.add_argument(
+        "--interval-ms", type=int, default=3000, help="perf_analyzer measurement window"
+    )
+    parser.add_argument(
+        "--stability",
+        type=int,
+        default=50,
+        help="perf_analyzer -s: allowed %% variation between windows (shared hosts are noisy)",
+    )
+    parser.add_argument(
+        "--server-arg", action="append", default=[], help="extra flag for despina serve; repeatable"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="markdown file (default: bench/results/<protocol>.md)"
+    )
     options = parser.parse_args(argv)
     options.shape = options.shape or ["INPUT0:1,16", "INPUT1:1,16"]
     return options
@@ -142,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     server = f"running server at {url}"
     if url is None:
         process, url, http_port = start_server(options.protocol, options.server_arg)
-        server = "despina serve --plugin bench_backend --model-repository bench/model_repository " + " ".join(options.server_arg)
+        server = (
+            "despina serve --plugin bench_backend --model-repository bench/model_repository "
+            + " ".join(options.server_arg)
+        )
         wait_ready(http_port, process)
     try:
         rows = []
@@ -150,8 +210,11 @@ def main(argv: list[str] | None = None) -> int:
             for concurrency in (int(c) for c in options.concurrency.split(",")):
                 result = perf_analyzer(options, url, concurrency, encoding)
                 rows.append((encoding, concurrency, result))
-                print(f"{options.protocol} {encoding} c={concurrency}: {result['throughput']:.0f} infer/s, "
-                      f"p50 {result['p50'] / 1000:.3f} ms, p99 {result['p99'] / 1000:.3f} ms", flush=True)
+                print(
+                    f"{options.protocol} {encoding} c={concurrency}: {result['throughput']:.0f} infer/s, "
+                    f"p50 {result['p50'] / 1000:.3f} ms, p99 {result['p99'] / 1000:.3f} ms",
+                    flush=True,
+                )
     finally:
         if process is not None:
             process.terminate()

@@ -24,21 +24,66 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PEERS = Path(os.environ.get("PEERS_HOME", HERE.parent.parent / "shared/tools/peers"))
 SCRATCH = Path(os.environ.get("PEERS_SCRATCH", "/tmp/peers"))
-LOOPBACK = ["--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1"]
+LOOPBACK = [
+    "--http-address",
+    "127.0.0.1",
+    "--grpc-address",
+    "127.0.0.1",
+    "--metrics-address",
+    "127.0.0.1",
+]
 
 
 def servers(workers: int) -> dict[str, tuple[list[str], int]]:
-    despina = [str(Path(sys.executable).parent / "despina"), "serve", "--plugin", "bench_backend",
-               "--model-repository", str(HERE / "model_repository"), *LOOPBACK]
+    despina = [
+        str(Path(sys.executable).parent / "despina"),
+        "serve",
+        "--plugin",
+        "bench_backend",
+        "--model-repository",
+        str(HERE / "model_repository"),
+        *LOOPBACK,
+    ]
     found = {
-        "despina": ([*despina, "--http-port", "8710", "--grpc-port", "8711", "--metrics-port", "8712"], 8710),
-        "triton": ([str(PEERS.parent / "tritonserver"), "--model-repository", str(PEERS / "despina/model_repository"),
-                    *LOOPBACK, "--http-port", "8720", "--grpc-port", "8721", "--metrics-port", "8722"], 8720),
-        "ceiling-aiohttp": ([str(SCRATCH / "cl/bin/python"), str(PEERS / "ceiling/aiohttp_server.py"), "8730", "1"], 8730),
+        "despina": (
+            [*despina, "--http-port", "8710", "--grpc-port", "8711", "--metrics-port", "8712"],
+            8710,
+        ),
+        "triton": (
+            [
+                str(PEERS.parent / "tritonserver"),
+                "--model-repository",
+                str(PEERS / "despina/model_repository"),
+                *LOOPBACK,
+                "--http-port",
+                "8720",
+                "--grpc-port",
+                "8721",
+                "--metrics-port",
+                "8722",
+            ],
+            8720,
+        ),
+        "ceiling-aiohttp": (
+            [str(SCRATCH / "cl/bin/python"), str(PEERS / "ceiling/aiohttp_server.py"), "8730", "1"],
+            8730,
+        ),
     }
     if workers:
-        found[f"despina-w{workers}"] = ([*despina, "--http-port", "8740", "--grpc-port", "8741", "--metrics-port", "8742",
-                                         "--http-worker-processes", str(workers)], 8740)
+        found[f"despina-w{workers}"] = (
+            [
+                *despina,
+                "--http-port",
+                "8740",
+                "--grpc-port",
+                "8741",
+                "--metrics-port",
+                "8742",
+                "--http-worker-processes",
+                str(workers),
+            ],
+            8740,
+        )
     return found
 
 
@@ -56,27 +101,57 @@ def wrk(port: int, encoding: str, conc: int, dur: int, payloads: Path) -> dict[s
     if encoding == "json":
         args = [str(payloads / "infer_json.body"), "application/json"]
     else:
-        args = [str(payloads / "infer_binary.body"), "application/octet-stream", (payloads / "infer_binary.hlen").read_text()]
-    out = subprocess.run(["wrk", "-t1", f"-c{conc}", f"-d{dur}s", "-s", str(PEERS / "load/post.lua"),
-                          f"http://127.0.0.1:{port}/v2/models/add_sub/infer", "--", *args],
-                         capture_output=True, text=True, check=True).stdout
-    data = json.loads(next(line for line in out.splitlines() if line.startswith("WRKJSON")).split(" ", 1)[1])
+        args = [
+            str(payloads / "infer_binary.body"),
+            "application/octet-stream",
+            (payloads / "infer_binary.hlen").read_text(),
+        ]
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{conc}",
+            f"-d{dur}s",
+            "-s",
+            str(PEERS / "load/post.lua"),
+            f"http://127.0.0.1:{port}/v2/models/add_sub/infer",
+            "--",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    data = json.loads(
+        next(line for line in out.splitlines() if line.startswith("WRKJSON")).split(" ", 1)[1]
+    )
     assert data["non2xx"] == 0, data
     return {"rps": data["requests"] / (data["duration_us"] / 1e6), "p50_ms": data["p50_us"] / 1000}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--dur", type=int, default=5)
     parser.add_argument("--conc", default="1,8")
-    parser.add_argument("--workers", type=int, default=0, help="also run despina with --http-worker-processes N")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="also run despina with --http-worker-processes N"
+    )
     options = parser.parse_args()
     payloads = SCRATCH / "payloads-side-by-side"
-    subprocess.run([str(SCRATCH / "cl/bin/python"), str(PEERS / "load/make_payloads.py"), str(payloads)], check=True, capture_output=True)
+    subprocess.run(
+        [str(SCRATCH / "cl/bin/python"), str(PEERS / "load/make_payloads.py"), str(payloads)],
+        check=True,
+        capture_output=True,
+    )
     env = {**os.environ, "PYTHONPATH": str(HERE)}
     table = servers(options.workers)
-    procs = {n: subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n, (cmd, _) in table.items()}
+    procs = {
+        n: subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for n, (cmd, _) in table.items()
+    }
     results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
     try:
         for _, port in table.values():
@@ -89,14 +164,19 @@ def main() -> int:
                     for name in names:
                         result = wrk(table[name][1], encoding, conc, options.dur, payloads)
                         results.setdefault((name, encoding, conc), []).append(result)
-                        print(f"rep{rep} {encoding:6} c={conc:<3} {name:16} {result['rps']:8.0f}/s p50 {result['p50_ms']:.3f} ms", flush=True)
+                        print(
+                            f"rep{rep} {encoding:6} c={conc:<3} {name:16} {result['rps']:8.0f}/s p50 {result['p50_ms']:.3f} ms",
+                            flush=True,
+                        )
     finally:
         for proc in procs.values():
             proc.terminate()
             proc.wait(30)
     print("\n| server | tensors | c | median infer/s | median p50 (ms) | vs triton |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for (name, encoding, conc), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+    for (name, encoding, conc), runs in sorted(
+        results.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])
+    ):
         rps = statistics.median(r["rps"] for r in runs)
         triton = statistics.median(r["rps"] for r in results[("triton", encoding, conc)])
         p50 = statistics.median(r["p50_ms"] for r in runs)

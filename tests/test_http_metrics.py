@@ -38,7 +38,11 @@ def test_http_inferences_move_triton_metrics(
     model_repository.add("toy", TOY, {"1/model.toy": ""})
     running = despina_server(
         model_repository.root,
-        args=["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"],
+        args=[
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
+        ],
         plugins=[toy_backend],
     )
     client = http_client(running)
@@ -54,4 +58,7 @@ def test_http_inferences_move_triton_metrics(
     assert sample(text, "nv_inference_count", labels) == 5
     stats = client.get_inference_statistics("toy")["model_stats"][0]
     assert stats["inference_stats"]["success"]["count"] == 5
-    assert sample(text, "nv_inference_request_duration_us", labels) == stats["inference_stats"]["success"]["ns"] // 1000
+    assert (
+        sample(text, "nv_inference_request_duration_us", labels)
+        == stats["inference_stats"]["success"]["ns"] // 1000
+    )

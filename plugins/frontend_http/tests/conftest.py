@@ -14,8 +14,20 @@ sys.path.insert(0, str(Path(__file__).parent))  # the in-test backend module bes
 import http_test_backend
 
 DATATYPES = (
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-    "FP16", "FP32", "FP64", "BF16", "BYTES",
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BF16",
+    "BYTES",
 )
 
 
@@ -29,7 +41,9 @@ def build_repository(repo: RepositoryBuilder) -> None:
     repo.add("add_sub", http_test_backend.config(mode="add_sub"), marker)
     for datatype in DATATYPES:
         repo.add(f"echo_{datatype.lower()}", http_test_backend.config(datatype, "-1, -1"), marker)
-    repo.add("batched", http_test_backend.config(dims="4", max_batch_size=8, mode="add_sub"), marker)
+    repo.add(
+        "batched", http_test_backend.config(dims="4", max_batch_size=8, mode="add_sub"), marker
+    )
     labelled = http_test_backend.config(dims="4", max_batch_size=8, count=1).replace(
         'name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ]',
         'name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt"',

@@ -15,7 +15,10 @@ def add_sub_inputs(binary: bool = True, n: int = 16) -> tuple[list[Any], np.ndar
     """INPUT0 = 0..n-1, INPUT1 = 1 for the add_sub model (FP32 [n])."""
     a = np.arange(n, dtype=np.float32)
     b = np.ones(n, dtype=np.float32)
-    inputs = [httpclient.InferInput("INPUT0", [n], "FP32"), httpclient.InferInput("INPUT1", [n], "FP32")]
+    inputs = [
+        httpclient.InferInput("INPUT0", [n], "FP32"),
+        httpclient.InferInput("INPUT1", [n], "FP32"),
+    ]
     inputs[0].set_data_from_numpy(a, binary_data=binary)
     inputs[1].set_data_from_numpy(b, binary_data=binary)
     return inputs, a, b

@@ -20,7 +20,10 @@ INFER = "/v2/models/add_sub/infer"
 
 
 def raw(
-    server: RunningServer, path: str, body: bytes | Iterable[bytes], headers: dict[str, str] | None = None
+    server: RunningServer,
+    path: str,
+    body: bytes | Iterable[bytes],
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """POST a raw body (an iterable is sent chunked); return (status, JSON answer)."""
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
@@ -35,12 +38,19 @@ def raw(
 
 
 def binary_body(sizes: tuple[int, int] = (64, 64), data_bytes: int = 128) -> tuple[bytes, int]:
-    header = json.dumps({
-        "inputs": [
-            {"name": f"INPUT{i}", "datatype": "FP32", "shape": [16], "parameters": {"binary_data_size": size}}
-            for i, size in enumerate(sizes)
-        ]
-    }).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": f"INPUT{i}",
+                    "datatype": "FP32",
+                    "shape": [16],
+                    "parameters": {"binary_data_size": size},
+                }
+                for i, size in enumerate(sizes)
+            ]
+        }
+    ).encode()
     return header + struct.pack("<32f", *range(32))[:data_bytes], len(header)
 
 
@@ -56,27 +66,87 @@ GOOD = [json_input("INPUT0", [2], [1, 2]), json_input("INPUT1", [2], [3, 4])]
     [
         (b"{bad", {}, 400, "failed to parse the request JSON buffer"),
         (b"[]", {}, 400, "Unable to parse 'inputs'"),
-        (json.dumps({"inputs": {}}).encode(), {}, 400, "Unable to parse 'inputs': attempt to access JSON non-array as array"),
-        (binary_body(data_bytes=100)[0], {"Inference-Header-Content-Length": str(binary_body()[1])}, 400,
-         "unexpected size for input 'INPUT1', expecting 28 additional bytes for model 'add_sub'"),
-        (binary_body()[0], {"Inference-Header-Content-Length": "100000"}, 400, "inference header size should be in range (0, "),
-        (binary_body(sizes=(60, 64))[0], {"Inference-Header-Content-Length": str(binary_body(sizes=(60, 64))[1])}, 400,
-         "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 64, got 60"),
-        (json.dumps({"inputs": [json_input("INPUT0", [2], [1, 2]), json_input("INPUT1", [2], [1], "FP32")]}).encode(), {}, 400,
-         "Unable to parse 'data': Shape does not match true shape of 'data' field"),
-        (json.dumps({"inputs": [json_input("INPUT0", [100000, 100000], [1]), GOOD[1]]}).encode(), {}, 400,
-         "Shape does not match true shape"),
-        (json.dumps({"inputs": [GOOD[0], json_input("INPUT1", [2], ["a", "b"])]}).encode(), {}, 400, "Unable to parse 'data'"),
-        (json.dumps({"inputs": [GOOD[0], json_input("INPUT1", [2], [1, 2], "FP99")]}).encode(), {}, 400, "invalid datatype for input INPUT1"),
-        (json.dumps({"inputs": GOOD, "outputs": [{"name": f"O{i}"} for i in range(5000)]}).encode(), {}, 400,
-         "names 5000 outputs"),
-        (json.dumps({"inputs": [GOOD[0], {**GOOD[1], "parameters": {"binary_data_size": 8}}]}).encode(), {}, 400,
-         "But set 'data' 'binary_data_size'"),
+        (
+            json.dumps({"inputs": {}}).encode(),
+            {},
+            400,
+            "Unable to parse 'inputs': attempt to access JSON non-array as array",
+        ),
+        (
+            binary_body(data_bytes=100)[0],
+            {"Inference-Header-Content-Length": str(binary_body()[1])},
+            400,
+            "unexpected size for input 'INPUT1', expecting 28 additional bytes for model 'add_sub'",
+        ),
+        (
+            binary_body()[0],
+            {"Inference-Header-Content-Length": "100000"},
+            400,
+            "inference header size should be in range (0, ",
+        ),
+        (
+            binary_body(sizes=(60, 64))[0],
+            {"Inference-Header-Content-Length": str(binary_body(sizes=(60, 64))[1])},
+            400,
+            "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 64, got 60",
+        ),
+        (
+            json.dumps(
+                {
+                    "inputs": [
+                        json_input("INPUT0", [2], [1, 2]),
+                        json_input("INPUT1", [2], [1], "FP32"),
+                    ]
+                }
+            ).encode(),
+            {},
+            400,
+            "Unable to parse 'data': Shape does not match true shape of 'data' field",
+        ),
+        (
+            json.dumps({"inputs": [json_input("INPUT0", [100000, 100000], [1]), GOOD[1]]}).encode(),
+            {},
+            400,
+            "Shape does not match true shape",
+        ),
+        (
+            json.dumps({"inputs": [GOOD[0], json_input("INPUT1", [2], ["a", "b"])]}).encode(),
+            {},
+            400,
+            "Unable to parse 'data'",
+        ),
+        (
+            json.dumps({"inputs": [GOOD[0], json_input("INPUT1", [2], [1, 2], "FP99")]}).encode(),
+            {},
+            400,
+            "invalid datatype for input INPUT1",
+        ),
+        (
+            json.dumps(
+                {"inputs": GOOD, "outputs": [{"name": f"O{i}"} for i in range(5000)]}
+            ).encode(),
+            {},
+            400,
+            "names 5000 outputs",
+        ),
+        (
+            json.dumps(
+                {"inputs": [GOOD[0], {**GOOD[1], "parameters": {"binary_data_size": 8}}]}
+            ).encode(),
+            {},
+            400,
+            "But set 'data' 'binary_data_size'",
+        ),
         (b"not gzip at all", {"Content-Encoding": "gzip"}, 400, "failed to read the request body"),
     ],
 )
 def test_malformed_requests(
-    server: RunningServer, http_client: Callable[..., Any], body: bytes, headers: dict[str, str], status: int, message: str
+    server: RunningServer,
+    http_client: Callable[..., Any],
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+    message: str,
 ) -> None:
     got_status, answer = raw(server, INFER, body, headers)
     assert (got_status, set(answer)) == (status, {"error"})
@@ -84,29 +154,52 @@ def test_malformed_requests(
     infer_ok(http_client(server))
 
 
-def test_model_errors_have_triton_texts(server: RunningServer, http_client: Callable[..., Any]) -> None:
+def test_model_errors_have_triton_texts(
+    server: RunningServer, http_client: Callable[..., Any]
+) -> None:
     client = http_client(server)
     inputs, _, _ = add_sub_inputs()
-    expect_error(lambda: client.infer("nope", inputs), 404, "Request for unknown model: 'nope' is not found")
-    expect_error(lambda: client.infer("add_sub", inputs, model_version="3"), 404,
-                 "Request for unknown model: 'add_sub' version 3 is not found")
-    expect_error(lambda: client.infer("add_sub", inputs[:1]), 400,
-                 "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'add_sub'. "
-                 "Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).")
+    expect_error(
+        lambda: client.infer("nope", inputs), 404, "Request for unknown model: 'nope' is not found"
+    )
+    expect_error(
+        lambda: client.infer("add_sub", inputs, model_version="3"),
+        404,
+        "Request for unknown model: 'add_sub' version 3 is not found",
+    )
+    expect_error(
+        lambda: client.infer("add_sub", inputs[:1]),
+        400,
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'add_sub'. "
+        "Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).",
+    )
     wrong = httpclient.InferInput("INPUT1", [16], "INT32")
     wrong.set_data_from_numpy(np.ones(16, np.int32))
-    expect_error(lambda: client.infer("add_sub", [inputs[0], wrong]), 400,
-                 "inference input 'INPUT1' data-type is 'INT32', but model 'add_sub' expects 'FP32'")
+    expect_error(
+        lambda: client.infer("add_sub", [inputs[0], wrong]),
+        400,
+        "inference input 'INPUT1' data-type is 'INT32', but model 'add_sub' expects 'FP32'",
+    )
     shaped = httpclient.InferInput("INPUT0", [2, 8], "FP32")
     shaped.set_data_from_numpy(np.ones((2, 8), np.float32))
-    expect_error(lambda: client.infer("add_sub", [shaped, inputs[1]]), 400,
-                 "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1], got [2,8]")
+    expect_error(
+        lambda: client.infer("add_sub", [shaped, inputs[1]]),
+        400,
+        "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [-1], got [2,8]",
+    )
     batch = [httpclient.InferInput(f"INPUT{i}", [9, 4], "FP32") for i in range(2)]
     for tensor in batch:
         tensor.set_data_from_numpy(np.ones((9, 4), np.float32))
-    expect_error(lambda: client.infer("batched", batch), 400, "inference request batch-size must be <= 8 for 'batched'")
-    expect_error(lambda: client.infer("add_sub", inputs, outputs=[httpclient.InferRequestedOutput("NOPE")]), 400,
-                 "unexpected inference output 'NOPE' for model 'add_sub'")
+    expect_error(
+        lambda: client.infer("batched", batch),
+        400,
+        "inference request batch-size must be <= 8 for 'batched'",
+    )
+    expect_error(
+        lambda: client.infer("add_sub", inputs, outputs=[httpclient.InferRequestedOutput("NOPE")]),
+        400,
+        "unexpected inference output 'NOPE' for model 'add_sub'",
+    )
     infer_ok(client)
 
 
@@ -128,17 +221,30 @@ def test_body_size_limit_applies_to_plain_chunked_and_compressed_bodies(
     infer_ok(http_client(running))
 
 
-def test_restricted_api_needs_the_header(serve: Callable[..., RunningServer], http_client: Callable[..., Any]) -> None:
-    running = serve("--http-restricted-api=model-repository,shared-memory:admin-key=secret", "--http-restricted-api=inference:infer-key=k")
+def test_restricted_api_needs_the_header(
+    serve: Callable[..., RunningServer], http_client: Callable[..., Any]
+) -> None:
+    running = serve(
+        "--http-restricted-api=model-repository,shared-memory:admin-key=secret",
+        "--http-restricted-api=inference:infer-key=k",
+    )
     client = http_client(running)
-    expect_error(client.get_model_repository_index, 403, "This API is restricted, expecting header 'admin-key'")
+    expect_error(
+        client.get_model_repository_index,
+        403,
+        "This API is restricted, expecting header 'admin-key'",
+    )
     expect_error(client.get_system_shared_memory_status, 403, "expecting header 'admin-key'")
-    expect_error(lambda: client.get_model_repository_index(headers={"admin-key": "wrong"}), 403, "admin-key")
+    expect_error(
+        lambda: client.get_model_repository_index(headers={"admin-key": "wrong"}), 403, "admin-key"
+    )
     assert client.get_model_repository_index(headers={"admin-key": "secret"})
     assert client.get_system_shared_memory_status(headers={"Admin-Key": "secret"}) == []
     inputs, _, _ = add_sub_inputs()
     expect_error(lambda: client.infer("add_sub", inputs), 403, "expecting header 'infer-key'")
-    assert client.infer("add_sub", inputs, headers={"infer-key": "k"}).as_numpy("OUTPUT0") is not None
+    assert (
+        client.infer("add_sub", inputs, headers={"infer-key": "k"}).as_numpy("OUTPUT0") is not None
+    )
     assert client.is_server_live() and client.get_model_metadata("add_sub")
 
 

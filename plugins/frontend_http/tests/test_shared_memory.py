@@ -40,12 +40,17 @@ def test_inputs_and_outputs_in_a_region(
     handle, key = region
     client = http_client(serve("--allow-client-shm=true"))
     client.register_system_shared_memory("data", key, 4 * SIZE)
-    assert client.get_system_shared_memory_status() == [{"name": "data", "key": key, "offset": 0, "byte_size": 4 * SIZE}]
+    assert client.get_system_shared_memory_status() == [
+        {"name": "data", "key": key, "offset": 0, "byte_size": 4 * SIZE}
+    ]
     assert client.get_system_shared_memory_status("data")[0]["byte_size"] == 4 * SIZE
     outputs = [httpclient.InferRequestedOutput(f"OUTPUT{i}") for i in range(2)]
     outputs[0].set_shared_memory("data", SIZE, 2 * SIZE)
     result = client.infer("add_sub", shm_inputs(), outputs=outputs)
-    assert result.get_output("OUTPUT0")["parameters"] == {"shared_memory_region": "data", "shared_memory_byte_size": SIZE}
+    assert result.get_output("OUTPUT0")["parameters"] == {
+        "shared_memory_region": "data",
+        "shared_memory_byte_size": SIZE,
+    }
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.arange(16) - 1)
     written = shm.get_contents_as_numpy(handle, np.float32, [16], offset=2 * SIZE)
     np.testing.assert_array_equal(written, np.arange(16) + 1)
@@ -58,24 +63,57 @@ def test_windows_are_enforced(
 ) -> None:
     _, key = region
     client = http_client(serve("--allow-client-shm=true"))
-    expect_error(lambda: client.register_system_shared_memory("big", key, 4 * SIZE + 1), 400, "exceeds the region size")
-    expect_error(lambda: client.register_system_shared_memory("far", key, SIZE, offset=4 * SIZE), 400, "exceeds")
+    expect_error(
+        lambda: client.register_system_shared_memory("big", key, 4 * SIZE + 1),
+        400,
+        "exceeds the region size",
+    )
+    expect_error(
+        lambda: client.register_system_shared_memory("far", key, SIZE, offset=4 * SIZE),
+        400,
+        "exceeds",
+    )
     client.register_system_shared_memory("data", key, 2 * SIZE, offset=SIZE)  # window [64, 192)
-    expect_error(lambda: client.register_system_shared_memory("data", key, SIZE), 409, "already in manager")
-    expect_error(lambda: client.infer("add_sub", shm_inputs(offsets=(0, 2 * SIZE))), 400,
-                 "Invalid offset + byte size for shared memory region: 'data'")
-    expect_error(lambda: client.infer("add_sub", shm_inputs(offsets=(0, 1 << 40))), 400, "Invalid offset + byte size")
-    expect_error(lambda: client.infer("add_sub", shm_inputs(size=SIZE - 4)), 400, "input byte size mismatch")
+    expect_error(
+        lambda: client.register_system_shared_memory("data", key, SIZE), 409, "already in manager"
+    )
+    expect_error(
+        lambda: client.infer("add_sub", shm_inputs(offsets=(0, 2 * SIZE))),
+        400,
+        "Invalid offset + byte size for shared memory region: 'data'",
+    )
+    expect_error(
+        lambda: client.infer("add_sub", shm_inputs(offsets=(0, 1 << 40))),
+        400,
+        "Invalid offset + byte size",
+    )
+    expect_error(
+        lambda: client.infer("add_sub", shm_inputs(size=SIZE - 4)), 400, "input byte size mismatch"
+    )
     outputs = [httpclient.InferRequestedOutput("OUTPUT0")]
     outputs[0].set_shared_memory("data", SIZE, 2 * SIZE)
-    expect_error(lambda: client.infer("add_sub", shm_inputs(offsets=(0, 0)), outputs=outputs), 400, "Invalid offset + byte size")
+    expect_error(
+        lambda: client.infer("add_sub", shm_inputs(offsets=(0, 0)), outputs=outputs),
+        400,
+        "Invalid offset + byte size",
+    )
     outputs = [httpclient.InferRequestedOutput("OUTPUT0")]
     outputs[0].set_shared_memory("data", 8, 0)
-    expect_error(lambda: client.infer("add_sub", shm_inputs(offsets=(0, 0)), outputs=outputs), 400, "should be at least 64 bytes")
-    expect_error(lambda: client.infer("add_sub", [*shm_inputs()[:1], _unknown_region()]), 404,
-                 "Unable to find shared memory region: 'missing'")
-    expect_error(lambda: client.get_system_shared_memory_status("missing"), 404,
-                 "Unable to find system shared memory region: 'missing'")
+    expect_error(
+        lambda: client.infer("add_sub", shm_inputs(offsets=(0, 0)), outputs=outputs),
+        400,
+        "should be at least 64 bytes",
+    )
+    expect_error(
+        lambda: client.infer("add_sub", [*shm_inputs()[:1], _unknown_region()]),
+        404,
+        "Unable to find shared memory region: 'missing'",
+    )
+    expect_error(
+        lambda: client.get_system_shared_memory_status("missing"),
+        404,
+        "Unable to find system shared memory region: 'missing'",
+    )
     infer_ok(client)
 
 
@@ -86,18 +124,39 @@ def _unknown_region() -> Any:
 
 
 def test_registration_is_opt_in_and_internal_keys_are_refused(
-    server: RunningServer, serve: Callable[..., RunningServer], http_client: Callable[..., Any], region: Any
+    server: RunningServer,
+    serve: Callable[..., RunningServer],
+    http_client: Callable[..., Any],
+    region: Any,
 ) -> None:
     _, key = region
     client = http_client(server)
-    expect_error(lambda: client.register_system_shared_memory("data", key, SIZE), 403, "--allow-client-shm")
+    expect_error(
+        lambda: client.register_system_shared_memory("data", key, SIZE), 403, "--allow-client-shm"
+    )
     allowed = http_client(serve("--allow-client-shm=true"))
-    error = expect_error(lambda: allowed.register_system_shared_memory("x", "/despina_internal_0", SIZE), 403, "cannot be registered")
+    error = expect_error(
+        lambda: allowed.register_system_shared_memory("x", "/despina_internal_0", SIZE),
+        403,
+        "cannot be registered",
+    )
     assert "despina_internal" not in error.message()
-    error = expect_error(lambda: allowed.register_system_shared_memory("y", "/no_such_key_here", SIZE), 400, "Unable to open")
+    error = expect_error(
+        lambda: allowed.register_system_shared_memory("y", "/no_such_key_here", SIZE),
+        400,
+        "Unable to open",
+    )
     assert "no_such_key" not in error.message()
-    expect_error(lambda: allowed.register_system_shared_memory("z", "../etc/passwd", SIZE), 400, "invalid key")
-    expect_error(lambda: allowed.register_cuda_shared_memory("g", b"AAAA", 0, SIZE), 400, "CUDA shared memory is not supported")
+    expect_error(
+        lambda: allowed.register_system_shared_memory("z", "../etc/passwd", SIZE),
+        400,
+        "invalid key",
+    )
+    expect_error(
+        lambda: allowed.register_cuda_shared_memory("g", b"AAAA", 0, SIZE),
+        400,
+        "CUDA shared memory is not supported",
+    )
     assert allowed.get_cuda_shared_memory_status() == []
     allowed.unregister_cuda_shared_memory()
     infer_ok(allowed)

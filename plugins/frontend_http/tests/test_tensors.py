@@ -47,7 +47,9 @@ def test_every_datatype_round_trips(
         got = result.as_numpy(f"OUTPUT{i}")
         assert got.shape == data.shape
         if datatype == "BYTES":  # the client gives JSON strings back as str
-            assert [v if isinstance(v, bytes) else v.encode() for v in got.reshape(-1)] == data.reshape(-1).tolist()
+            assert [
+                v if isinstance(v, bytes) else v.encode() for v in got.reshape(-1)
+            ] == data.reshape(-1).tolist()
         else:
             np.testing.assert_array_equal(got.astype(np.float64), data.astype(np.float64))
         assert result.get_output(f"OUTPUT{i}")["datatype"] == datatype
@@ -71,7 +73,12 @@ def test_nested_json_data_and_request_id(server: RunningServer) -> None:
     }
     answer = post_json(server, "/v2/models/echo_int32/infer", body)
     assert answer["id"] == "42" and answer["model_version"] == "1"
-    assert answer["outputs"][0] == {"name": "OUTPUT0", "datatype": "INT32", "shape": [2, 2], "data": [1, 2, 3, 4]}
+    assert answer["outputs"][0] == {
+        "name": "OUTPUT0",
+        "datatype": "INT32",
+        "shape": [2, 2],
+        "data": [1, 2, 3, 4],
+    }
     bytes_body = {
         "inputs": [
             {"name": f"INPUT{i}", "datatype": "BYTES", "shape": [1, 2], "data": [["hi", "there"]]}
@@ -80,24 +87,32 @@ def test_nested_json_data_and_request_id(server: RunningServer) -> None:
         "outputs": [{"name": "OUTPUT1"}],
     }
     answer = post_json(server, "/v2/models/echo_bytes/versions/1/infer", bytes_body)
-    assert answer["outputs"] == [{"name": "OUTPUT1", "datatype": "BYTES", "shape": [1, 2], "data": ["hi", "there"]}]
+    assert answer["outputs"] == [
+        {"name": "OUTPUT1", "datatype": "BYTES", "shape": [1, 2], "data": ["hi", "there"]}
+    ]
 
 
-def test_parameters_reach_the_model_and_come_back(server: RunningServer, http_client: Callable[..., Any]) -> None:
+def test_parameters_reach_the_model_and_come_back(
+    server: RunningServer, http_client: Callable[..., Any]
+) -> None:
     client = http_client(server)
     inputs, _, _ = add_sub_inputs()
     result = client.infer("add_sub", inputs, parameters={"echo_me": "yes", "echo_n": 3})
     assert result.get_response()["parameters"] == {"echo_me": "yes", "echo_n": 3}
 
 
-def test_forwarded_headers_become_parameters(serve: Callable[..., RunningServer], http_client: Callable[..., Any]) -> None:
+def test_forwarded_headers_become_parameters(
+    serve: Callable[..., RunningServer], http_client: Callable[..., Any]
+) -> None:
     client = http_client(serve("--http-header-forward-pattern=^x-fwd"))
     inputs, _, _ = add_sub_inputs()
     result = client.infer("add_sub", inputs, headers={"X-Fwd-Tenant": "t1", "X-Other": "no"})
     assert result.get_response()["parameters"] == {"x-fwd-tenant": "t1"}
 
 
-def test_classification_with_and_without_labels(server: RunningServer, http_client: Callable[..., Any]) -> None:
+def test_classification_with_and_without_labels(
+    server: RunningServer, http_client: Callable[..., Any]
+) -> None:
     client = http_client(server)
     data = np.array([[0.1, 0.7, 0.2, 0.0], [0.9, 0.0, 0.05, 0.05]], dtype=np.float32)
     tensor = httpclient.InferInput("INPUT0", [2, 4], "FP32")
@@ -109,7 +124,9 @@ def test_classification_with_and_without_labels(server: RunningServer, http_clie
     assert labels[0].tolist() == [b"0.700000:1:dog", b"0.200000:2:bird"]
     assert labels[1][0] == b"0.900000:0:cat"
     inputs, _, _ = add_sub_inputs(n=4)
-    result = client.infer("add_sub", inputs, outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=1)])
+    result = client.infer(
+        "add_sub", inputs, outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=1)]
+    )
     assert result.as_numpy("OUTPUT0").tolist() == [b"4.000000:3"]
 
 
@@ -122,13 +139,18 @@ def test_request_and_response_compression(
         inputs, a, b = add_sub_inputs(binary=binary, n=4096)
         outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)]
         result = client.infer(
-            "add_sub", inputs, outputs=outputs,
-            request_compression_algorithm=algorithm, response_compression_algorithm=algorithm,
+            "add_sub",
+            inputs,
+            outputs=outputs,
+            request_compression_algorithm=algorithm,
+            response_compression_algorithm=algorithm,
         )
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
 
 
-def test_large_binary_output_streams(server: RunningServer, http_client: Callable[..., Any]) -> None:
+def test_large_binary_output_streams(
+    server: RunningServer, http_client: Callable[..., Any]
+) -> None:
     client = http_client(server)
     data = np.random.default_rng(0).random((512, 1024), dtype=np.float32)  # 2 MiB a tensor
     inputs = [httpclient.InferInput(f"INPUT{i}", list(data.shape), "FP32") for i in range(2)]
@@ -140,12 +162,17 @@ def test_large_binary_output_streams(server: RunningServer, http_client: Callabl
 
 def test_binary_data_output_request_parameter(server: RunningServer) -> None:
     body = {
-        "inputs": [{"name": f"INPUT{i}", "datatype": "FP32", "shape": [2], "data": [1, 2]} for i in range(2)],
+        "inputs": [
+            {"name": f"INPUT{i}", "datatype": "FP32", "shape": [2], "data": [1, 2]}
+            for i in range(2)
+        ],
         "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": False}}, {"name": "OUTPUT1"}],
         "parameters": {"binary_data_output": True},
     }
     request = urllib.request.Request(
-        f"http://{server.http_url}/v2/models/add_sub/infer", data=json.dumps(body).encode(), method="POST"
+        f"http://{server.http_url}/v2/models/add_sub/infer",
+        data=json.dumps(body).encode(),
+        method="POST",
     )
     with urllib.request.urlopen(request) as response:
         length = int(response.headers["Inference-Header-Content-Length"])
@@ -172,7 +199,9 @@ def test_asyncio_client(server: RunningServer) -> None:
     asyncio.run(run())
 
 
-def test_sync_client_keeps_serving_many_requests(server: RunningServer, http_client: Callable[..., Any]) -> None:
+def test_sync_client_keeps_serving_many_requests(
+    server: RunningServer, http_client: Callable[..., Any]
+) -> None:
     client = http_client(server, concurrency=4)
     for _ in range(20):
         infer_ok(client)

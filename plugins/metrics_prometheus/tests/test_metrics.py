@@ -27,7 +27,9 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1"
 
 
 @pytest.fixture
-def serve(model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]) -> Callable[..., RunningServer]:
+def serve(
+    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
+) -> Callable[..., RunningServer]:
     model_repository.add("toy", TOY, {"1/model.toy": '{"reject_negative": true}'})
 
     def start(*args: str) -> RunningServer:
@@ -127,9 +129,15 @@ def test_discovered_metric_names_are_tritons(serve: Callable[..., RunningServer]
     text = scrape(serve())
     names: set[Any] = set(re.findall(r"^# TYPE (\S+)", text, re.MULTILINE))
     assert {
-        "nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
-        "nv_inference_exec_count", "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
-        "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
-        "nv_inference_compute_output_duration_us", "nv_inference_pending_request_count",
+        "nv_inference_request_success",
+        "nv_inference_request_failure",
+        "nv_inference_count",
+        "nv_inference_exec_count",
+        "nv_inference_request_duration_us",
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_input_duration_us",
+        "nv_inference_compute_infer_duration_us",
+        "nv_inference_compute_output_duration_us",
+        "nv_inference_pending_request_count",
     } <= names
     assert not any(name.endswith("_total") for name in names)

@@ -62,7 +62,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 
 def accepted_encoding(header: str | None) -> str | None:
-    """"gzip" or "deflate" when the client's Accept-Encoding allows it (Triton's two)."""
+    """ "gzip" or "deflate" when the client's Accept-Encoding allows it (Triton's two)."""
     if not header:
         return None
     offered = {part.split(";")[0].strip().lower() for part in header.split(",")}

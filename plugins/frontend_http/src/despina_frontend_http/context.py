@@ -35,4 +35,7 @@ class Context:
 
 def versioned(path: str) -> list[str]:
     """``/v2/models/{model}<path>`` with and without ``/versions/{version}``."""
-    return [f"/v2/models/{{model}}{path}", f"/v2/models/{{model}}/versions/{{version:[0-9]+}}{path}"]
+    return [
+        f"/v2/models/{{model}}{path}",
+        f"/v2/models/{{model}}/versions/{{version:[0-9]+}}{path}",
+    ]

@@ -99,7 +99,9 @@ def _decode_input(
     size = params.get("binary_data_size")
     region = params.get("shared_memory_region")
     if (data is not None) + (size is not None) + (region is not None) != 1:
-        given = zip(("data", "binary_data_size", "shared_memory_region"), (data, size, region), strict=True)
+        given = zip(
+            ("data", "binary_data_size", "shared_memory_region"), (data, size, region), strict=True
+        )
         fields = [f for f, value in given if value is not None]
         raise InvalidArgument(
             "Input must set only one of the following fields: 'data', 'binary_data_size' in "
@@ -163,7 +165,7 @@ def _from_buffer(
 
 
 def _from_json(
-    data: Any, dtype: np.dtype[Any], datatype: str, shape: list[int], count: int, name: str
+    data: Any, dtype: np.dtype[Any], datatype: str, shape: Any, count: int, name: str
 ) -> np.ndarray:
     if not isinstance(data, list):
         data = [data]
@@ -182,7 +184,9 @@ def _from_json(
     except (ValueError, TypeError, OverflowError) as exc:
         raise InvalidArgument(f"Unable to parse 'data': {exc}") from None
     if array.size != count:
-        raise InvalidArgument("Unable to parse 'data': Shape does not match true shape of 'data' field")
+        raise InvalidArgument(
+            "Unable to parse 'data': Shape does not match true shape of 'data' field"
+        )
     return array.reshape(shape)
 
 
@@ -198,7 +202,9 @@ def _parse_error(member: str, value: Any, kind: str) -> InvalidArgument:
         return InvalidArgument(
             f"Unable to parse '{member}': attempt to access non-existing object member '{member}'"
         )
-    return InvalidArgument(f"Unable to parse '{member}': attempt to access JSON non-{kind} as {kind}")
+    return InvalidArgument(
+        f"Unable to parse '{member}': attempt to access JSON non-{kind} as {kind}"
+    )
 
 
 def region_view(shm: SharedMemoryRegistry, region: Any, offset: int, byte_size: int) -> memoryview:
@@ -224,7 +230,9 @@ def _params(value: Any, where: str) -> dict[str, Any]:
 def _decode_output(item: Any) -> RequestedOutput:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidArgument("Unable to parse 'outputs': expected objects with a 'name'")
-    return RequestedOutput(item["name"], _params(item.get("parameters"), f"output '{item['name']}'"))
+    return RequestedOutput(
+        item["name"], _params(item.get("parameters"), f"output '{item['name']}'")
+    )
 
 
 def _sequence_and_policy(request: InferenceRequest, params: dict[str, Any]) -> None:

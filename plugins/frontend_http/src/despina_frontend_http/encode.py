@@ -99,7 +99,7 @@ def _raw(array: np.ndarray, datatype: str) -> memoryview | bytes:
     if datatype == "BYTES":
         return serialize_bytes(array)
     contiguous = np.ascontiguousarray(array)
-    return memoryview(contiguous.reshape(-1).view(np.uint8))
+    return contiguous.reshape(-1).view(np.uint8).data
 
 
 def _json_data(array: np.ndarray, datatype: str) -> Any:

@@ -23,7 +23,9 @@ log = logging.getLogger("despina.http")
 
 def build_app(context: Context) -> web.Application:
     """The aiohttp application with every endpoint (also usable without a socket)."""
-    app = web.Application(client_max_size=context.max_input_size, handler_args={"max_field_size": 65536})
+    app = web.Application(
+        client_max_size=context.max_input_size, handler_args={"max_field_size": 65536}
+    )
     table = [
         *routes_infer.routes(context),
         *routes_meta.routes(context),
@@ -65,7 +67,9 @@ class HttpFrontend:
             allow_client_shm=bool(settings.allow_client_shm),
         )
         if settings.http_worker_processes > 0:
-            self._pool = WorkerPool(context, build_app(context), int(settings.http_worker_processes))
+            self._pool = WorkerPool(
+                context, build_app(context), int(settings.http_worker_processes)
+            )
             try:
                 await self._pool.start(settings)
             except OSError:
@@ -73,7 +77,9 @@ class HttpFrontend:
                 raise
             log.info(
                 "Started HTTPService at %s:%s (%d worker processes)",
-                settings.http_address, settings.http_port, settings.http_worker_processes,
+                settings.http_address,
+                settings.http_port,
+                settings.http_worker_processes,
             )
             return
         runner = web.AppRunner(build_app(context), access_log=None, handle_signals=False)

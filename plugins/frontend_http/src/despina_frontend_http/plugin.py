@@ -15,39 +15,75 @@ DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
 @hookimpl
 def despina_addoption(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("HTTP/REST frontend (despina-frontend-http)")
-    group.add_argument("--allow-http", type=triton_bool, default=True, metavar="BOOL", help="serve the HTTP/REST protocol (default: true)")
-    group.add_argument("--http-port", type=int, default=8000, metavar="INT", help="HTTP port (default: 8000)")
-    group.add_argument("--http-address", default="0.0.0.0", metavar="ADDR", help="HTTP address to bind (default: 0.0.0.0)")
-    group.add_argument("--reuse-http-port", type=triton_bool, default=False, metavar="BOOL", help="bind the HTTP port with SO_REUSEPORT (default: false)")
     group.add_argument(
-        "--http-thread-count", type=int, default=8, metavar="INT",
+        "--allow-http",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="serve the HTTP/REST protocol (default: true)",
+    )
+    group.add_argument(
+        "--http-port", type=int, default=8000, metavar="INT", help="HTTP port (default: 8000)"
+    )
+    group.add_argument(
+        "--http-address",
+        default="0.0.0.0",
+        metavar="ADDR",
+        help="HTTP address to bind (default: 0.0.0.0)",
+    )
+    group.add_argument(
+        "--reuse-http-port",
+        type=triton_bool,
+        default=False,
+        metavar="BOOL",
+        help="bind the HTTP port with SO_REUSEPORT (default: false)",
+    )
+    group.add_argument(
+        "--http-thread-count",
+        type=int,
+        default=8,
+        metavar="INT",
         help="threads that compress/decompress large bodies off the event loop; requests are "
         "served by the server's asyncio event loop (default: 8)",
     )
     group.add_argument(
-        "--http-worker-processes", type=int, default=0, metavar="INT",
+        "--http-worker-processes",
+        type=int,
+        default=0,
+        metavar="INT",
         help="processes that parse HTTP on the port (SO_REUSEPORT) and forward requests to "
         "the server process over a Unix socket; 0 serves HTTP on the server's event loop "
         "(default: 0)",
     )
     group.add_argument(
-        "--http-header-forward-pattern", default="", metavar="REGEX",
+        "--http-header-forward-pattern",
+        default="",
+        metavar="REGEX",
         help="request headers matching this regex (case-insensitive) are forwarded to models "
         "as request parameters (default: none)",
     )
     group.add_argument(
-        "--http-restricted-api", action="append", default=[], metavar="APIS:KEY=VALUE",
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="APIS:KEY=VALUE",
         help="restrict endpoint groups (health, metadata, inference, shared-memory, "
         "model-config, model-repository, statistics, trace, logging) to requests carrying "
         "header KEY with VALUE, e.g. model-repository,shared-memory:admin-key=secret; repeatable",
     )
     group.add_argument(
-        "--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_SIZE, metavar="BYTES",
+        "--http-max-input-size",
+        type=int,
+        default=DEFAULT_MAX_INPUT_SIZE,
+        metavar="BYTES",
         help="largest request body accepted, after decompression (default: 64 MiB)",
     )
     if "--allow-client-shm" not in parser._option_string_actions:
         parser.add_argument(
-            "--allow-client-shm", type=triton_bool, default=False, metavar="BOOL",
+            "--allow-client-shm",
+            type=triton_bool,
+            default=False,
+            metavar="BOOL",
             help="let clients register system shared-memory regions (default: false, as Triton)",
         )
 

@@ -120,5 +120,3 @@ def _file_overrides(params: dict[str, Any]) -> dict[str, bytes]:
         except (binascii.Error, ValueError):
             raise InvalidArgument(f"Unable to parse '{key}': invalid base64") from None
     return files
-
-

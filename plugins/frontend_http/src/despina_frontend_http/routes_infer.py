@@ -95,7 +95,11 @@ def routes(ctx: Context) -> list[Route]:
         body = await read_body(request, limit)
         headers = request.headers
         header, blobs = await run_infer(
-            ctx, name, version, body, headers.get("Inference-Header-Content-Length"),
+            ctx,
+            name,
+            version,
+            body,
+            headers.get("Inference-Header-Content-Length"),
             forwarded_headers(ctx, headers),
         )
         return await respond(request, ctx.executor, header, blobs)

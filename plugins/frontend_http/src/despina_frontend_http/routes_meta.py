@@ -69,7 +69,9 @@ def routes(ctx: Context) -> list[Route]:
 
     async def stats(request: web.Request) -> web.StreamResponse:
         info = request.match_info
-        return json_response({"model_stats": _stats(ctx, info.get("model", ""), info.get("version", ""))})
+        return json_response(
+            {"model_stats": _stats(ctx, info.get("model", ""), info.get("version", ""))}
+        )
 
     table: list[Route] = [
         ("GET", "/v2/health/live", "health", live),

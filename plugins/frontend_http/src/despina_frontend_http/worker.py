@@ -29,7 +29,14 @@ from despina_frontend_http.restricted import Restrictions
 from despina_frontend_http.routes_infer import respond
 
 #: Request headers not forwarded to the server (hop-by-hop, or describing the raw body).
-_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
+_HOP = {
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "content-encoding",
+}
 _BACK = ("content-type", "content-encoding", "inference-header-content-length")
 
 
@@ -67,13 +74,15 @@ class ServerLink(asyncio.Protocol):
         if self.transport is None:
             raise Unavailable("Server is stopping")
         call_id = next(self.ids)
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[tuple[int, int, bytes]] = asyncio.get_running_loop().create_future()
         self.calls[call_id] = future
         self.transport.writelines(wire.infer_frame(call_id, meta, body))
         return await future
 
 
-def build_worker_app(link: ServerLink, session: aiohttp.ClientSession, settings: dict[str, Any]) -> web.Application:
+def build_worker_app(
+    link: ServerLink, session: aiohttp.ClientSession, settings: dict[str, Any]
+) -> web.Application:
     """The worker's application: INFER forwarding plus a proxy for everything else."""
     limit = int(settings["max_input_size"])
     restrictions = Restrictions(settings["restricted"])
@@ -87,14 +96,23 @@ def build_worker_app(link: ServerLink, session: aiohttp.ClientSession, settings:
             if restrictions.rules:
                 restrictions.check("inference", headers)
             body = await read_body(request, limit)
-            forwarded = {k.lower(): v for k, v in headers.items() if forward.search(k)} if forward else None
+            forwarded = (
+                {k.lower(): v for k, v in headers.items() if forward.search(k)} if forward else None
+            )
             info = request.match_info
-            meta = [info["model"], info.get("version", ""), headers.get("Inference-Header-Content-Length"), forwarded]
+            meta = [
+                info["model"],
+                info.get("version", ""),
+                headers.get("Inference-Header-Content-Length"),
+                forwarded,
+            ]
             status, header_length, payload = await link.infer(meta, body)
         except DespinaError as exc:
             return error_response(exc.http_status, str(exc))
         if status != 200:
-            return web.Response(status=status, body=payload, headers={"Content-Type": "application/json"})
+            return web.Response(
+                status=status, body=payload, headers={"Content-Type": "application/json"}
+            )
         if not header_length:
             return await respond(request, executor, payload, [])
         view = memoryview(payload)
@@ -106,7 +124,9 @@ def build_worker_app(link: ServerLink, session: aiohttp.ClientSession, settings:
         except DespinaError as exc:
             return error_response(exc.http_status, str(exc))
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        async with session.request(request.method, request.rel_url, headers=headers, data=body) as answer:
+        async with session.request(
+            request.method, request.rel_url, headers=headers, data=body
+        ) as answer:
             payload = await answer.read()
             back = {k: v for k, v in answer.headers.items() if k.lower() in _BACK}
             return web.Response(status=answer.status, body=payload, headers=back)
@@ -124,8 +144,12 @@ async def serve(link_path: str, proxy_path: str, settings: dict[str, Any]) -> No
     link = ServerLink()
     await loop.create_unix_connection(lambda: link, link_path)
     connector = aiohttp.UnixConnector(path=proxy_path)
-    async with aiohttp.ClientSession("http://despina", connector=connector, auto_decompress=False) as session:
-        runner = web.AppRunner(build_worker_app(link, session, settings), access_log=None, handle_signals=False)
+    async with aiohttp.ClientSession(
+        "http://despina", connector=connector, auto_decompress=False
+    ) as session:
+        runner = web.AppRunner(
+            build_worker_app(link, session, settings), access_log=None, handle_signals=False
+        )
         await runner.setup()
         site = web.TCPSite(runner, settings["address"], int(settings["port"]), reuse_port=True)
         try:

@@ -50,18 +50,22 @@ class WorkerPool:
 
         link = str(self.folder / "link.sock")
         self.link = await asyncio.get_running_loop().create_unix_server(connection, link)
-        options = json.dumps({
-            "address": settings.http_address,
-            "port": int(settings.http_port),
-            "max_input_size": self.ctx.max_input_size,
-            "restricted": list(settings.http_restricted_api),
-            "forward_pattern": settings.http_header_forward_pattern,
-            "threads": int(settings.http_thread_count),
-        })
+        options = json.dumps(
+            {
+                "address": settings.http_address,
+                "port": int(settings.http_port),
+                "max_input_size": self.ctx.max_input_size,
+                "restricted": list(settings.http_restricted_api),
+                "forward_pattern": settings.http_header_forward_pattern,
+                "threads": int(settings.http_thread_count),
+            }
+        )
         for _ in range(self.count):
-            self.processes.append(await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "despina_frontend_http.worker", link, proxy, options
-            ))
+            self.processes.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "despina_frontend_http.worker", link, proxy, options
+                )
+            )
         await self._wait_hello(hello)
 
     async def _wait_hello(self, hello: asyncio.Queue[int]) -> None:
@@ -69,7 +73,9 @@ class WorkerPool:
         try:
             for _ in range(self.count):
                 got = asyncio.ensure_future(hello.get())
-                done, _ = await asyncio.wait([got, *exits], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    [got, *exits], timeout=60, return_when=asyncio.FIRST_COMPLETED
+                )
                 if got not in done:
                     got.cancel()
                     raise OSError("an HTTP worker process failed to start (see its error above)")

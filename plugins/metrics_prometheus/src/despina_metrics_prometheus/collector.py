@@ -64,13 +64,20 @@ class StatsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         versions = [
-            v for e in list(self.server.models.entries.values()) for v in list(e.versions.values()) if v.ready
+            v
+            for e in list(self.server.models.entries.values())
+            for v in list(e.versions.values())
+            if v.ready
         ]
         names = dict(COUNTERS)
         if self.options.counter_latencies:
             names.update(LATENCIES)
         families = {name: Metric(name, doc, "counter") for name, doc in names.items()}
-        failure = Metric("nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter")
+        failure = Metric(
+            "nv_inference_request_failure",
+            "Number of failed inference requests, all batch sizes",
+            "counter",
+        )
         pending = Metric(
             "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.",
@@ -82,7 +89,9 @@ class StatsCollector(Collector):
             for name, family in families.items():
                 family.add_sample(name, labels, values[name])
             for reason in FAILURE_REASONS:
-                failure.add_sample(failure.name, {**labels, "reason": reason}, version.stats.failures[reason])
+                failure.add_sample(
+                    failure.name, {**labels, "reason": reason}, version.stats.failures[reason]
+                )
             queued = version.scheduler.pending if version.scheduler is not None else 0
             pending.add_sample(pending.name, labels, queued)
         first = families.pop("nv_inference_request_success")

@@ -32,7 +32,9 @@ class PrometheusExporter:
         self._sampler: asyncio.Task[None] | None = None
         settings = server.settings
         self.cpu = CpuSampler() if settings.allow_cpu_metrics else None
-        self.collector = StatsCollector(server, parse_metrics_config(settings.metrics_config), self.cpu)
+        self.collector = StatsCollector(
+            server, parse_metrics_config(settings.metrics_config), self.cpu
+        )
 
     async def start(self) -> None:
         """Bind and serve ``/metrics``; OSError when the port cannot be bound."""
@@ -51,11 +53,17 @@ class PrometheusExporter:
             raise
         self._runner = runner
         if self.cpu is not None:
-            self._sampler = asyncio.create_task(self._sample(float(settings.metrics_interval_ms) / 1000))
-        log.info("Started Metrics Service at %s:%s", settings.metrics_address, settings.metrics_port)
+            self._sampler = asyncio.create_task(
+                self._sample(float(settings.metrics_interval_ms) / 1000)
+            )
+        log.info(
+            "Started Metrics Service at %s:%s", settings.metrics_address, settings.metrics_port
+        )
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=render(self.collector.collect()), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(
+            body=render(self.collector.collect()), headers={"Content-Type": CONTENT_TYPE}
+        )
 
     async def _sample(self, interval_s: float) -> None:
         assert self.cpu is not None

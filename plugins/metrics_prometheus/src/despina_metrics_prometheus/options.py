@@ -23,7 +23,9 @@ def parse_metrics_config(values: list[str]) -> MetricsOptions:
         if not sep:
             raise ValueError(f"--metrics-config '{value}': expected KEY=VALUE")
         if key != "counter_latencies":
-            raise ValueError(f"--metrics-config: unsupported setting '{key}' (supported: counter_latencies)")
+            raise ValueError(
+                f"--metrics-config: unsupported setting '{key}' (supported: counter_latencies)"
+            )
         try:
             options[key] = triton_bool(raw)
         except argparse.ArgumentTypeError as exc:

@@ -12,14 +12,48 @@ from despina.triton_flags import triton_bool
 @hookimpl
 def despina_addoption(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("metrics (despina-metrics-prometheus)")
-    group.add_argument("--allow-metrics", type=triton_bool, default=True, metavar="BOOL", help="serve Prometheus metrics (default: true)")
-    group.add_argument("--allow-gpu-metrics", type=triton_bool, default=True, metavar="BOOL", help="report GPU metrics when a GPU is present (default: true; none are collected on CPU-only hosts)")
-    group.add_argument("--allow-cpu-metrics", type=triton_bool, default=True, metavar="BOOL", help="report CPU utilization and memory (default: true)")
-    group.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDR", help="metrics address to bind (default: 0.0.0.0)")
-    group.add_argument("--metrics-port", type=int, default=8002, metavar="INT", help="metrics port (default: 8002)")
-    group.add_argument("--metrics-interval-ms", type=float, default=2000, metavar="FLOAT", help="how often CPU metrics are sampled, in ms (default: 2000)")
     group.add_argument(
-        "--metrics-config", action="append", default=[], metavar="KEY=VALUE",
+        "--allow-metrics",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="serve Prometheus metrics (default: true)",
+    )
+    group.add_argument(
+        "--allow-gpu-metrics",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="report GPU metrics when a GPU is present (default: true; none are collected on CPU-only hosts)",
+    )
+    group.add_argument(
+        "--allow-cpu-metrics",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="report CPU utilization and memory (default: true)",
+    )
+    group.add_argument(
+        "--metrics-address",
+        default="0.0.0.0",
+        metavar="ADDR",
+        help="metrics address to bind (default: 0.0.0.0)",
+    )
+    group.add_argument(
+        "--metrics-port", type=int, default=8002, metavar="INT", help="metrics port (default: 8002)"
+    )
+    group.add_argument(
+        "--metrics-interval-ms",
+        type=float,
+        default=2000,
+        metavar="FLOAT",
+        help="how often CPU metrics are sampled, in ms (default: 2000)",
+    )
+    group.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="counter_latencies=<bool> (default true) turns the *_duration_us counters on or off; repeatable",
     )
 
