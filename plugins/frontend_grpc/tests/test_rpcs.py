@@ -46,6 +46,13 @@ def test_standard_health_service(server: RunningServer) -> None:
         with pytest.raises(grpc.RpcError) as info:
             stub.Check(health_pb2.HealthCheckRequest(service="unknown.Service"))
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service=""))
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
+        assert (
+            stub.Check(health_pb2.HealthCheckRequest()).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
 
 
 def test_model_metadata_and_config(client: Any) -> None:
