@@ -78,8 +78,8 @@ def _check_shape(
             )
         if batch is not None and shape[0] != batch:
             raise InvalidArgument(
-                f"[request id: {request.id or '<id_unknown>'}] inputs of model '{sig.name}' "
-                f"disagree on the batch size: {batch} and {shape[0]}"
+                f"[request id: {request.id or '<id_unknown>'}] input '{name}' batch size does "
+                f"not match other inputs for '{sig.name}'"
             )
         batch = shape[0]
         if batch > sig.max_batch_size:
