@@ -195,6 +195,14 @@ def test_model_errors_have_triton_texts(
         400,
         "inference request batch-size must be <= 8 for 'batched'",
     )
+    mixed = [httpclient.InferInput(f"INPUT{i}", [2 - i, 4], "FP32") for i in range(2)]
+    for i, tensor in enumerate(mixed):
+        tensor.set_data_from_numpy(np.ones((2 - i, 4), np.float32))
+    expect_error(
+        lambda: client.infer("batched", mixed),
+        400,
+        "input 'INPUT1' batch size does not match other inputs for 'batched'",
+    )
     expect_error(
         lambda: client.infer("add_sub", inputs, outputs=[httpclient.InferRequestedOutput("NOPE")]),
         400,
