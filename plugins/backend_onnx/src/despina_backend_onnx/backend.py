@@ -60,15 +60,9 @@ class OnnxBackend(Backend):
         default = default_max_batch_size(self.context.server.settings, self.name)
         complete_config(self.context.config, inputs, outputs, default)
 
-    async def load(self) -> None:
-        """Check the model file exists; sessions are created per instance."""
-        if not self.context.model_file.is_file():
-            raise ConfigError(
-                f"model '{self.context.name}': model file '{self.file_label}' not found"
-            )
-
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
-        """Open a session on the instance's device and check the config against it."""
+        """Open a session on the instance's device and check the config against it (the
+        load fails naming the model and file when the file is missing or unreadable)."""
         config, model = self.context.config, self.context.name
         providers = options.providers(config, spec.kind, spec.device_id, model)
         session_opts = options.session_options(config, model)
