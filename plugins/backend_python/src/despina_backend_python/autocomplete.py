@@ -16,7 +16,6 @@ from despina_backend_python.loading import describe_exception, load_model_class
 from despina_backend_python.pb.model_config import ModelConfig
 from despina_backend_python.process import new_tag
 from despina_backend_python.server_runtime import ServerRuntime
-from despina_backend_python.shm import Arena
 
 if TYPE_CHECKING:
     from despina_backend_python.backend import PythonBackend
@@ -32,13 +31,11 @@ async def run_auto_complete(backend: PythonBackend, config_json: str, in_process
         text = await asyncio.to_thread(_in_this_process, backend, config_json)
     else:
         python, env = resolve_environment(ctx.parameters, ctx.model_dir)
-        tag = new_tag()
         hello = {"op": "auto_complete", "model_file": str(ctx.model_file), "config": config_json,
-                 "prefix": INTERNAL_KEY_PREFIX, "tag": tag, "model_name": ctx.name}
+                 "prefix": INTERNAL_KEY_PREFIX, "tag": new_tag(), "model_name": ctx.name}
         host = ServerRuntime(ctx.server, asyncio.get_running_loop(), ctx.name)
         try:
-            child, reply = await spawn(python, env, hello, host, Arena(INTERNAL_KEY_PREFIX, tag + "p"),
-                                       lambda _: None)
+            child, reply = await spawn(python, env, hello, host, lambda _: None)
         except ChildDied as exc:
             raise ConfigError(f"auto-complete of model '{ctx.name}' failed: {exc}") from None
         await child.stop(10.0, finalize=False)

@@ -13,6 +13,7 @@ import marshal
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 HEADER = struct.Struct("<I")
@@ -42,10 +43,14 @@ class BlockingChannel:
         self._lock = threading.Lock()
         self._file = sock.makefile("rb")
 
-    def send(self, message: dict[str, Any]) -> None:
-        data = encode(message)
+    def send(self, message: dict[str, Any],
+             pack: Callable[[], dict[str, Any]] | None = None) -> None:
+        """Send ``message``; ``pack`` (writing tensors to shared memory) runs under the
+        same lock so messages leave in the order their ring space was reserved."""
         with self._lock:
-            self.sock.sendall(data)
+            if pack is not None:
+                message = {**message, **pack()}
+            self.sock.sendall(encode(message))
 
     def recv(self) -> dict[str, Any] | None:
         header = self._file.read(HEADER.size)

@@ -24,7 +24,7 @@ from despina.inference import InferenceRequest as CoreRequest
 from despina_backend_python import channel, convert, wire
 from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.server_runtime import ServerRuntime
-from despina_backend_python.shm import Arena
+from despina_backend_python.shm import SHM_DIR, Arena, Ring, cleanup
 
 _SRC = str(Path(__file__).resolve().parent.parent)
 
@@ -34,12 +34,18 @@ class ChildDied(Exception):
 
 
 async def spawn(python: str, env: dict[str, str], hello: dict[str, Any], host: ServerRuntime,
-                arena: Arena, on_exit: Callable[[ChildProcess], None]) -> tuple[ChildProcess, dict[str, Any]]:
-    """Start a stub with ``python``, send ``hello``, and return it with its answer
-    (``ready``, ``config`` or ``error``); the model's calls are served meanwhile.
+                on_exit: Callable[[ChildProcess], None]) -> tuple[ChildProcess, dict[str, Any]]:
+    """Start a stub with ``python``, send ``hello`` (with ``prefix`` and a unique ``tag``),
+    and return it with its answer (``ready``, ``config`` or ``error``); the model's calls
+    are served meanwhile. The two rings are created here and unlinked once the child has
+    mapped them.
 
     Raises ChildDied when the process exits before answering.
     """
+    stem = f"{hello['prefix']}_{hello['tag']}"
+    to_child, from_child = Ring(stem + "p_ring", create=True), Ring(stem + "c_ring", create=True)
+    hello = dict(hello, rings=[to_child.name, from_child.name])
+    arena = Arena(hello["prefix"], hello["tag"] + "p", to_child)
     ours, theirs = socket.socketpair()
     full_env = dict(os.environ)
     full_env.update(env)
@@ -54,9 +60,12 @@ async def spawn(python: str, env: dict[str, str], hello: dict[str, Any], host: S
     finally:
         theirs.close()
     reader, writer = await asyncio.open_unix_connection(sock=ours)
-    child = ChildProcess(process, reader, writer, host, arena, on_exit)
+    child = ChildProcess(process, reader, writer, host, arena, from_child, on_exit)
     child.send(hello)
-    return child, await child.answer
+    try:
+        return child, await child.answer
+    finally:
+        child.unlink_rings()
 
 
 class ChildProcess:
@@ -64,12 +73,13 @@ class ChildProcess:
 
     def __init__(self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, host: ServerRuntime, arena: Arena,
-                 on_exit: Callable[[ChildProcess], None]) -> None:
+                 incoming: Ring, on_exit: Callable[[ChildProcess], None]) -> None:
         self.process = process
         self.pid = process.pid
         self.writer = writer
         self.host = host
         self.arena = arena
+        self.incoming = incoming
         self.on_exit = on_exit
         self.executions: dict[int, asyncio.Future[dict[str, Any]]] = {}
         #: Requests whose responses the child still sends (token -> request).
@@ -85,6 +95,12 @@ class ChildProcess:
     def send(self, message: dict[str, Any]) -> None:
         if self.alive:
             self.writer.write(channel.encode(message))
+
+    def unlink_rings(self) -> None:
+        for ring in (self.arena.ring, self.incoming):
+            if ring is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(SHM_DIR, ring.name))
 
     def execute(self, exec_id: int, message: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
         """Send an ``execute`` message; the future completes with ``executed``."""
@@ -106,11 +122,16 @@ class ChildProcess:
     def _dispatch(self, message: dict[str, Any]) -> None:
         op = message["op"]
         if op == "executed":
+            if "responses" in message:  # copied out now, in order (frees the ring)
+                message["unpacked"] = wire.unpack_responses(message, self.incoming)
             future = self.executions.pop(message["id"], None)
             if future is not None and not future.done():
                 future.set_result(message)
         elif op == "send":
             self._deliver(message)
+        elif op in ("bls", "bls_stream"):
+            request = wire.unpack_request(message, self.incoming)  # in order: frees the ring
+            self._spawn_task(self._serve_bls(op, message["id"], request))
         elif op == "log":
             self.host.log(message["level"], message["message"])
         elif op in ("ready", "config", "error"):
@@ -120,16 +141,19 @@ class ChildProcess:
             if not self.finalized.done():
                 self.finalized.set_result(message)
         else:
-            task = asyncio.create_task(self._serve(op, message))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn_task(self._serve(op, message))
+
+    def _spawn_task(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _deliver(self, message: dict[str, Any]) -> None:
         final = bool(message["final"])
         request = self.open.pop(message["token"]) if final else self.open.get(message["token"])
         if request is None or request.stream is None:
             return
-        items = wire.unpack_responses(message)
+        items = wire.unpack_responses(message, self.incoming)
         if not items:
             request.stream.send(None, final)
             return
@@ -138,21 +162,21 @@ class ChildProcess:
             raise TritonModelException(f"send() expects an InferenceResponse, got {item}")
         request.respond(convert.response_to_core(item, request.requested_output_names), final)
 
-    async def _serve(self, op: str, message: dict[str, Any]) -> None:
-        """Answer a call of the model (BLS, metric, model control, cancellation)."""
-        call_id = message["id"]
+    async def _serve_bls(self, op: str, call_id: int, request: Any) -> None:
+        """Run a BLS request of the model and send back its response(s)."""
         if op == "bls_stream":
-            request = wire.unpack_request(message)
             async for response in self.host.stream_responses(request):
                 self.send({"op": "stream", "id": call_id, **wire.pack_responses(self.arena, [response])})
             self.send({"op": "stream_end", "id": call_id})
             return
-        reply: dict[str, Any] = {"op": "reply", "id": call_id}
+        response = await self.host.infer_async(request)
+        self.send({"op": "reply", "id": call_id, **wire.pack_responses(self.arena, [response])})
+
+    async def _serve(self, op: str, message: dict[str, Any]) -> None:
+        """Answer a call of the model (metric, model control, cancellation)."""
+        reply: dict[str, Any] = {"op": "reply", "id": message["id"]}
         try:
-            if op == "bls":
-                response = await self.host.infer_async(wire.unpack_request(message))
-                reply.update(wire.pack_responses(self.arena, [response]))
-            elif op == "metric":
+            if op == "metric":
                 fields = message["fields"]
                 reply["value"] = self.host.metric(message["action"], message["family"], **fields)
             elif op == "model_control":
@@ -169,7 +193,10 @@ class ChildProcess:
         with contextlib.suppress(ProcessLookupError):
             await self.process.wait()
         self.writer.close()
-        self.arena.cleanup()
+        cleanup(self.arena.stem[:-2])  # both directions of this child
+        for ring in (self.arena.ring, self.incoming):
+            if ring is not None:
+                ring.close()
         code = self.process.returncode
         error = ChildDied(f"the model process exited unexpectedly (exit code {code})")
         for future in self.executions.values():

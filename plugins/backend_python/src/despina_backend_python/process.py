@@ -21,12 +21,11 @@ from despina.inference import InferenceRequest as CoreRequest
 from despina.inference import InferenceResponse as CoreResponse
 from despina.shared_memory import INTERNAL_KEY_PREFIX
 
-from despina_backend_python import convert, responses, wire
+from despina_backend_python import convert, responses
 from despina_backend_python.child import ChildDied, ChildProcess, spawn
 from despina_backend_python.execution_env import resolve_environment
 from despina_backend_python.pb.messages import InferenceResponse
 from despina_backend_python.server_runtime import ServerRuntime
-from despina_backend_python.shm import Arena
 
 if TYPE_CHECKING:
     from despina_backend_python.backend import PythonBackend
@@ -84,11 +83,9 @@ class ProcessInstance(ModelInstance):
 
     async def start(self) -> None:
         """Start a child and initialize the model in it."""
-        tag = new_tag()
-        arena = Arena(INTERNAL_KEY_PREFIX, tag + "p")
         try:
-            child, answer = await spawn(self.python, self.env, dict(self.hello, tag=tag), self.host,
-                                        arena, self._child_exited)
+            child, answer = await spawn(self.python, self.env, dict(self.hello, tag=new_tag()),
+                                        self.host, self._child_exited)
         except ChildDied as exc:
             raise Internal(str(exc)) from None
         if answer["op"] != "ready":
@@ -169,7 +166,7 @@ class ProcessInstance(ModelInstance):
             raise responses.execute_failed(
                 self.spec.name, f"Expected a list in the execute return, got {reply['invalid_result']}"
             )
-        result = wire.unpack_responses(reply) if "responses" in reply else None
+        result = reply.get("unpacked")
         return responses.collect(self.spec.name, result, requests, self.decoupled, self._convert)
 
     def _execute_message(self, exec_id: int, child: ChildProcess,
@@ -186,8 +183,7 @@ class ProcessInstance(ModelInstance):
                 "id": scalar["request_id"], "corr": corr if isinstance(corr, int | str) else 0,
                 "flags": scalar["flags"], "params": scalar["parameters_json"],
             })
-        segment, descs = child.arena.pack(tensors)
-        return {"op": "execute", "id": exec_id, "shm": segment, "tensors": descs, "requests": fields}
+        return {"op": "execute", "id": exec_id, "requests": fields, **child.arena.pack(tensors)}
 
     def _convert(self, item: Any, request: CoreRequest) -> CoreResponse:
         if isinstance(item, str):

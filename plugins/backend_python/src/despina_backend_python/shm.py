@@ -1,15 +1,17 @@
 """Tensors across processes through POSIX shared memory, never pickled.
 
-:meth:`Arena.pack` writes the tensors of one message into one fresh segment (64-byte
-aligned; BYTES as a ``uint32`` length array plus the joined data) and returns its name
-and small descriptors. :func:`unpack` maps the segment, unlinks its name at once and
-returns numpy arrays backed by the mapping (no copy; the memory is freed when the
-last array goes). Names start with the server's internal-key prefix, so clients can
-never register them as their own regions. Server-independent (used by child processes).
+Each direction of a channel has a persistent :class:`Ring` (created by the server, mapped
+by both sides): small messages are written there and copied out by the reader as soon as
+it reads the message, which frees the space. A message too large for the ring gets a
+fresh segment of its own that the reader maps without copying (the name is unlinked at
+once; the memory goes with the last array). BYTES tensors travel as a ``uint32`` length
+array plus the joined data. Every name starts with the server's internal-key prefix, so
+clients can never register one as their own region. Server-independent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import mmap
@@ -20,13 +22,17 @@ import numpy as np
 
 from despina_backend_python.pb.types import (
     WIRE_TO_DTYPE,
-    as_bytes_items,
     bytes_array,
+    bytes_payload,
     wire_datatype,
 )
 
 SHM_DIR = "/dev/shm"
+RING_BYTES = 8 << 20
+#: Messages up to this size use the ring (and are copied once by the reader).
+RING_MESSAGE_LIMIT = 1 << 20
 _ALIGN = 64
+_HEADER = 64
 
 #: (name, datatype, shape, offset, nbytes[, lengths_offset for BYTES])
 Descriptor = tuple[Any, ...]
@@ -36,54 +42,119 @@ def _aligned(size: int) -> int:
     return (size + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-class Arena:
-    """Creates the segments of one side of one channel: ``<prefix>_<tag>_<n>``."""
+def _map(name: str, size: int = 0) -> mmap.mmap:
+    """Map ``name`` (creating it with ``size`` bytes when size > 0)."""
+    path = os.path.join(SHM_DIR, name)
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if size else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if size:
+            os.ftruncate(fd, size)
+        return mmap.mmap(fd, size or os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
 
-    def __init__(self, prefix: str, tag: str) -> None:
+
+class Ring:
+    """A circular buffer in one segment: one side writes, the other reads and releases.
+
+    The header holds how far the reader has consumed; the writer never overwrites bytes
+    the reader has not released. Writers must reserve and send in one critical section
+    so messages arrive in reservation order.
+    """
+
+    def __init__(self, name: str, create: bool = False, capacity: int = RING_BYTES) -> None:
+        self.name = name
+        self.mapping = _map(name, _HEADER + capacity if create else 0)
+        self.capacity = len(self.mapping) - _HEADER
+        self._consumed = np.ndarray((1,), np.uint64, buffer=self.mapping, offset=0)
+        self._written = 0
+
+    def reserve(self, size: int) -> tuple[int, int] | None:
+        """(offset in the mapping, end position) of ``size`` free bytes, or None."""
+        position = self._written % self.capacity
+        skip = self.capacity - position if position + size > self.capacity else 0
+        end = self._written + skip + size
+        if end - int(self._consumed[0]) > self.capacity:
+            return None
+        offset = _HEADER + (self._written + skip) % self.capacity
+        self._written = end
+        return offset, end
+
+    def release(self, end: int) -> None:
+        self._consumed[0] = end
+
+    def close(self) -> None:
+        del self._consumed
+        with contextlib.suppress(BufferError):
+            self.mapping.close()
+
+
+class Arena:
+    """The writing side of one channel direction: the ring, else ``<prefix>_<tag>_<n>``."""
+
+    def __init__(self, prefix: str, tag: str, ring: Ring | None = None) -> None:
         self.stem = f"{prefix}_{tag}_"
+        self.ring = ring
         self._counter = itertools.count()
 
-    def pack(self, tensors: list[tuple[str, np.ndarray]]) -> tuple[str | None, list[Descriptor]]:
-        """Write ``tensors`` into a new segment; (None, descriptors) when all are empty."""
-        plan: list[tuple[Descriptor, Any]] = []
-        offset = 0
-        for name, array in tensors:
-            datatype = wire_datatype(array)
-            shape = tuple(int(d) for d in array.shape)
-            if datatype == "BYTES":
-                items = as_bytes_items(array)
-                lengths = np.fromiter(map(len, items), dtype=np.uint32, count=len(items))
-                data = b"".join(items)
-                lengths_at = offset
-                offset = _aligned(offset + lengths.nbytes)
-                plan.append(((name, datatype, shape, offset, len(data), lengths_at), (lengths, data)))
-                offset = _aligned(offset + len(data))
-            else:
-                plan.append(((name, datatype, shape, offset, array.nbytes), array))
-                offset = _aligned(offset + array.nbytes)
-        if offset == 0:
-            return None, [desc for desc, _ in plan]
-        segment = self.stem + str(next(self._counter))
-        fd = os.open(os.path.join(SHM_DIR, segment), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    def pack(self, tensors: list[tuple[str, np.ndarray]]) -> dict[str, Any]:
+        """Write ``tensors``; the message fields ``shm``, ``ring`` and ``tensors``."""
+        plan, size = _plan(tensors)
+        fields: dict[str, Any] = {"shm": None, "ring": None}
+        if size == 0:
+            fields["tensors"] = [desc for desc, _ in plan]
+            return fields
+        spot = self.ring.reserve(size) if self.ring is not None and size <= RING_MESSAGE_LIMIT else None
+        if spot is not None:
+            assert self.ring is not None
+            base, fields["ring"] = spot
+            mapping = self.ring.mapping
+        else:
+            base, fields["shm"] = 0, self.stem + str(next(self._counter))
+            mapping = _map(fields["shm"], size)
+        descs = [_shift(desc, base) for desc, _ in plan]
         try:
-            os.ftruncate(fd, offset)
-            mapping = mmap.mmap(fd, offset)
-        finally:
-            os.close(fd)
-        try:
-            for desc, payload in plan:
+            for desc, (_, payload) in zip(descs, plan, strict=True):
                 _write(mapping, desc, payload)
         finally:
-            mapping.close()
-        return segment, [desc for desc, _ in plan]
+            if spot is None:
+                mapping.close()
+        fields["tensors"] = descs
+        return fields
 
-    def cleanup(self) -> None:
-        """Unlink every segment of this arena still present (the reader died first)."""
-        for path in glob.glob(os.path.join(SHM_DIR, glob.escape(self.stem) + "*")):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+
+
+def cleanup(stem: str) -> None:
+    """Unlink every segment whose name starts with ``stem`` (its reader died first)."""
+    for path in glob.glob(os.path.join(SHM_DIR, glob.escape(stem) + "*")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _plan(tensors: list[tuple[str, np.ndarray]]) -> tuple[list[tuple[Descriptor, Any]], int]:
+    plan: list[tuple[Descriptor, Any]] = []
+    offset = 0
+    for name, array in tensors:
+        datatype = wire_datatype(array)
+        shape = tuple(int(d) for d in array.shape)
+        if datatype == "BYTES":
+            items, data = bytes_payload(array)
+            lengths = np.fromiter(map(len, items), dtype=np.uint32, count=len(items))
+            lengths_at = offset
+            offset = _aligned(offset + lengths.nbytes)
+            plan.append(((name, datatype, shape, offset, len(data), lengths_at), (lengths, data)))
+            offset = _aligned(offset + len(data))
+        else:
+            plan.append(((name, datatype, shape, offset, array.nbytes), array))
+            offset = _aligned(offset + array.nbytes)
+    return plan, offset
+
+
+def _shift(desc: Descriptor, base: int) -> Descriptor:
+    if desc[1] == "BYTES":
+        return (*desc[:3], desc[3] + base, desc[4], desc[5] + base)
+    return (*desc[:3], desc[3] + base, desc[4])
 
 
 def _write(mapping: mmap.mmap, desc: Descriptor, payload: Any) -> None:
@@ -100,22 +171,24 @@ def _write(mapping: mmap.mmap, desc: Descriptor, payload: Any) -> None:
         del target
 
 
-def unpack(segment: str | None, descriptors: list[Descriptor]) -> list[tuple[str, np.ndarray]]:
-    """The tensors of a message; maps ``segment`` and unlinks its name."""
+def unpack(fields: dict[str, Any], ring: Ring | None = None) -> list[tuple[str, np.ndarray]]:
+    """The tensors of a message written by :meth:`Arena.pack` (``ring``: the reader's
+    view of the sender's ring, released once the data is copied out)."""
+    descs = fields["tensors"]
+    if fields.get("ring") is not None:
+        assert ring is not None
+        out = [(desc[0], _read(ring.mapping, desc, copy=True)) for desc in descs]
+        ring.release(fields["ring"])
+        return out
     mapping: Any = b""
-    if segment is not None:
-        path = os.path.join(SHM_DIR, segment)
-        fd = os.open(path, os.O_RDWR)
-        try:
-            mapping = mmap.mmap(fd, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
-            os.unlink(path)
-    return [(desc[0], _read(mapping, desc)) for desc in descriptors]
+    if fields.get("shm") is not None:
+        mapping = _map(fields["shm"])
+        os.unlink(os.path.join(SHM_DIR, fields["shm"]))
+    return [(desc[0], _read(mapping, desc, copy=False)) for desc in descs]
 
 
-def _read(mapping: Any, desc: Descriptor) -> np.ndarray:
-    name, datatype, shape, offset, nbytes = desc[:5]
+def _read(mapping: Any, desc: Descriptor, copy: bool) -> np.ndarray:
+    datatype, shape, offset, nbytes = desc[1:5]
     count = 1
     for dim in shape:
         count *= dim
@@ -130,4 +203,5 @@ def _read(mapping: Any, desc: Descriptor) -> np.ndarray:
     dtype = WIRE_TO_DTYPE[datatype]
     if count == 0:
         return np.empty(shape, dtype=dtype)
-    return np.frombuffer(mapping, dtype=dtype, count=count, offset=offset).reshape(shape)
+    array = np.frombuffer(mapping, dtype=dtype, count=count, offset=offset).reshape(shape)
+    return array.copy() if copy else array

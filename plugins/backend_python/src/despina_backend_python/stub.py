@@ -4,10 +4,11 @@ Started as ``python -m despina_backend_python.stub <fd>`` with one end of a sock
 The first message is ``init`` (import the model, ``initialize``, answer ``ready``) or
 ``auto_complete`` (answer the completed config, then exit). After ``ready``:
 
-- a reader thread routes the server's messages: ``execute`` and ``finalize`` go to the
-  event loop of the main thread; replies (BLS, metrics, ...) complete waiting calls;
-- a synchronous ``execute`` runs in one worker thread (calls stay in order); an
-  ``async def execute`` runs as tasks on the loop, many at once;
+- a reader thread routes the server's messages, copying small tensors out of the ring
+  in arrival order: ``execute`` and ``finalize`` go to the main thread (or the loop);
+  replies (BLS, metrics, ...) complete waiting calls;
+- a synchronous ``execute`` runs on the main thread (calls stay in order); an
+  ``async def execute`` runs as tasks on an event loop thread, many at once;
 - the model reaches the server (BLS, Logger, metrics) through :class:`ChildRuntime`.
 
 Only numpy and this package are needed, so it also runs in other Python environments
@@ -26,7 +27,7 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
 from despina_backend_python.pb.model_config import ModelConfig
 from despina_backend_python.pb.tensor import Tensor
-from despina_backend_python.shm import Arena, unpack
+from despina_backend_python.shm import Arena, Ring, unpack
 
 _END = object()
 
@@ -46,24 +47,29 @@ _END = object()
 class ChildRuntime(pb_runtime.Runtime):
     """Forwards the model's calls to the server and waits for the replies."""
 
-    def __init__(self, channel: BlockingChannel, arena: Arena, model_name: str) -> None:
+    def __init__(self, channel: BlockingChannel, arena: Arena, incoming: Ring,
+                 model_name: str) -> None:
         self.channel = channel
         self.arena = arena
+        self.incoming = incoming
         self.model_name = model_name
         self._ids = itertools.count(1)
         self.waiting: dict[int, Future[dict[str, Any]] | queue.SimpleQueue[Any]] = {}
 
-    def call(self, op: str, **body: Any) -> Future[dict[str, Any]]:
-        """Send a request; the future completes with the server's reply."""
+    def call(self, op: str, pack: Any = None, **body: Any) -> Future[dict[str, Any]]:
+        """Send a request (``pack`` adds its tensors); the future completes with the
+        server's reply."""
         call_id = next(self._ids)
         future: Future[dict[str, Any]] = Future()
         self.waiting[call_id] = future
-        self.channel.send({"op": op, "id": call_id, **body})
+        self.channel.send({"op": op, "id": call_id, **body}, pack)
         return future
 
     def route(self, message: dict[str, Any]) -> None:
-        """A reply from the server (reader thread)."""
+        """A reply from the server (reader thread: tensors are copied out here, in order)."""
         op, call_id = message["op"], message["id"]
+        if "responses" in message:
+            message["unpacked"] = wire.unpack_responses(message, self.incoming)
         target = self.waiting.get(call_id)
         if isinstance(target, queue.SimpleQueue):
             target.put(_END if op == "stream_end" else message)
@@ -75,22 +81,25 @@ class ChildRuntime(pb_runtime.Runtime):
 
     @staticmethod
     def _response(reply: dict[str, Any]) -> InferenceResponse:
-        item = wire.unpack_responses(reply)[0]
+        item = reply["unpacked"][0]
         assert isinstance(item, InferenceResponse)
         return item
 
+    def _packer(self, request: InferenceRequest) -> Any:
+        return lambda: wire.pack_request(self.arena, request)
+
     def infer(self, request: InferenceRequest) -> InferenceResponse:
-        return self._response(self.call("bls", **wire.pack_request(self.arena, request)).result())
+        return self._response(self.call("bls", self._packer(request)).result())
 
     async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
-        future = self.call("bls", **wire.pack_request(self.arena, request))
+        future = self.call("bls", self._packer(request))
         return self._response(await asyncio.wrap_future(future))
 
     def infer_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
         call_id = next(self._ids)
         items: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.waiting[call_id] = items
-        self.channel.send({"op": "bls_stream", "id": call_id, **wire.pack_request(self.arena, request)})
+        self.channel.send({"op": "bls_stream", "id": call_id}, self._packer(request))
         while (item := items.get()) is not _END:
             yield self._response(item)
 
@@ -122,8 +131,9 @@ class ChildResponder(Responder):
         self.stub, self.token = stub, token
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
-        body = wire.pack_responses(self.stub.arena, [] if response is None else [response])
-        self.stub.channel.send({"op": "send", "token": self.token, "final": final, **body})
+        items = [] if response is None else [response]
+        self.stub.channel.send({"op": "send", "token": self.token, "final": final},
+                               lambda: wire.pack_responses(self.stub.arena, items))
 
     def is_cancelled(self) -> bool:
         reply = self.stub.runtime.call("is_cancelled", token=self.token).result()
@@ -136,10 +146,12 @@ class Stub:
     def __init__(self, channel: BlockingChannel, hello: dict[str, Any]) -> None:
         self.channel = channel
         self.hello = hello
-        self.arena = Arena(hello["prefix"], hello["tag"] + "c")
-        self.runtime = ChildRuntime(channel, self.arena, hello["model_name"])
+        self.incoming = Ring(hello["rings"][0])
+        self.arena = Arena(hello["prefix"], hello["tag"] + "c", Ring(hello["rings"][1]))
+        self.runtime = ChildRuntime(channel, self.arena, self.incoming, hello["model_name"])
         self.loop = asyncio.new_event_loop()
-        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="execute")
+        #: Synchronous executions, in order, run by the main thread.
+        self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.model: Any = None
         self.is_async = False
 
@@ -168,13 +180,17 @@ class Stub:
             if op in ("reply", "stream", "stream_end"):
                 self.runtime.route(message)
             elif op == "execute":
-                self.loop.call_soon_threadsafe(self._execute, message)
+                requests = self._requests(message)
+                if self.is_async:
+                    self.loop.call_soon_threadsafe(self._start_async, message["id"], requests)
+                else:
+                    self.work.put((message["id"], requests))
             elif op == "finalize":
-                self.loop.call_soon_threadsafe(self._finalize)
+                self.work.put(None)
         os._exit(0)  # the server went away
 
     def _requests(self, message: dict[str, Any]) -> list[InferenceRequest]:
-        tensors = unpack(message["shm"], message["tensors"])
+        tensors = unpack(message, self.incoming)
         requests, at = [], 0
         for fields in message["requests"]:
             inputs = [Tensor(n, a) for n, a in tensors[at : at + fields["n"]]]
@@ -187,12 +203,20 @@ class Stub:
             ))
         return requests
 
-    def _execute(self, message: dict[str, Any]) -> None:
-        requests = self._requests(message)
+    def serve(self) -> None:
+        """Run executions until ``finalize``: synchronous ones on this thread, async ones
+        on the event loop (in a helper thread)."""
         if self.is_async:
-            self.loop.create_task(self._run_async(message["id"], requests))
-        else:
-            self.worker.submit(self._run_sync, message["id"], requests)
+            threading.Thread(target=self.loop.run_forever, name="asyncio", daemon=True).start()
+        while (item := self.work.get()) is not None:
+            self._run_sync(*item)
+        if self.is_async:
+            asyncio.run_coroutine_threadsafe(_drain(), self.loop).result()
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._finalize()
+
+    def _start_async(self, exec_id: int, requests: list[InferenceRequest]) -> None:
+        self.loop.create_task(self._run_async(exec_id, requests))
 
     def _run_sync(self, exec_id: int, requests: list[InferenceRequest]) -> None:
         try:
@@ -212,16 +236,17 @@ class Stub:
 
     def _executed(self, exec_id: int, result: Any = None, exception: str = "") -> None:
         reply: dict[str, Any] = {"op": "executed", "id": exec_id}
+        pack = None
         if exception:
             reply["exception"] = exception
         elif isinstance(result, list | tuple):
-            reply.update(wire.pack_responses(self.arena, list(result)))
+            items = list(result)
+            pack = lambda: wire.pack_responses(self.arena, items)  # noqa: E731
         elif result is not None:
             reply["invalid_result"] = type(result).__name__
-        self.channel.send(reply)
+        self.channel.send(reply, pack)
 
     def _finalize(self) -> None:
-        self.worker.shutdown(wait=True)
         message = ""
         try:
             if hasattr(self.model, "finalize"):
@@ -229,7 +254,12 @@ class Stub:
         except BaseException as exc:  # noqa: BLE001 - reported to the server
             message = describe_exception(exc)
         self.channel.send({"op": "finalized", "error": message})
-        self.loop.stop()
+
+
+async def _drain() -> None:
+    """Wait for the async executions still running (before ``finalize``)."""
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 def auto_complete(stub: Stub, hello: dict[str, Any]) -> dict[str, Any]:
@@ -262,7 +292,7 @@ def main(argv: list[str]) -> int:
     channel.send(ready)
     if ready["op"] != "ready":
         return 1
-    stub.loop.run_forever()
+    stub.serve()
     return 0
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from despina_backend_python.pb.errors import TritonError
 from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse
 from despina_backend_python.pb.tensor import Tensor
-from despina_backend_python.shm import Arena, unpack
+from despina_backend_python.shm import Arena, Ring, unpack
 
 
 def pack_responses(arena: Arena, items: list[Any]) -> dict[str, Any]:
@@ -32,13 +32,12 @@ def pack_responses(arena: Arena, items: list[Any]) -> dict[str, Any]:
             "error": None if error is None else (error.message(), error.code()),
             "params": item.parameters(),
         })
-    segment, tensor_descs = arena.pack(tensors)
-    return {"shm": segment, "tensors": tensor_descs, "responses": descs}
+    return {**arena.pack(tensors), "responses": descs}
 
 
-def unpack_responses(message: dict[str, Any]) -> list[InferenceResponse | str]:
+def unpack_responses(message: dict[str, Any], ring: Ring | None) -> list[InferenceResponse | str]:
     """The responses of :func:`pack_responses` (the type name for invalid items)."""
-    tensors = unpack(message["shm"], message["tensors"])
+    tensors = unpack(message, ring)
     out: list[InferenceResponse | str] = []
     at = 0
     for desc in message["responses"]:
@@ -68,14 +67,14 @@ def request_fields(request: InferenceRequest) -> dict[str, Any]:
 
 def pack_request(arena: Arena, request: InferenceRequest) -> dict[str, Any]:
     """A BLS request as a message body."""
-    segment, descs = arena.pack([(t.name(), t.as_numpy()) for t in request.inputs()])
-    return {"shm": segment, "tensors": descs, "request": request_fields(request)}
+    fields = arena.pack([(t.name(), t.as_numpy()) for t in request.inputs()])
+    return {**fields, "request": request_fields(request)}
 
 
-def unpack_request(message: dict[str, Any]) -> InferenceRequest:
+def unpack_request(message: dict[str, Any], ring: Ring | None) -> InferenceRequest:
     """The BLS request of :func:`pack_request`."""
     fields = message["request"]
-    inputs = [Tensor(name, array) for name, array in unpack(message["shm"], message["tensors"])]
+    inputs = [Tensor(name, array) for name, array in unpack(message, ring)]
     return InferenceRequest(
         model_name=fields["model"], inputs=inputs, requested_output_names=fields["outputs"],
         request_id=fields["id"], correlation_id=fields["corr"], model_version=fields["version"],

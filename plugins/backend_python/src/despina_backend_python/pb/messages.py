@@ -43,6 +43,11 @@ class Responder(abc.ABC):
         """True once the client cancelled the request."""
 
 
+def _text(value: Any) -> str:
+    """A string argument; bytes (e.g. an element of a BYTES tensor) decode as UTF-8."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _parameters_json(parameters: dict[str, Any] | str | None) -> str:
     if parameters is None:
         return "{}"
@@ -140,13 +145,13 @@ class InferenceRequest:
                  correlation_id: int | str = 0, model_version: int = -1, flags: int = 0,
                  timeout: int = 0, preferred_memory: PreferredMemory | None = None,
                  parameters: dict[str, Any] | str | None = None, trace: Any = None) -> None:
-        self._model_name = str(model_name)
+        self._model_name = _text(model_name)
         self._inputs = list(inputs)
         for tensor in self._inputs:
             if not isinstance(tensor, Tensor):
                 raise TritonModelException("InferenceRequest inputs must be pb_utils.Tensor objects")
-        self._outputs = [str(n) for n in requested_output_names]
-        self._request_id = str(request_id)
+        self._outputs = [_text(n) for n in requested_output_names]
+        self._request_id = _text(request_id)
         self._correlation_id = correlation_id
         self._model_version = int(model_version)
         self._flags = int(flags)

@@ -115,6 +115,18 @@ def _all_bytes(items: list[Any]) -> bool:
     return set(map(type, items)) <= {bytes}
 
 
+def bytes_payload(array: np.ndarray) -> tuple[list[bytes], bytes]:
+    """(elements as bytes, all elements joined) of a BYTES tensor, in bulk."""
+    if array.dtype.kind == "O":
+        items: list[Any] = array.ravel(order="C").tolist()
+        try:
+            return items, b"".join(items)  # fails fast unless every element is bytes
+        except TypeError:
+            pass
+    converted = as_bytes_items(array)
+    return converted, b"".join(converted)
+
+
 def _to_bytes(item: Any) -> bytes:
     if isinstance(item, bytes):
         return item
