@@ -223,6 +223,9 @@ def test_body_size_limit_applies_to_plain_chunked_and_compressed_bodies(
     bomb = gzip.compress(b" " * 50_000_000)  # 50 MB of whitespace in ~50 kB
     status, _ = raw(running, INFER, bomb, {"Content-Encoding": "gzip"})
     assert status == 413
+    small = json.dumps({"inputs": GOOD}).encode()
+    status, answer = raw(running, INFER, (small[i : i + 10] for i in range(0, len(small), 10)))
+    assert status == 200 and answer["outputs"][1]["data"] == [-2.0, -2.0]
     deflated = zlib.compress(json.dumps({"inputs": GOOD}).encode())
     status, answer = raw(running, INFER, deflated, {"Content-Encoding": "deflate"})
     assert status == 200 and answer["outputs"][0]["data"] == [4.0, 6.0]

@@ -91,7 +91,6 @@ def routes(ctx: Context) -> list[Route]:
         info = request.match_info
         name = info["model"]
         version = info.get("version", "")
-        ctx.server.models.get(name, version)  # an unknown model is 404 before the body is read
         body = await read_body(request, limit)
         headers = request.headers
         header, blobs = await run_infer(
