@@ -221,3 +221,29 @@ def test_served_over_grpc_too(
     expected = direct(model, inputs)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected["OUTPUT0"])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), expected["OUTPUT1"])
+
+
+def test_bf16_through_io_binding(
+    model_repository: RepositoryBuilder, despina_server: Start, served, onnx_models
+) -> None:
+    import ml_dtypes
+
+    model_repository.add("bf16", None, {"1/model.onnx": onnx_models["identity"](["BF16", "FP32"])})
+    model_repository.add(
+        "mixed", None, {"1/model.onnx": onnx_models["identity"](["BF16", "BYTES"])}
+    )
+    client = served(despina_server(model_repository.root, ["--exit-on-error=false"]))
+    assert client.config("bf16")["input"][0]["data_type"] == "TYPE_BF16"
+    requests = [
+        {
+            "IN_BF16": np.array([[i, -1.5, 2.25]], dtype=ml_dtypes.bfloat16),
+            "IN_FP32": np.full((1, 3), i, np.float32),
+        }
+        for i in range(6)
+    ]
+    for sent, got in zip(requests, client.infer_many("bf16", requests), strict=True):
+        assert got["OUT_BF16"].dtype == sent["IN_BF16"].dtype
+        np.testing.assert_array_equal(got["OUT_BF16"], sent["IN_BF16"])
+        np.testing.assert_array_equal(got["OUT_FP32"], sent["IN_FP32"])
+    reason = client.index()["mixed"]["reason"]
+    assert "cannot serve a model with both BF16 and string inputs/outputs" in reason

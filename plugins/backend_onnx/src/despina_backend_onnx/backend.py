@@ -18,6 +18,7 @@ from despina.signatures import TensorSpec, check_config, complete_config, defaul
 from despina.threaded import ThreadedInstance
 
 from despina_backend_onnx import options
+from despina_backend_onnx.bf16 import run_bound
 
 #: onnxruntime's type strings -> Triton wire datatypes.
 ORT_TO_DATATYPE = {
@@ -33,6 +34,7 @@ ORT_TO_DATATYPE = {
     "tensor(float16)": "FP16",
     "tensor(float)": "FP32",
     "tensor(double)": "FP64",
+    "tensor(bfloat16)": "BF16",
     "tensor(string)": "BYTES",
 }
 
@@ -71,9 +73,17 @@ class OnnxBackend(Backend):
         check_config(config, inputs, outputs, model, self.file_label)
         run_opts = options.run_options(config, model)
         strings = {s.name for s in inputs if s.datatype == "BYTES"}
+        bf16 = {s.name for s in [*inputs, *outputs] if s.datatype == "BF16"}
+        if bf16 and any(s.datatype == "BYTES" for s in [*inputs, *outputs]):
+            raise ConfigError(
+                f"model '{model}', file '{self.file_label}': onnxruntime's Python API cannot "
+                "serve a model with both BF16 and string inputs/outputs"
+            )
         served = {o.name for o in config.output}
         names = [s.name for s in outputs if s.name in served]
-        return OnnxInstance(spec, session, run_opts, strings, names, config.max_batch_size > 0)
+        instance = OnnxInstance(spec, session, run_opts, strings, names, config.max_batch_size > 0)
+        instance.bf16 = bf16
+        return instance
 
     def _open(self, session_opts: Any, providers: list[options.Provider]) -> Any:
         import onnxruntime as ort
@@ -130,12 +140,17 @@ class OnnxInstance(ThreadedInstance):
         self.session = session
         self.run_opts = run_opts
         self.strings = strings
+        #: BF16 inputs/outputs; when any, batches run through an I/O binding.
+        self.bf16: set[str] = set()
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         for name in self.strings.intersection(inputs):
             inputs[name] = _decode(name, inputs[name])
         try:
-            results = self.session.run(outputs, inputs, self.run_opts)
+            if self.bf16:
+                results = run_bound(self.session, inputs, outputs, self.bf16, self.run_opts)
+            else:
+                results = self.session.run(outputs, inputs, self.run_opts)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors derive from Exception
             kind = InvalidArgument if type(exc).__name__ == "InvalidArgument" else Internal
             raise kind(f"onnx runtime error: {exc}") from None
