@@ -332,3 +332,13 @@ def test_client_shared_memory_is_opt_in(serve: Callable[..., RunningServer]) -> 
             client.unregister_system_shared_memory()
     finally:
         shm.destroy_shared_memory_region(region)
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_unbindable_address_fails_start_clearly(
+    serve: Callable[..., RunningServer], workers: str
+) -> None:
+    from despina.server import StartupError
+
+    with pytest.raises(StartupError, match=r"cannot bind gRPC to 192\.0\.2\.1"):
+        serve("--grpc-address=192.0.2.1", f"--grpc-worker-processes={workers}")

@@ -76,7 +76,7 @@ class _SizeMismatch(InvalidArgument):
 
 
 class RequestDecoder:
-    """Decodes requests for one model version (its signature gives Triton's texts)."""
+    """Decodes one ModelInferRequest; the model's signature gives Triton's error texts."""
 
     def __init__(self, message: Any, shared_memory: SharedMemoryRegistry) -> None:
         self.message = message

@@ -73,6 +73,33 @@ def bind_address(settings: argparse.Namespace) -> str:
     return f"{host}:{settings.grpc_port}"
 
 
+def create_server(settings: argparse.Namespace, share_port: bool = False) -> grpc.aio.Server:
+    """A grpc.aio server with the flags' options and restricted protocols; ``share_port``
+    forces SO_REUSEPORT (worker processes share the port among themselves)."""
+    restrictions = parse_restrictions(settings.grpc_restricted_protocol)
+    interceptors = [RestrictionInterceptor(restrictions)] if restrictions else []
+    options = server_options(settings)
+    if share_port:
+        options = [(k, v) for k, v in options if k != "grpc.so_reuseport"]
+        options.append(("grpc.so_reuseport", 1))
+    return grpc.aio.server(options=options, interceptors=interceptors)
+
+
+def bind(server: grpc.aio.Server, settings: argparse.Namespace) -> int:
+    """Add the flags' port (TLS or plaintext) to ``server``; OSError when it cannot bind."""
+    address = bind_address(settings)
+    creds = credentials(settings)
+    try:
+        port = (
+            server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+        )
+    except RuntimeError as exc:
+        raise OSError(f"cannot bind gRPC to {address}: {exc}") from None
+    if not port:
+        raise OSError(f"cannot bind gRPC to {address}")
+    return int(port)
+
+
 class ReadinessHealth(health_aio.HealthServicer):  # type: ignore[misc]
     """Standard health checking: SERVING while the Despina server is ready."""
 
@@ -137,24 +164,10 @@ class GrpcFrontend:
         )
 
     async def _serve_here(self, servicer: InferenceServicer) -> tuple[grpc.aio.Server, int]:
-        settings = self.settings
-        restrictions = parse_restrictions(settings.grpc_restricted_protocol)
-        interceptors = [RestrictionInterceptor(restrictions)] if restrictions else []
-        server = grpc.aio.server(options=server_options(settings), interceptors=interceptors)
+        server = create_server(self.settings)
         add_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        address = bind_address(settings)
-        creds = credentials(settings)
-        try:
-            port = (
-                server.add_secure_port(address, creds)
-                if creds
-                else server.add_insecure_port(address)
-            )
-        except RuntimeError as exc:
-            raise OSError(f"cannot bind gRPC to {address}: {exc}") from None
-        if not port:
-            raise OSError(f"cannot bind gRPC to {address}")
+        port = bind(server, self.settings)
         await server.start()
         return server, port
 

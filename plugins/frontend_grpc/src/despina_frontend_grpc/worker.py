@@ -20,7 +20,6 @@ from typing import Any
 import grpc
 
 from despina_frontend_grpc import wire
-from despina_frontend_grpc.restrict import RestrictionInterceptor, parse_restrictions
 
 COMPRESSED = ("ModelInfer", "ModelStreamInfer")
 
@@ -164,16 +163,11 @@ def _status(code: int) -> grpc.StatusCode:
 
 async def serve(socket_path: str, settings: argparse.Namespace) -> None:
     """Connect, bind, report HELLO, serve until the server closes the socket."""
-    from despina_frontend_grpc.frontend import bind_address, credentials, server_options
+    from despina_frontend_grpc.frontend import bind, create_server
 
     loop = asyncio.get_running_loop()
     _, link = await loop.create_unix_connection(ServerLink, socket_path)
-    restrictions = parse_restrictions(settings.grpc_restricted_protocol)
-    interceptors = [RestrictionInterceptor(restrictions)] if restrictions else []
-    # the workers share the port among themselves, whatever --reuse-grpc-port says
-    options = [(k, v) for k, v in server_options(settings) if k != "grpc.so_reuseport"]
-    options.append(("grpc.so_reuseport", 1))
-    server = grpc.aio.server(options=options, interceptors=interceptors)
+    server = create_server(settings, share_port=True)
     forwarder = Forwarder(
         link,
         bool(settings.grpc_header_forward_pattern),
@@ -186,13 +180,11 @@ async def serve(socket_path: str, settings: argparse.Namespace) -> None:
     server.add_generic_rpc_handlers(
         tuple(grpc.method_handlers_generic_handler(s, h) for s, h in handlers.items())
     )
-    address, creds = bind_address(settings), credentials(settings)
     try:
-        port = (
-            server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
-        )
-    except RuntimeError as exc:
-        link.send(wire.HELLO, 0, 1, f"cannot bind gRPC to {address}: {exc}".encode())
+        port = bind(server, settings)
+    except OSError as exc:
+        link.send(wire.HELLO, 0, 1, str(exc).encode())
+        await asyncio.sleep(0)  # let the frame go out
         return
     await server.start()
     link.send(wire.HELLO, 0, 0, str(port).encode())
