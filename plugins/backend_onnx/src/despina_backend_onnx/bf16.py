@@ -44,5 +44,6 @@ def _to_numpy(value: Any) -> np.ndarray:
         return np.asarray(value.numpy())
     shape = tuple(value.shape())
     raw = (ctypes.c_uint16 * math.prod(shape)).from_address(value.data_ptr())
-    bits: np.ndarray = np.frombuffer(raw, np.uint16).copy()
-    return bits.view(ml_dtypes.bfloat16).reshape(shape)
+    bits = np.frombuffer(raw, np.uint16).copy()
+    out: np.ndarray = bits.view(np.dtype(ml_dtypes.bfloat16)).reshape(shape)
+    return out
