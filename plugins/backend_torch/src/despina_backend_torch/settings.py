@@ -3,7 +3,8 @@
 Per execution (in the instance's thread): ``INFERENCE_MODE`` (default true; false runs
 under ``no_grad``), ``DISABLE_OPTIMIZED_EXECUTION`` (TorchScript graph optimiser off),
 ``DISABLE_CUDNN``, ``ENABLE_CACHE_CLEANING`` (empty the CUDA cache after each run).
-Per instance thread: ``INTRA_OP_THREAD_COUNT`` / ``NUM_THREADS``. Process-wide (first
+Per instance thread: ``INTRA_OP_THREAD_COUNT`` / ``NUM_THREADS`` (others keep torch's
+default). Process-wide (first
 model wins, as in Triton): ``INTER_OP_THREAD_COUNT`` / ``NUM_INTEROP_THREADS``,
 ``ENABLE_JIT_EXECUTOR``, ``ENABLE_JIT_PROFILING``. ``ENABLE_WEIGHT_SHARING`` lets the
 instances on one device share one loaded module. ``ENABLE_NVFUSER`` is accepted and
@@ -19,6 +20,10 @@ from dataclasses import dataclass
 from despina.errors import ConfigError
 
 log = logging.getLogger("despina.backend.pytorch")
+
+#: torch's intra-op thread count before any instance changed it. torch.set_num_threads
+#: also sets the count later threads start with, so every instance thread sets its own.
+_default_threads: list[int] = []
 
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -83,6 +88,8 @@ class TorchSettings:
         threads to be set once; a later different value is logged and ignored)."""
         import torch
 
+        if not _default_threads:
+            _default_threads.append(torch.get_num_threads())
         if self.jit_executor is not None:
             torch._C._jit_set_profiling_executor(self.jit_executor)
         if self.jit_profiling is not None:
@@ -96,11 +103,11 @@ class TorchSettings:
                 )
 
     def init_thread(self) -> None:
-        """Run first in each instance's worker thread: its intra-op thread count."""
+        """Run first in each instance's worker thread: its intra-op thread count (the
+        configured one, else torch's default), whatever other models set before."""
         import torch
 
-        if self.intra_op_threads:
-            torch.set_num_threads(self.intra_op_threads)
+        torch.set_num_threads(self.intra_op_threads or _default_threads[0])
 
     def guards(self) -> contextlib.ExitStack:
         """The context one execution runs in (grad mode, TorchScript optimiser, cuDNN)."""
