@@ -3,7 +3,10 @@ compression and header forwarding; errors never name internals."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -263,15 +266,57 @@ def test_large_tensor_by_default(server: RunningServer) -> None:
         np.testing.assert_array_equal(big.infer("echo_fp32", [_echo(data)]).as_numpy("OUT"), data)
 
 
+class CountingProxy:
+    """A TCP proxy on 127.0.0.1 that counts the bytes the server sends to the client."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.from_server = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+                threading.Thread(
+                    target=self._pipe, args=(client, upstream, False), daemon=True
+                ).start()
+                threading.Thread(
+                    target=self._pipe, args=(upstream, client, True), daemon=True
+                ).start()
+
+    def _pipe(self, source: socket.socket, target: socket.socket, count: bool) -> None:
+        with contextlib.suppress(OSError), source, target:
+            while data := source.recv(65536):
+                if count:
+                    self.from_server += len(data)
+                target.sendall(data)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
 @pytest.mark.parametrize("workers", ["0", "2"])
-def test_gzip_compression(serve: Callable[..., RunningServer], workers: str) -> None:
+@pytest.mark.parametrize(("level", "compressed"), [("none", False), ("high", True)])
+def test_response_compression(
+    serve: Callable[..., RunningServer], workers: str, level: str, compressed: bool
+) -> None:
     running = serve(
-        "--grpc-infer-response-compression-level=high", f"--grpc-worker-processes={workers}"
+        f"--grpc-infer-response-compression-level={level}", f"--grpc-worker-processes={workers}"
     )
-    with grpcclient.InferenceServerClient(running.grpc_url) as client:
-        data = np.zeros((1, 4096), np.float32)
-        result = client.infer("echo_fp32", [_echo(data)], compression_algorithm="gzip")
-        np.testing.assert_array_equal(result.as_numpy("OUT"), data)
+    assert running.grpc_port is not None
+    proxy = CountingProxy(running.grpc_port)
+    try:
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{proxy.port}") as client:
+            data = np.zeros((1, 65536), np.float32)  # 256 KiB of zeros each way
+            result = client.infer("echo_fp32", [_echo(data)], compression_algorithm="gzip")
+            np.testing.assert_array_equal(result.as_numpy("OUT"), data)
+        assert (proxy.from_server < 64 * 1024) is compressed
+    finally:
+        proxy.close()
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])

@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from despina_frontend_grpc.infer import Inference
-from despina_frontend_grpc.options import ALLOCATION_POOL_SIZE
+from despina_frontend_grpc.options import ALLOCATION_POOL_SIZE, COMPRESSION_LEVELS
 from despina_frontend_grpc.pool import WorkerPool
 from despina_frontend_grpc.restrict import SERVICE, RestrictionInterceptor, parse_restrictions
 from despina_frontend_grpc.service import InferenceServicer, add_to_server
@@ -44,6 +44,11 @@ def server_options(settings: argparse.Namespace) -> list[tuple[str, Any]]:
             settings.grpc_http2_min_recv_ping_interval_without_data,
         ),
         ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+        # a level, not an algorithm: grpc picks one the client accepts (gzip, deflate)
+        (
+            "grpc.default_compression_level",
+            COMPRESSION_LEVELS[settings.grpc_infer_response_compression_level],
+        ),
     ]
     if settings.grpc_max_connection_age is not None:
         options.append(("grpc.max_connection_age_ms", settings.grpc_max_connection_age))
@@ -147,8 +152,7 @@ class GrpcFrontend:
             log.warning(
                 "--grpc-infer-allocation-pool-size has no effect: Python allocates per request"
             )
-        compress = settings.grpc_infer_response_compression_level != "none"
-        inference = Inference(self.server, compress, settings.grpc_header_forward_pattern)
+        inference = Inference(self.server, settings.grpc_header_forward_pattern)
         servicer = InferenceServicer(self.server, inference)
         self.health = ReadinessHealth(self.server)
         await self.health.refresh()

@@ -29,10 +29,9 @@ if TYPE_CHECKING:
 class Inference:
     """The inference RPCs of one server, with the frontend's settings applied."""
 
-    def __init__(self, server: Server, compress: bool, header_pattern: str) -> None:
+    def __init__(self, server: Server, header_pattern: str) -> None:
         self.server = server
         self.shm = server.shared_memory
-        self.compress = compress
         self.headers = re.compile(header_pattern) if header_pattern else None
 
     def build(self, message: Any, context: grpc.aio.ServicerContext) -> InferenceRequest:
@@ -54,8 +53,6 @@ class Inference:
         except asyncio.CancelledError:
             request.cancel()
             raise
-        if self.compress:
-            context.set_compression(grpc.Compression.Gzip)
         return encode_response(response, request.outputs, self.shm)
 
     async def stream(
@@ -63,8 +60,6 @@ class Inference:
     ) -> AsyncIterator[Any]:
         """Serve a bidirectional stream until the client closes its side and every
         request it sent has finished."""
-        if self.compress:
-            context.set_compression(grpc.Compression.Gzip)
         ready: asyncio.Queue[Any] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
 

@@ -14,7 +14,8 @@ from despina.triton_flags import triton_bool
 MAX_MESSAGE_SIZE = 2**31 - 1
 #: tritonserver's ``--grpc-infer-allocation-pool-size`` default.
 ALLOCATION_POOL_SIZE = 8
-COMPRESSION_LEVELS = ("none", "low", "medium", "high")
+#: ``--grpc-infer-response-compression-level`` -> grpc's compression level.
+COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +90,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--grpc-infer-response-compression-level",
-        choices=COMPRESSION_LEVELS,
+        choices=list(COMPRESSION_LEVELS),
         default="none",
         help="gzip level of inference responses: none, low, medium, high (default: none)",
     )

@@ -51,9 +51,6 @@ class ForwardedContext:
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self.metadata
 
-    def set_compression(self, compression: grpc.Compression) -> None:
-        """Compression is applied by the worker, which knows the setting too."""
-
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
         raise Aborted(code, details)
 

@@ -21,8 +21,6 @@ import grpc
 
 from despina_frontend_grpc import wire
 
-COMPRESSED = ("ModelInfer", "ModelStreamInfer")
-
 
 class ServerLink(asyncio.Protocol):
     """The connection to the server process: sends frames, routes replies by call id."""
@@ -63,10 +61,9 @@ class ServerLink(asyncio.Protocol):
 class Forwarder:
     """grpc method handlers that forward each call over a :class:`ServerLink`."""
 
-    def __init__(self, link: ServerLink, forward_metadata: bool, compress: bool) -> None:
+    def __init__(self, link: ServerLink, forward_metadata: bool) -> None:
         self.link = link
         self.forward_metadata = forward_metadata
-        self.compress = compress
 
     def metadata(self, context: grpc.aio.ServicerContext) -> bytes:
         return wire.pack_metadata(
@@ -74,12 +71,9 @@ class Forwarder:
         )
 
     def handler(self, index: int, method: wire.Method) -> grpc.RpcMethodHandler:
-        compress = self.compress and method.name in COMPRESSED
         if not method.request_streaming and not method.response_streaming:
 
             async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-                if compress:
-                    context.set_compression(grpc.Compression.Gzip)
                 return await self.unary(index, request, context)
 
             return grpc.unary_unary_rpc_method_handler(unary)
@@ -87,8 +81,6 @@ class Forwarder:
         async def streaming(
             requests: Any, context: grpc.aio.ServicerContext
         ) -> AsyncIterator[bytes]:
-            if compress:
-                context.set_compression(grpc.Compression.Gzip)
             async for message in self.stream(index, requests, context):
                 yield message
 
@@ -168,11 +160,7 @@ async def serve(socket_path: str, settings: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     _, link = await loop.create_unix_connection(ServerLink, socket_path)
     server = create_server(settings, share_port=True)
-    forwarder = Forwarder(
-        link,
-        bool(settings.grpc_header_forward_pattern),
-        settings.grpc_infer_response_compression_level != "none",
-    )
+    forwarder = Forwarder(link, bool(settings.grpc_header_forward_pattern))
     handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
     for index, method in enumerate(wire.METHODS):
         service = method.path.split("/")[1]
