@@ -126,14 +126,18 @@ def perf_analyzer(
 
 
 def table(
-    options: argparse.Namespace, rows: list[tuple[str, int, dict[str, float]]], server: str
+    options: argparse.Namespace,
+    rows: list[tuple[str, int, dict[str, float]]],
+    server: str,
+    load: float,
 ) -> str:
     lines = [
-        f"# Despina {options.protocol.upper()} benchmark",
+        f"# {options.protocol.upper()} benchmark (perf_analyzer)",
         "",
         f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- host: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         f"- server: {server}",
+        f"- load average before the run: {load:.1f} (other jobs share this host; compare runs made together)",
         f"- load: perf_analyzer -i {options.protocol}, model {options.model}, "
         f"{options.interval_ms} ms windows, shapes {' '.join(options.shape)}",
         "",
@@ -194,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     encodings = ["binary", "json"] if options.encoding == "both" else [options.encoding]
     if options.protocol == "grpc":
         encodings = ["binary"]
+    load = os.getloadavg()[0]
     process = None
     url = options.url
     server = f"running server at {url}"
@@ -221,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             process.wait(30)
     out = options.out or HERE / "results" / f"{options.protocol}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(table(options, rows, server))
+    out.write_text(table(options, rows, server, load))
     print(f"wrote {out}")
     return 0
 

@@ -46,7 +46,7 @@ def _counter_values(version: ModelVersion) -> dict[str, float]:
         "nv_inference_request_success": stats.success.count,
         "nv_inference_count": stats.inference_count,
         "nv_inference_exec_count": stats.execution_count,
-        "nv_inference_request_duration_us": (stats.success.ns + stats.fail.ns) // 1000,
+        "nv_inference_request_duration_us": stats.success.ns // 1000,
         "nv_inference_queue_duration_us": stats.queue.ns // 1000,
         "nv_inference_compute_input_duration_us": stats.compute_input.ns // 1000,
         "nv_inference_compute_infer_duration_us": stats.compute_infer.ns // 1000,
