@@ -247,6 +247,7 @@ async def unload_version(version: ModelVersion, drain: bool = True) -> None:
     With ``drain`` every accepted request is executed first (unload, reload); without it
     (shutdown) queued requests are answered with an error and only running ones finish.
     """
+    started = time.monotonic()
     version.state = ModelState.UNLOADING
     if version.scheduler is not None:
         if drain:
@@ -255,7 +256,12 @@ async def unload_version(version: ModelVersion, drain: bool = True) -> None:
     await _release(version)
     version.state = ModelState.UNAVAILABLE
     version.reason = "unloaded"
-    log.info("successfully unloaded '%s' version %d", version.name, version.version)
+    log.info(
+        "successfully unloaded '%s' version %d in %.0f ms",
+        version.name,
+        version.version,
+        (time.monotonic() - started) * 1000,
+    )
 
 
 async def _release(version: ModelVersion) -> None:
