@@ -271,6 +271,7 @@ def encode_response(
     )
     if response.parameters:
         params.fill(message.parameters, response.parameters)
+    chosen: list[tuple[str, np.ndarray, RequestedOutput | None]]
     if requested is None:
         chosen = [(name, array, None) for name, array in response.outputs.items()]
     else:

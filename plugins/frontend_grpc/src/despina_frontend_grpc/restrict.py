@@ -76,7 +76,7 @@ def _refusal(header: str) -> Callable[..., Awaitable[Any]]:
     return refuse
 
 
-class RestrictionInterceptor(grpc.aio.ServerInterceptor):
+class RestrictionInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Refuses calls of restricted methods that lack the group's header and value."""
 
     def __init__(self, methods: dict[str, tuple[str, str]]) -> None:
