@@ -205,3 +205,19 @@ def test_sync_client_keeps_serving_many_requests(
     client = http_client(server, concurrency=4)
     for _ in range(20):
         infer_ok(client)
+
+
+def test_bf16_as_json_data(server: RunningServer) -> None:
+    body = {
+        "inputs": [
+            {"name": f"INPUT{i}", "datatype": "BF16", "shape": [1, 2], "data": [1.5, -2.0]}
+            for i in range(2)
+        ]
+    }
+    answer = post_json(server, "/v2/models/echo_bf16/infer", body)
+    assert answer["outputs"][0] == {
+        "name": "OUTPUT0",
+        "datatype": "BF16",
+        "shape": [1, 2],
+        "data": [1.5, -2.0],
+    }
