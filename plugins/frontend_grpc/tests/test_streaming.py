@@ -108,12 +108,29 @@ def test_decoupled_model_streams_responses(stream: tuple[Any, queue.Queue[Item]]
     )
     ((result, error),) = take(received, 1)
     assert error is None and result.get_response().parameters["triton_final_response"].bool_param
+    # without the empty final response: the flag on each response, nothing after the last
+    client.async_stream_infer(
+        "decoupled", [tensor("IN", np.array([2], np.int32), "INT32")], request_id="d2"
+    )
+    client.async_stream_infer("decoupled", [zero], request_id="silent")
+    client.async_stream_infer("add_sub", add_sub(1.0), request_id="plain")
+    items = take(received, 3)
+    flags = {
+        (r.get_response().id, r.get_response().parameters["triton_final_response"].bool_param)
+        for r, _ in items
+    }
+    assert flags == {("d2", False), ("plain", True)} and len(items) == 3
+    assert received.empty()
 
 
 def test_decoupled_model_refused_on_unary_infer(client: Any) -> None:
     with pytest.raises(InferenceServerException) as info:
         client.infer("decoupled", [tensor("IN", np.array([1], np.int32), "INT32")])
-    assert "decoupled" in info.value.message()
+    assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert (
+        info.value.message()
+        == "ModelInfer RPC doesn't support models with decoupled transaction policy"
+    )
     assert client.is_server_live()
 
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from despina.errors import DespinaError, Internal
+from despina.errors import DespinaError, Internal, Unsupported
 from despina.inference import InferenceRequest, InferenceResponse
 from tritonclient.grpc import service_pb2
 
@@ -34,9 +34,15 @@ class Inference:
         self.shm = server.shared_memory
         self.headers = re.compile(header_pattern) if header_pattern else None
 
-    def build(self, message: Any, context: grpc.aio.ServicerContext) -> InferenceRequest:
+    def build(
+        self, message: Any, context: grpc.aio.ServicerContext, streaming: bool
+    ) -> InferenceRequest:
         """The InferenceRequest of a ModelInferRequest (model looked up first, as Triton)."""
         model = self.server.models.get(message.model_name, message.model_version)
+        if model.decoupled and not streaming:
+            raise Unsupported(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
+            )
         assert model.signature is not None
         request = RequestDecoder(message, self.shm).request(model.signature)
         if self.headers is not None:
@@ -47,7 +53,7 @@ class Inference:
 
     async def infer(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
         """One request on a non-decoupled model; DespinaError for the caller to report."""
-        request = self.build(message, context)
+        request = self.build(message, context, streaming=False)
         try:
             response = await self.server.infer(request)
         except asyncio.CancelledError:
@@ -87,7 +93,7 @@ class Inference:
             put(_error("", Internal(UNPARSABLE_TEXT)))
             return
         try:
-            request = self.build(message, context)
+            request = self.build(message, context, streaming=True)
         except Exception as exc:  # noqa: BLE001 - every failure is reported in the stream
             put(_error(message.id, exc))
             return
@@ -95,7 +101,7 @@ class Inference:
         final_sent = False
         try:
             async for response in self.server.infer_stream(request):
-                put(self._stream_response(request, response, empty_final))
+                put(self._stream_response(request, response))
                 final_sent = response.final
         except asyncio.CancelledError:
             request.cancel()
@@ -108,17 +114,15 @@ class Inference:
             empty.parameters[params.FINAL_FLAG].bool_param = True
             put(service_pb2.ModelStreamInferResponse(infer_response=empty))
 
-    def _stream_response(
-        self, request: InferenceRequest, response: InferenceResponse, empty_final: bool
-    ) -> Any:
+    def _stream_response(self, request: InferenceRequest, response: InferenceResponse) -> Any:
+        """The stream message of a response; every one carries Triton's final flag."""
         if response.error is not None:
             return _error(request.id, response.error)
         try:
             encoded = encode_response(response, request.outputs, self.shm)
         except DespinaError as exc:
             return _error(request.id, exc)
-        if empty_final:
-            encoded.parameters[params.FINAL_FLAG].bool_param = response.final
+        encoded.parameters[params.FINAL_FLAG].bool_param = response.final
         return service_pb2.ModelStreamInferResponse(infer_response=encoded)
 
 

@@ -12,8 +12,9 @@ from typing import Any
 from despina.errors import InvalidArgument
 from despina.inference import InferenceRequest, SequenceFlags
 
-#: Requests whose ``triton_enable_empty_final_response`` is true get a final flag on
-#: every streamed response, and an empty response when a decoupled model ends silently.
+#: Every streamed response carries ``triton_final_response``; requests whose
+#: ``triton_enable_empty_final_response`` is true also get an empty final response when a
+#: decoupled model ends without one (as Triton).
 EMPTY_FINAL = "triton_enable_empty_final_response"
 FINAL_FLAG = "triton_final_response"
 
