@@ -112,6 +112,13 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not auto-complete model configs from model files",
     )
+    parser.add_argument_group("shared memory").add_argument(
+        "--allow-client-shm",
+        type=triton_bool,
+        default=False,
+        metavar="BOOL",
+        help="let clients register system shared-memory regions (default: false)",
+    )
     limits = parser.add_argument_group("rate limiter")
     limits.add_argument(
         "--rate-limit",

@@ -90,7 +90,7 @@ class Server:
         except DespinaError as exc:
             raise StartupError(str(exc)) from None
         self.models = ModelManager(self, repository)
-        self.shared_memory = SharedMemoryRegistry()
+        self.shared_memory = SharedMemoryRegistry(bool(self.settings.allow_client_shm))
         self.custom_metrics = CustomMetrics()
         try:
             cache_bytes = parse_cache_config(

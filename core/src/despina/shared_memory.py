@@ -8,6 +8,7 @@ error messages name the region, never its key.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -44,12 +45,18 @@ class Region:
 class SharedMemoryRegistry:
     """Registered system shared-memory regions of one server (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, allow_register: bool = True) -> None:
         self._regions: dict[str, Region] = {}
         self._lock = threading.Lock()
+        #: ``--allow-client-shm``: whether clients may register regions at all.
+        self.allow_register = allow_register
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Map ``byte_size`` bytes of ``key`` from ``offset``; errors are the client's."""
+        if not self.allow_register:
+            raise PermissionDenied(
+                "client shared memory is disabled; start the server with --allow-client-shm=true"
+            )
         if not name:
             raise InvalidArgument("shared memory region name must not be empty")
         if offset < 0 or byte_size <= 0:
@@ -84,7 +91,10 @@ class SharedMemoryRegistry:
             for each in names:
                 region = self._regions.pop(each, None)
                 if region is not None:
-                    region.mapping.close()
+                    # A view still held by an in-flight tensor keeps the mapping open;
+                    # it is unmapped when the last view goes.
+                    with contextlib.suppress(BufferError):
+                        region.mapping.close()
 
     def unregister_all(self) -> None:
         self.unregister("")

@@ -111,7 +111,12 @@ TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--model-load-gpu-limit": ("str", True, "GPU memory limits on loading are not supported"),
 }
 
-_TYPES: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "bool": triton_bool}
+_TYPES: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "bool": triton_bool,
+}
 
 
 def add_inert_flags(parser: argparse.ArgumentParser) -> dict[str, str]:

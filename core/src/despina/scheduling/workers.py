@@ -68,6 +68,7 @@ class QueueScheduler(Scheduler):
                 await execute_on(self.model, index, batch)
             finally:
                 self._executing.discard(task)
+                del batch  # the requests' arrays (shared-memory views) go now, not next turn
 
     async def stop(self) -> None:
         self._stopping = True

@@ -30,7 +30,6 @@ class Context:
     restrictions: Restrictions
     #: Request headers matching this are forwarded as request parameters.
     forward: re.Pattern[str] | None
-    allow_client_shm: bool
 
 
 def versioned(path: str) -> list[str]:

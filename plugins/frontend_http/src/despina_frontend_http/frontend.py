@@ -64,7 +64,6 @@ class HttpFrontend:
             executor=self._executor,
             restrictions=Restrictions(settings.http_restricted_api),
             forward=re.compile(pattern, re.IGNORECASE) if pattern else None,
-            allow_client_shm=bool(settings.allow_client_shm),
         )
         if settings.http_worker_processes > 0:
             self._pool = WorkerPool(

@@ -78,14 +78,6 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="largest request body accepted, after decompression (default: 64 MiB)",
     )
-    if "--allow-client-shm" not in parser._option_string_actions:
-        parser.add_argument(
-            "--allow-client-shm",
-            type=triton_bool,
-            default=False,
-            metavar="BOOL",
-            help="let clients register system shared-memory regions (default: false, as Triton)",
-        )
 
 
 @hookimpl

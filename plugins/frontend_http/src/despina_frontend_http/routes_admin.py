@@ -7,7 +7,7 @@ import binascii
 from typing import Any
 
 from aiohttp import web
-from despina.errors import InvalidArgument, Unavailable, Unsupported
+from despina.errors import InvalidArgument
 
 from despina_frontend_http.body import read_body
 from despina_frontend_http.context import Context, Route
@@ -35,7 +35,7 @@ def routes(ctx: Context) -> list[Route]:
     async def load(request: web.Request) -> web.StreamResponse:
         name = request.match_info["model"]
         params = _parameters(await body_of(request, ctx.max_input_size))
-        _check_control(models)
+        models.check_control()
         config = params.pop("config", None)
         if config is not None and not isinstance(config, str):
             raise InvalidArgument("Unable to parse 'config': expected a JSON string")
@@ -46,7 +46,7 @@ def routes(ctx: Context) -> list[Route]:
     async def unload(request: web.Request) -> web.StreamResponse:
         name = request.match_info["model"]
         params = _parameters(await body_of(request))
-        _check_control(models)
+        models.check_control()
         dependents = params.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise InvalidArgument("Unable to parse 'unload_dependents': expected a boolean")
@@ -85,14 +85,6 @@ def routes(ctx: Context) -> list[Route]:
         ("GET", "/v2/models/{model}/trace/setting", "trace", trace_get),
         ("POST", "/v2/models/{model}/trace/setting", "trace", trace_set),
     ]
-
-
-def _check_control(models: Any) -> None:
-    """Load/unload outside explicit mode: Triton answers 503 (UNAVAILABLE)."""
-    try:
-        models.check_control()
-    except Unsupported as exc:
-        raise Unavailable(str(exc)) from None
 
 
 def _trace_json(values: dict[str, list[str]]) -> dict[str, Any]:

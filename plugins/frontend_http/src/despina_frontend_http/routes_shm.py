@@ -4,7 +4,7 @@ support: status lists nothing, register is refused)."""
 from __future__ import annotations
 
 from aiohttp import web
-from despina.errors import InvalidArgument, NotFound, PermissionDenied, Unsupported
+from despina.errors import InvalidArgument, NotFound, Unsupported
 
 from despina_frontend_http.body import read_body
 from despina_frontend_http.context import Context, Route
@@ -22,10 +22,6 @@ def routes(ctx: Context) -> list[Route]:
 
     async def register(request: web.Request) -> web.StreamResponse:
         region = request.match_info["region"]
-        if not ctx.allow_client_shm:
-            raise PermissionDenied(
-                "client shared memory is disabled; start the server with --allow-client-shm=true"
-            )
         body = json_body(await read_body(request, 65536), allow_empty=False)
         key, offset, size = body.get("key"), body.get("offset", 0), body.get("byte_size")
         if not isinstance(key, str) or not _is_int(offset) or not _is_int(size):
