@@ -34,6 +34,16 @@ def infer_request(
     return request
 
 
+def bytes_request(shape: list[int], data: bytes) -> Any:
+    request = pb.ModelInferRequest(model_name="echo_bytes")
+    request.inputs.add(name="IN", datatype="BYTES", shape=shape)
+    request.raw_input_contents.append(data)
+    return request
+
+
+TWO_STRINGS = b"\x01\x00\x00\x00a\x02\x00\x00\x00bc"
+
+
 def mutate(change: Callable[[Any], None], **kwargs: Any) -> Any:
     request = infer_request(**kwargs)
     change(request)
@@ -235,6 +245,27 @@ CASES: list[tuple[str, str, Any, grpc.StatusCode, str]] = [
         ),
         INVALID,
         "grpctest model refuses every request",
+    ),
+    (
+        "too few strings",
+        "ModelInfer",
+        bytes_request([1, 3], TWO_STRINGS),
+        INVALID,
+        "[request id: <id_unknown>] expected 3 string elements for inference input 'IN' for model 'echo_bytes', got 2",
+    ),
+    (
+        "too many strings",
+        "ModelInfer",
+        bytes_request([1, 1], TWO_STRINGS),
+        INVALID,
+        "[request id: <id_unknown>] unexpected number of string elements 2 for inference input 'IN' for model 'echo_bytes', expecting 1",
+    ),
+    (
+        "truncated string",
+        "ModelInfer",
+        bytes_request([1, 2], TWO_STRINGS[:-1]),
+        INVALID,
+        "unexpected end of BYTES tensor data: element past the buffer",
     ),
     (
         "metadata of unknown model",

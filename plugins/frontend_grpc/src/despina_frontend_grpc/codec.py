@@ -188,7 +188,9 @@ class RequestDecoder:
     ) -> np.ndarray:
         count = element_count(shape)
         if datatype == "BYTES":
-            return deserialize_bytes(data, count).reshape(shape)
+            array = deserialize_bytes(data)
+            self._check_string_count(name, count, len(array))
+            return array.reshape(shape)
         expected = count * dtype.itemsize
         if len(data) != expected:
             self._size_mismatch(name, expected, len(data))
@@ -209,11 +211,7 @@ class RequestDecoder:
         values = getattr(contents, field)
         count = element_count(shape)
         if datatype == "BYTES":
-            if len(values) != count:
-                raise InvalidArgument(
-                    f"[request id: {self.rid}] expected {count} string elements for inference "
-                    f"input '{name}' for model '{self.model}', got {len(values)}"
-                )
+            self._check_string_count(name, count, len(values))
             array = np.empty(count, dtype=np.object_)
             array[:] = list(values)
             return array.reshape(shape)
@@ -245,6 +243,18 @@ class RequestDecoder:
             return self._from_buffer(name, datatype, dtype, shape, bytes(view))
         finally:
             view.release()
+
+    def _check_string_count(self, name: str, expected: int, got: int) -> None:
+        where = f"for inference input '{name}' for model '{self.model}'"
+        if got < expected:
+            raise _SizeMismatch(
+                f"[request id: {self.rid}] expected {expected} string elements {where}, got {got}"
+            )
+        if got > expected:
+            raise _SizeMismatch(
+                f"[request id: {self.rid}] unexpected number of string elements {got} {where}, "
+                f"expecting {expected}"
+            )
 
     def _size_mismatch(self, name: str, expected: int, got: int) -> None:
         raise _SizeMismatch(
