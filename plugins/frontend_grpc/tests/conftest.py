@@ -39,7 +39,7 @@ LOCAL = (
 
 
 def build_repository(repo: RepositoryBuilder) -> None:
-    """add_sub, one echo model per datatype, sleep, decoupled and fail models."""
+    """add_sub, one echo model per datatype, sleep, decoupled, fail and sequence models."""
     version = {"1/.keep": ""}
     repo.add("add_sub", backend.config("add_sub", "add_sub", dims="-1, 16"), version)
     for datatype in DATATYPES:
@@ -50,6 +50,11 @@ def build_repository(repo: RepositoryBuilder) -> None:
         "decoupled", backend.config("decoupled", "decoupled", "INT32", decoupled=True), version
     )
     repo.add("fail", backend.config("fail", "fail"), version)
+    sequence = (
+        backend.config("sequence")
+        + "sequence_batching { max_sequence_idle_microseconds: 60000000 }\n"
+    )
+    repo.add("sequence", sequence, version)
 
 
 def serve_repository(root: Path, *args: str, plugins: tuple[Any, ...] = ()) -> RunningServer:

@@ -181,3 +181,40 @@ def test_cancelled_stream_and_call_leave_the_server_serving(server: RunningServe
         assert error is None and result.get_response().id == "again"
         client.stop_stream()
         assert client.infer("add_sub", add_sub(3.0)).as_numpy("OUTPUT0")[0, 0] == 6.0
+
+
+def test_sequence_over_a_stream(stream: tuple[Any, queue.Queue[Item]]) -> None:
+    client, received = stream
+    one = np.ones(1, np.float32)
+    for index, (start, end) in enumerate(((True, False), (False, False), (False, True))):
+        client.async_stream_infer(
+            "sequence",
+            [tensor("IN", one)],
+            request_id=f"s{index}",
+            sequence_id=7,
+            sequence_start=start,
+            sequence_end=end,
+        )
+        ((result, error),) = take(received, 1)
+        assert error is None
+        parameters = result.get_response().parameters
+        assert parameters["correlation_id"].int64_param == 7
+        assert parameters["sequence_flags"].int64_param == int(start) | (int(end) << 1)
+    client.async_stream_infer("sequence", [tensor("IN", one)], request_id="no-start", sequence_id=8)
+    client.async_stream_infer("sequence", [tensor("IN", one)], request_id="no-id")
+    errors = sorted(str(error) for _, error in take(received, 2))
+    assert errors == [
+        "inference request for sequence 8 to model 'sequence' must specify the START flag on the first request of the sequence",
+        "inference request to model 'sequence' must specify a non-zero or non-empty correlation ID",
+    ]
+    client.async_stream_infer(
+        "sequence",
+        [tensor("IN", one)],
+        request_id="text",
+        sequence_id="abc",
+        sequence_start=True,
+        sequence_end=True,
+    )
+    ((result, error),) = take(received, 1)
+    assert error is None
+    assert result.get_response().parameters["correlation_id"].string_param == "abc"
