@@ -56,5 +56,5 @@ def _in_this_process(backend: PythonBackend, config_json: str) -> str:
         result = hook(config)
         completed = result if isinstance(result, ModelConfig) else config
         return json.dumps(completed.as_dict())
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - model code may raise anything
         raise ConfigError(describe_exception(exc)) from None

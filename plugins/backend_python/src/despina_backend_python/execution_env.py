@@ -8,6 +8,7 @@ numpy (this package's own code is put on its ``PYTHONPATH``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -57,10 +58,8 @@ def _unpacked(archive: Path) -> Path:
         staging = Path(tempfile.mkdtemp(prefix="unpack-", dir=_ensure_cache()))
         with tarfile.open(archive) as tar:
             tar.extractall(staging, filter="data")
-        try:
+        with contextlib.suppress(OSError):  # unpacked meanwhile by another load
             staging.rename(target)
-        except OSError:  # unpacked meanwhile by another load
-            pass
     return target
 
 

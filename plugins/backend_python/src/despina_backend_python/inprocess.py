@@ -88,7 +88,7 @@ class SharedModel:
                 result = self.model.initialize(self.args)
                 if inspect.isawaitable(result):
                     asyncio.run(_awaited(result))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - model code may raise anything
             raise Internal(describe_exception(exc)) from None
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
 
@@ -140,7 +140,7 @@ class InProcessInstance(ModelInstance):
             result = await loop.run_in_executor(
                 shared.executor, shared._in_host, shared.model.execute, pb_requests
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - model code may raise anything
             raise responses.exception_failed(self.spec.name, exc) from None
         return responses.collect(self.spec.name, result, requests, shared.decoupled, _convert)
 
@@ -156,7 +156,7 @@ class AsyncInProcessInstance(InProcessInstance):
         token = pb_runtime.activate(shared.host)
         try:
             result = await shared.model.execute(shared.pb_requests(requests))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - model code may raise anything
             raise responses.exception_failed(self.spec.name, exc) from None
         finally:
             pb_runtime.deactivate(token)
