@@ -91,3 +91,47 @@ def test_async_execute_runs_requests_concurrently(mode: str, model_repository: A
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         most = max(pool.map(one, range(4)))
     assert most > 1  # one instance had several executions in flight
+
+
+SHARED = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+INITIALIZED = []
+
+class TritonPythonModel:
+    def initialize(self, args):
+        INITIALIZED.append(args["model_instance_name"])
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.array([len(INITIALIZED)], np.int32))])
+                for r in requests]
+'''
+
+BLOCKING_BLS = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        pb_utils.InferenceRequest(model_name="shared", requested_output_names=["Y"],
+                                  inputs=[requests[0].inputs()[0]]).exec()
+        return []
+'''
+
+
+def test_in_process_instances_share_one_model(model_repository: Any, despina_server: Any,
+                                              http_client: Any) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    extra = "instance_group [ { count: 3 kind: KIND_CPU } ]"
+    add(model_repository, "shared", SHARED, CONCURRENT_IO, "in-process", extra)
+    add(model_repository, "blocking", BLOCKING_BLS, CONCURRENT_IO, "in-process")
+    running = despina_server(model_repository.root)
+    assert len(running.server.models.get("shared").instances) == 3
+    client = http_client(running)
+    result = infer(client, "shared", {"X": np.array([1], np.int32)})
+    assert int(result.as_numpy("Y")[0]) == 1  # initialize ran once for the three instances
+    with pytest.raises(InferenceServerException) as error:
+        infer(client, "blocking", {"X": np.array([1], np.int32)})
+    assert "exec() would block the server's event loop" in error.value.message()

@@ -27,6 +27,11 @@ async def run_auto_complete(backend: PythonBackend, config_json: str, in_process
     Raises ConfigError with the model's error (the model becomes UNAVAILABLE).
     """
     ctx = backend.context
+    try:
+        if "auto_complete_config" not in ctx.model_file.read_text(encoding="utf-8", errors="replace"):
+            return None  # no hook: spare the child process
+    except OSError:
+        pass  # reported by the load itself
     if in_process:
         text = await asyncio.to_thread(_in_this_process, backend, config_json)
     else:

@@ -278,7 +278,19 @@ def auto_complete(stub: Stub, hello: dict[str, Any]) -> dict[str, Any]:
         return {"op": "error", "message": describe_exception(exc)}
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when the server dies (even if the model is stuck)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the closed channel still ends us
+        pass
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     channel = BlockingChannel(socket.socket(fileno=int(argv[1])))
     hello = channel.recv()
     if hello is None:
