@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -218,3 +218,22 @@ def test_sequence_over_a_stream(stream: tuple[Any, queue.Queue[Item]]) -> None:
     ((result, error),) = take(received, 1)
     assert error is None
     assert result.get_response().parameters["correlation_id"].string_param == "abc"
+
+
+def test_stream_in_flight_limit_holds_back_reading(
+    serve: Callable[..., RunningServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from despina_frontend_grpc import infer
+
+    monkeypatch.setattr(infer, "MAX_STREAM_IN_FLIGHT", 1)
+    running = serve()
+    received: queue.Queue[Item] = queue.Queue()
+    with grpcclient.InferenceServerClient(running.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: received.put((result, error)))
+        for index in range(4):
+            client.async_stream_infer(
+                "sleep", [tensor("IN", np.array([0.5], np.float32))], request_id=str(index)
+            )
+        items = take(received, 4)
+        client.stop_stream()
+    assert [r.get_response().id for r, e in items if e is None] == ["0", "1", "2", "3"]

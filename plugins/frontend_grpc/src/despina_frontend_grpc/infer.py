@@ -25,6 +25,10 @@ from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_tex
 if TYPE_CHECKING:
     from despina.server import Server
 
+#: Requests of one stream running at once; further messages wait unread, so HTTP/2 flow
+#: control holds back a client that sends without reading its responses.
+MAX_STREAM_IN_FLIGHT = 1024
+
 
 class Inference:
     """The inference RPCs of one server, with the frontend's settings applied."""
@@ -71,6 +75,8 @@ class Inference:
 
         async def read() -> None:
             async for message in messages:
+                while len(running) >= MAX_STREAM_IN_FLIGHT:
+                    await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 task = asyncio.create_task(self._one(message, context, ready.put_nowait))
                 running.add(task)
                 task.add_done_callback(running.discard)
