@@ -123,11 +123,13 @@ class ModelManager:
                 await self._retire(old)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
-        """Unload ``name`` (and, with ``unload_dependents``, the models its ensemble uses)."""
+        """Unload ``name`` (and, with ``unload_dependents``, the models its ensemble uses);
+        a model that is not loaded is not an error (Triton answers OK)."""
         async with self._lock(name):
             entry = self.entries.get(name)
-            if entry is None:
-                raise NotFound(f"failed to unload '{name}', no version is available")
+            if entry is None:  # as Triton: unloading a model that is not loaded succeeds
+                log.info("unload of '%s': the model is not loaded", name)
+                return
             composing = _composing_models(entry.config) if entry.config is not None else []
             await self._retire(entry)
             entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"

@@ -172,11 +172,3 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="largest request and response message in bytes (Despina; default: 2147483647, as Triton)",
     )
-    if "--allow-client-shm" not in parser._option_string_actions:  # shared with the HTTP frontend
-        parser.add_argument(
-            "--allow-client-shm",
-            type=triton_bool,
-            default=False,
-            metavar="BOOL",
-            help="let clients register system shared-memory regions (default: false, as Triton)",
-        )

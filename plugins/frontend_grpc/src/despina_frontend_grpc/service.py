@@ -6,7 +6,6 @@ call with its ``grpc_code`` and text, anything else with INTERNAL; the server ke
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +14,6 @@ from despina.errors import (
     DespinaError,
     InvalidArgument,
     NotFound,
-    PermissionDenied,
     Unsupported,
 )
 from google.protobuf import json_format
@@ -143,8 +141,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
         models.check_control()
         dependents = request.parameters.get("unload_dependents")
         cascade = dependents is not None and params.value_of(dependents) is True
-        with contextlib.suppress(NotFound):  # Triton answers OK for a model not loaded
-            await models.unload(request.model_name, unload_dependents=cascade)
+        await models.unload(request.model_name, unload_dependents=cascade)
         return pb.RepositoryModelUnloadResponse()
 
     # shared memory
@@ -159,10 +156,6 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @guarded
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        if not self.server.settings.allow_client_shm:
-            raise PermissionDenied(
-                "client shared memory is disabled; start the server with --allow-client-shm=true"
-            )
         self.server.shared_memory.register(
             request.name, request.key, request.offset, request.byte_size
         )
