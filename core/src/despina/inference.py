@@ -12,6 +12,7 @@ import asyncio
 import enum
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,15 +56,18 @@ class ResponseStream:
     """Carries a request's responses back to its submitter, across threads if needed.
 
     ``send`` may be called from any thread; reading happens on the event loop that created
-    the stream. After a response with ``final=True`` (or :meth:`close`) the stream ends.
+    the stream, by ``async for`` or, for one response, :meth:`last`. After a response with
+    ``final=True`` the stream ends.
     """
 
-    __slots__ = ("_done", "_lock", "_loop", "_queue")
+    __slots__ = ("_done", "_ended", "_items", "_lock", "_loop", "_waiter")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop or asyncio.get_running_loop()
-        self._queue: asyncio.Queue[InferenceResponse | None] = asyncio.Queue()
-        self._done = False
+        self._items: deque[InferenceResponse] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._done = False  # a final response was sent (any thread)
+        self._ended = False  # the final flag reached the loop
         self._lock = threading.Lock()
 
     @property
@@ -79,14 +83,10 @@ class ResponseStream:
             self._done = final
         if response is not None:
             response.final = final
-        if final and response is None:
-            item: InferenceResponse | None = None
-        else:
-            item = response
         if _running_loop() is self._loop:
-            self._put(item, final)
+            self._put(response, final)
         else:
-            self._loop.call_soon_threadsafe(self._put, item, final)
+            self._loop.call_soon_threadsafe(self._put, response, final)
 
     def fail(self, error: DespinaError) -> None:
         """End the stream with an error response."""
@@ -94,16 +94,31 @@ class ResponseStream:
 
     def _put(self, item: InferenceResponse | None, final: bool) -> None:
         if item is not None:
-            self._queue.put_nowait(item)
-        if final:
-            self._queue.put_nowait(None)
+            self._items.append(item)
+        self._ended = self._ended or final
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _next(self) -> InferenceResponse | None:
+        """The next response, or None once the stream ended."""
+        while not self._items:
+            if self._ended:
+                return None
+            self._waiter = self._loop.create_future()
+            await self._waiter
+        return self._items.popleft()
 
     async def __aiter__(self) -> AsyncIterator[InferenceResponse]:
-        while True:
-            item = await self._queue.get()
-            if item is None:
-                return
+        while (item := await self._next()) is not None:
             yield item
+
+    async def last(self) -> InferenceResponse | None:
+        """Wait for the end of the stream; return its last response (None if none)."""
+        last = None
+        while (item := await self._next()) is not None:
+            last = item
+        return last
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -187,15 +187,23 @@ class Server:
         self.shared_memory.unregister_all()
         self.live = False
 
-    def submit(self, request: InferenceRequest) -> tuple[ModelVersion, ResponseStream]:
+    def submit(
+        self, request: InferenceRequest, streaming: bool = True
+    ) -> tuple[ModelVersion, ResponseStream]:
         """Validate and queue a request; return the model and the stream to read.
 
-        Raises DespinaError (unknown model, invalid input, full queue) synchronously.
+        Raises DespinaError (unknown model, invalid input, full queue) synchronously, and
+        Unsupported for a decoupled model unless ``streaming``.
         """
         if self._stopping:
             raise Unavailable("Server is stopping")
         model = self.models.get(request.model_name, request.model_version)
         assert model.signature is not None and model.scheduler is not None
+        if not streaming and model.decoupled:
+            raise Unsupported(
+                f"Model '{model.name}' is configured with decoupled transaction policy; "
+                "use the streaming API"
+            )
         validate_request(request, model.signature)
         stream = ResponseStream()
         request.stream = stream
@@ -227,10 +235,8 @@ class Server:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run a request on a non-decoupled model; return its response or raise its error."""
-        model, stream = self.submit_checked(request, streaming=False)
-        response: InferenceResponse | None = None
-        async for item in stream:
-            response = item
+        model, stream = self.submit(request, streaming=False)
+        response = await stream.last()
         if response is None:
             raise Internal(f"model '{model.name}' sent no response")
         if response.error is not None:
@@ -240,23 +246,10 @@ class Server:
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run a request on any model; yield every response (errors as ``error`` set)."""
-        model, stream = self.submit_checked(request, streaming=True)
+        model, stream = self.submit(request)
         async for response in stream:
             response.model_name, response.model_version = model.name, str(model.version)
             yield response
-
-    def submit_checked(
-        self, request: InferenceRequest, streaming: bool
-    ) -> tuple[ModelVersion, ResponseStream]:
-        """:meth:`submit`, refusing decoupled models unless ``streaming``."""
-        if not streaming:
-            model = self.models.get(request.model_name, request.model_version)
-            if model.decoupled:
-                raise Unsupported(
-                    f"Model '{model.name}' is configured with decoupled transaction policy; "
-                    "use the streaming API"
-                )
-        return self.submit(request)
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         """KServe v2 model metadata (name, versions, platform, inputs, outputs)."""
