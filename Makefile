@@ -31,6 +31,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python bench/run.py --protocol grpc $(BENCH_ARGS)
+	$(BIN)/python bench/backends.py
 
 clean:
 	rm -rf $(VENV)

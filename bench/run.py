@@ -36,7 +36,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(protocol: str, extra: list[str]) -> tuple[subprocess.Popen[bytes], str, int]:
+def start_server(
+    protocol: str, extra: list[str], repository: Path = HERE / "model_repository"
+) -> tuple[subprocess.Popen[bytes], str, int]:
     """``despina serve`` on loopback; returns (process, url for the protocol, http port)."""
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = [
@@ -45,7 +47,7 @@ def start_server(protocol: str, extra: list[str]) -> tuple[subprocess.Popen[byte
         "--plugin",
         "bench_backend",
         "--model-repository",
-        str(HERE / "model_repository"),
+        str(repository),
         "--http-address",
         "127.0.0.1",
         "--http-port",
@@ -162,6 +164,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--model", default="add_sub")
     parser.add_argument(
+        "--repository",
+        type=Path,
+        default=HERE / "model_repository",
+        help="model repository to serve (default: bench/model_repository)",
+    )
+    parser.add_argument(
         "--shape",
         action="append",
         help="perf_analyzer --shape (default: add_sub's INPUT0/INPUT1 1,16)",
@@ -203,9 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     url = options.url
     server = f"running server at {url}"
     if url is None:
-        process, url, http_port = start_server(options.protocol, options.server_arg)
+        process, url, http_port = start_server(
+            options.protocol, options.server_arg, options.repository
+        )
         server = (
-            "despina serve --plugin bench_backend --model-repository bench/model_repository "
+            f"despina serve --plugin bench_backend --model-repository {options.repository} "
             + " ".join(options.server_arg)
         )
         wait_ready(http_port, process)
