@@ -89,3 +89,28 @@ def test_delay_action_runs_expired_requests_last(
     )
     assert not [r for r in results if isinstance(r, Exception)]
     assert toy_backend.ToyBackend.order == ["busy", "on-time", "expires"]
+
+
+def test_preserve_ordering_answers_in_arrival_order(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    # Two instances; the first request is slow, the second fast: without ordering the
+    # second answer would leave first.
+    extra = "dynamic_batching { preserve_ordering: true } instance_group [ { count: 2 } ]"
+    model_repository.add(
+        "ordered", toy_config(mbs=1, extra=extra), {"1/model.toy": '{"delay_by_value": true}'}
+    )
+    running = despina_server(model_repository.root, plugins=[toy_backend])
+    answered: list[str] = []
+
+    async def scenario() -> None:
+        async def one(request_id: str, value: float) -> None:
+            await running.server.infer(toy_request("ordered", batch=1, value=value, id=request_id))
+            answered.append(request_id)
+
+        slow = asyncio.ensure_future(one("slow", 0.2))
+        await asyncio.sleep(0.01)
+        await asyncio.gather(slow, one("fast", 0.0))
+
+    running.call(scenario())
+    assert answered == ["slow", "fast"]

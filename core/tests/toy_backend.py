@@ -1,5 +1,6 @@
 """A tiny backend defined in the tests ("toy"), with config and request builders: OUTPUT0 = INPUT0 + INPUT1,
-OUTPUT1 = INPUT0 - INPUT1. Files ``model.toy`` hold optional JSON behaviour switches."""
+OUTPUT1 = INPUT0 - INPUT1. Files ``model.toy`` hold optional JSON behaviour switches
+(delay_s, delay_by_value, raise, reject_negative, fail_load)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ class ToyInstance(ModelInstance):
         self.log.append((self.spec.name, len(requests)))
         ToyBackend.order.extend(r.id for r in requests)
         delay = float(self.behaviour.get("delay_s", 0))  # type: ignore[arg-type]
+        if self.behaviour.get("delay_by_value"):  # sleep INPUT0's first value, in seconds
+            delay = float(requests[0].inputs["INPUT0"].reshape(-1)[0])
         ToyBackend.active += 1
         ToyBackend.max_active = max(ToyBackend.max_active, ToyBackend.active)
         try:

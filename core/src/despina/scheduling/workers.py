@@ -5,9 +5,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
+from despina.backend import ModelInstance
 from despina.errors import DespinaError
-from despina.inference import InferenceRequest
+from despina.inference import InferenceRequest, InferenceResponse
 from despina.scheduling.base import ScheduledModel, Scheduler, execute_on, reject, stopping_error
 from despina.scheduling.queue import RequestQueue
 
@@ -25,6 +27,7 @@ class QueueScheduler(Scheduler):
         self._workers: list[asyncio.Task[None]] = []
         self._executing: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._last_turn: asyncio.Future[None] | None = None
 
     def make_queue(self) -> RequestQueue:
         """The queue; subclasses pass their queue policy."""
@@ -65,10 +68,18 @@ class QueueScheduler(Scheduler):
             batch = await self.next_batch()
             self._executing.add(task)
             try:
-                await execute_on(self.model, index, batch)
+                await execute_on(self.model, index, batch, self._ordered(index))
             finally:
                 self._executing.discard(task)
                 del batch  # the requests' arrays (shared-memory views) go now, not next turn
+
+    def _ordered(self, index: int) -> ModelInstance | None:
+        """With ``preserve_ordering``: the instance wrapped to answer after the batch formed
+        before it (batches take turns in the order they were formed); else None."""
+        if not self.model.config.dynamic_batching.preserve_ordering:
+            return None
+        previous, self._last_turn = self._last_turn, asyncio.get_running_loop().create_future()
+        return OrderedExecution(self.model.instances[index], previous, self._last_turn)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -80,6 +91,34 @@ class QueueScheduler(Scheduler):
                 await worker
         for request in self.queue.drain():
             reject(self.model, request, stopping_error(self.model))
+
+
+class OrderedExecution(ModelInstance):
+    """Runs a batch on ``inner`` but returns only after the previous batch returned.
+
+    :func:`~despina.scheduling.base.run_batch` delivers responses synchronously right after
+    ``execute`` returns, so responses leave in the order the batches were formed.
+    """
+
+    def __init__(
+        self,
+        inner: ModelInstance,
+        previous: asyncio.Future[None] | None,
+        mine: asyncio.Future[None],
+    ) -> None:
+        self.inner = inner
+        self.previous = previous
+        self.mine = mine
+
+    async def execute(
+        self, requests: Sequence[InferenceRequest]
+    ) -> Sequence[InferenceResponse] | None:
+        try:
+            return await self.inner.execute(requests)
+        finally:
+            if self.previous is not None:
+                await asyncio.shield(self.previous)
+            self.mine.set_result(None)
 
 
 class DefaultScheduler(QueueScheduler):
