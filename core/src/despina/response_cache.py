@@ -55,8 +55,9 @@ def cache_key(request: InferenceRequest, version: str) -> bytes:
             if array.dtype == np.object_
             else np.ascontiguousarray(array).data
         )
-    for output in sorted(request.requested_output_names or []):
-        digest.update(f"out\0{output}\0".encode())
+    for output in sorted(request.outputs or [], key=lambda o: o.name):
+        k = output.parameters.get("classification")
+        digest.update(f"out\0{output.name}\0{k}\0".encode())
     return digest.digest()
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from despina.classification import classification_count
 from despina.config import ModelConfig, mc
 from despina.errors import InvalidArgument
 from despina.inference import InferenceRequest
@@ -124,6 +125,7 @@ def _check_outputs(request: InferenceRequest, sig: ModelSignature) -> None:
             raise InvalidArgument(
                 f"unexpected inference output '{output.name}' for model '{sig.name}'"
             )
+        classification_count(output.name, output.parameters)
         if output.name in seen:
             raise InvalidArgument(f"output '{output.name}' is requested more than once")
         seen.add(output.name)

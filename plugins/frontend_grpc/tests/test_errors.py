@@ -201,11 +201,11 @@ CASES: list[tuple[str, str, Any, grpc.StatusCode, str]] = [
             lambda r: (
                 r.outputs.add(name="OUTPUT0")
                 .parameters["classification"]
-                .MergeFrom(pb.InferParameter(int64_param=2))
+                .MergeFrom(pb.InferParameter(int64_param=0))
             )
         ),
-        grpc.StatusCode.UNIMPLEMENTED,
-        "classification of output 'OUTPUT0' is not supported over gRPC yet",
+        INVALID,
+        "invalid classification count for output 'OUTPUT0'",
     ),
     (
         "priority type",

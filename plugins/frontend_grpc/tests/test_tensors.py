@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
-from conftest import DATATYPES
+from despina.tensors import DATATYPE_TO_DTYPE
 from despina.testing import RunningServer
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+
+DATATYPES = tuple(DATATYPE_TO_DTYPE)
 
 TYPED_FIELD = {
     "BOOL": "bool_contents",

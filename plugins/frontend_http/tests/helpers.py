@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import http.client
+import json
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from despina.testing import RunningServer
 from tritonclient.utils import InferenceServerException
 
 
@@ -39,3 +42,24 @@ def expect_error(call: Callable[[], Any], status: int, message: str) -> Inferenc
     assert info.value.status() == str(status), info.value.message()
     assert message in info.value.message(), info.value.message()
     return info.value
+
+
+INFER = "/v2/models/add_sub/infer"
+
+
+def raw(
+    server: RunningServer,
+    path: str,
+    body: bytes | Iterable[bytes],
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """POST a raw body (an iterable is sent chunked); return (status, JSON answer)."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    try:
+        chunked = not isinstance(body, bytes)
+        connection.request("POST", path, body=body, headers=headers or {}, encode_chunked=chunked)
+        response = connection.getresponse()
+        payload = response.read()
+        return response.status, json.loads(payload) if payload else {}
+    finally:
+        connection.close()

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from despina.testing import RunningServer
-from helpers import expect_error, infer_ok
+
+from .helpers import expect_error, infer_ok
 
 
 def test_health_and_server_metadata(server: RunningServer, http_client: Callable[..., Any]) -> None:

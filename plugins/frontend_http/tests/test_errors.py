@@ -3,38 +3,18 @@
 from __future__ import annotations
 
 import gzip
-import http.client
 import json
 import struct
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from despina.testing import RunningServer
-from helpers import add_sub_inputs, expect_error, infer_ok
 
-INFER = "/v2/models/add_sub/infer"
-
-
-def raw(
-    server: RunningServer,
-    path: str,
-    body: bytes | Iterable[bytes],
-    headers: dict[str, str] | None = None,
-) -> tuple[int, dict[str, Any]]:
-    """POST a raw body (an iterable is sent chunked); return (status, JSON answer)."""
-    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
-    try:
-        chunked = not isinstance(body, bytes)
-        connection.request("POST", path, body=body, headers=headers or {}, encode_chunked=chunked)
-        response = connection.getresponse()
-        payload = response.read()
-        return response.status, json.loads(payload) if payload else {}
-    finally:
-        connection.close()
+from .helpers import INFER, add_sub_inputs, expect_error, infer_ok, raw
 
 
 def binary_body(sizes: tuple[int, int] = (64, 64), data_bytes: int = 128) -> tuple[bytes, int]:

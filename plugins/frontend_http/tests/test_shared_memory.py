@@ -12,7 +12,8 @@ import pytest
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from despina.testing import RunningServer
-from helpers import expect_error, infer_ok
+
+from .helpers import expect_error, infer_ok
 
 SIZE = 64  # 16 FP32
 

@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
-from conftest import DATATYPES
+from despina.tensors import DATATYPE_TO_DTYPE
 from despina.testing import RunningServer
-from helpers import add_sub_inputs, infer_ok
+
+from .helpers import add_sub_inputs, infer_ok
+
+DATATYPES = tuple(DATATYPE_TO_DTYPE)
 
 
 def sample(datatype: str) -> np.ndarray:

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import tritonclient.http as httpclient
 from despina.testing import RunningServer
-from helpers import add_sub_inputs, expect_error, infer_ok
-from test_errors import INFER, raw
+
+from .helpers import INFER, add_sub_inputs, expect_error, infer_ok, raw
 
 
 def test_workers_serve_every_endpoint_kind(

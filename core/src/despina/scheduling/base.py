@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from despina.backend import ModelInstance
+from despina.classification import classify_outputs
 from despina.config import ModelConfig
 from despina.errors import DespinaError, Internal, Unavailable
 from despina.inference import InferenceRequest, InferenceResponse
@@ -165,22 +166,31 @@ async def run_batch(
         _fail_all(model, requests, error, "BACKEND")
         return
     for request, response in zip(requests, responses, strict=True):
-        _deliver(model, request, response)
-        _record_outcome(stats, request, start, end, failed=response.error is not None)
+        sent = _deliver(model, request, response)
+        _record_outcome(stats, request, start, end, failed=sent.error is not None)
 
 
-def _deliver(model: ScheduledModel, request: InferenceRequest, response: InferenceResponse) -> None:
-    """Send a backend's response: only the requested outputs, stored in the cache."""
+def _deliver(
+    model: ScheduledModel, request: InferenceRequest, response: InferenceResponse
+) -> InferenceResponse:
+    """Send a backend's response: only the requested outputs, classified where asked,
+    stored in the cache; return what was sent."""
     response.model_name = model.name
     response.model_version = model.version
     response.id = response.id or request.id
     wanted = request.requested_output_names
     if wanted is not None and response.outputs.keys() - set(wanted):
         response.outputs = {n: a for n, a in response.outputs.items() if n in wanted}
+    if response.error is None and request.outputs:
+        try:
+            classify_outputs(request, response, model.config, model.model_dir)
+        except DespinaError as exc:
+            response = InferenceResponse(model.name, model.version, response.id, error=exc)
     if model.cache is not None and request.cache_key is not None and response.error is None:
         model.cache.store(request.cache_key, response.outputs, response.parameters)
     if request.stream is not None:
         request.stream.send(response, final=True)
+    return response
 
 
 def _record_outcome(

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from despina.errors import Internal, InvalidArgument, Unsupported
+from despina.errors import Internal, InvalidArgument
 from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput
 from despina.shared_memory import SharedMemoryRegistry
 from despina.tensors import (
@@ -175,10 +175,6 @@ class RequestDecoder:
                 raise InvalidArgument(
                     f"'{SHM_SIZE}' must be specified along with '{SHM_REGION}' parameter "
                     f"for tensor '{tensor.name}'"
-                )
-            if "classification" in found:
-                raise Unsupported(
-                    f"classification of output '{tensor.name}' is not supported over gRPC yet"
                 )
             requested.append(RequestedOutput(tensor.name, found))
         return requested

@@ -29,9 +29,10 @@ from despina_frontend_grpc.restrict import SERVICE
 if TYPE_CHECKING:
     from despina.server import Server
 
-#: The extensions ServerMetadata reports: Triton's list, less classification (not yet over
-#: gRPC) and cuda_shared_memory (no GPU support; the RPCs still answer as Triton's CPU build).
+#: The extensions ServerMetadata reports: Triton's list, less cuda_shared_memory (no GPU
+#: support; the RPCs still answer as Triton's CPU build).
 EXTENSIONS = (
+    "classification",
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",

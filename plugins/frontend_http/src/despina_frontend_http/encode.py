@@ -1,11 +1,10 @@
-""":class:`InferenceResponse` -> response body: JSON data, binary tensors, shared memory,
-classification. Binary outputs are returned as buffers over the arrays (no copy); the
+""":class:`InferenceResponse` -> response body: JSON data, binary tensors, shared memory
+(classified outputs arrive from the core as BYTES tensors). Binary outputs are returned as buffers over the arrays (no copy); the
 caller writes them after the JSON header.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
@@ -21,15 +20,11 @@ from despina_frontend_http.decode import region_view
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
-#: (output name, k) -> classification array; given by the frontend (reads label files).
-Classifier = Callable[[str, np.ndarray, int], np.ndarray]
-
 
 def encode_response(
     request: InferenceRequest,
     response: InferenceResponse,
     shm: SharedMemoryRegistry,
-    classify: Classifier,
 ) -> tuple[bytes, list[memoryview | bytes]]:
     """Return the JSON header and the binary buffers that follow it (maybe none)."""
     binary_default = request.parameters.get("binary_data_output") is True
@@ -42,13 +37,7 @@ def encode_response(
         array = response.outputs.get(output.name)
         if array is None:
             continue
-        params = output.parameters
-        k = params.get("classification")
-        if k is not None:
-            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-                raise InvalidArgument(f"invalid classification count for output '{output.name}'")
-            array = classify(output.name, array, k)
-        outputs.append(_output(output.name, array, params, binary_default, shm, blobs))
+        outputs.append(_output(output.name, array, output.parameters, binary_default, shm, blobs))
     body: dict[str, Any] = {}
     if response.id:
         body["id"] = response.id

@@ -10,15 +10,12 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
-import numpy as np
 from aiohttp import web
-from despina.loader import ModelVersion
 
 from despina_frontend_http.body import accepted_encoding, compress, read_body
-from despina_frontend_http.classification import read_labels, top_k
 from despina_frontend_http.context import Context, Route, versioned
 from despina_frontend_http.decode import decode_request
-from despina_frontend_http.encode import Classifier, encode_response
+from despina_frontend_http.encode import encode_response
 
 #: Binary responses with more bytes than this are written buffer by buffer (no join).
 STREAM_BYTES = 1 << 20
@@ -38,13 +35,13 @@ async def run_infer(
     Raises DespinaError with Triton's status and text for anything that fails.
     """
     server = ctx.server
-    model = server.models.get(name, version)
+    server.models.get(name, version)  # an unknown model/version is reported before the body
     request = decode_request(body, header_length, name, version, server.shared_memory)
     if forwarded:
         for key, value in forwarded.items():
             request.parameters.setdefault(key, value)
     response = await server.infer(request)
-    return encode_response(request, response, server.shared_memory, _classifier(server, model))
+    return encode_response(request, response, server.shared_memory)
 
 
 def forwarded_headers(ctx: Context, headers: Mapping[str, str]) -> dict[str, str] | None:
@@ -104,16 +101,3 @@ def routes(ctx: Context) -> list[Route]:
         return await respond(request, ctx.executor, header, blobs)
 
     return [("POST", path, "inference", infer) for path in versioned("/infer")]
-
-
-def _classifier(server: Any, model: ModelVersion) -> Classifier:
-    """Classification for ``model``'s outputs, with labels from their label_filename."""
-
-    def classify(output: str, array: np.ndarray, k: int) -> np.ndarray:
-        config = model.config
-        label_file = next((o.label_filename for o in config.output if o.name == output), "")
-        entry = server.models.entries.get(model.name)
-        labels = read_labels(entry.model_dir if entry else None, label_file)
-        return top_k(array, k, config.max_batch_size > 0, labels)
-
-    return classify

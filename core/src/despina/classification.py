@@ -1,12 +1,21 @@
-"""Triton's classification extension: an output's top-k as ``"value:index[:label]"`` strings."""
+"""Triton's classification extension: an output's top-k as ``"value:index[:label]"`` strings.
+
+A requested output with the ``classification: k`` parameter is replaced, in the core and for
+every protocol, by a BYTES tensor of its top ``k`` classes, labelled from the output's
+``label_filename`` in the model folder.
+"""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from despina.config import ModelConfig
 from despina.errors import InvalidArgument, NotFound
+from despina.inference import InferenceRequest, InferenceResponse
 
 
 def top_k(array: np.ndarray, k: int, batched: bool, labels: list[str]) -> np.ndarray:
@@ -43,3 +52,31 @@ def read_labels(model_dir: Path | None, label_filename: str) -> list[str]:
 @functools.lru_cache(maxsize=64)
 def _cached(path: Path, mtime_ns: int) -> tuple[str, ...]:
     return tuple(path.read_text(encoding="utf-8").splitlines())
+
+
+def classification_count(output: str, parameters: dict[str, Any]) -> int | None:
+    """The ``classification`` parameter of a requested output (None if absent);
+    InvalidArgument unless it is a positive integer."""
+    k = parameters.get("classification")
+    if k is None:
+        return None
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise InvalidArgument(f"invalid classification count for output '{output}'")
+    return k
+
+
+def classify_outputs(
+    request: InferenceRequest,
+    response: InferenceResponse,
+    config: ModelConfig,
+    model_dir: Path | None,
+) -> None:
+    """Replace, in place, each output the request asked to classify by its top-k."""
+    for output in request.outputs or ():
+        k = classification_count(output.name, output.parameters)
+        array = response.outputs.get(output.name)
+        if k is None or array is None:
+            continue
+        label_file = next((o.label_filename for o in config.output if o.name == output.name), "")
+        labels = read_labels(model_dir, label_file)
+        response.outputs[output.name] = top_k(array, k, config.max_batch_size > 0, labels)

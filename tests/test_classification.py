@@ -1,0 +1,48 @@
+"""Classification (top-k with labels) is done by the core: the same answer over HTTP and gRPC."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import toy_backend
+from despina.testing import RepositoryBuilder, RunningServer
+
+pytest.importorskip("despina_frontend_http")
+pytest.importorskip("despina_frontend_grpc")
+
+LABELLED = """
+backend: "toy"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" },
+         { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+def test_top_k_with_labels_over_both_protocols(
+    model_repository: RepositoryBuilder,
+    despina_server: Callable[..., RunningServer],
+    http_client: Callable[..., Any],
+    grpc_client: Callable[..., Any],
+) -> None:
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    model_repository.add(
+        "labelled", LABELLED, {"1/model.toy": "", "labels.txt": "cat\ndog\nbird\nfish\n"}
+    )
+    running = despina_server(model_repository.root, plugins=[toy_backend])
+    a = np.array([0.5, 3.0, 1.0, 2.0], np.float32)  # OUTPUT0 = a + 1
+    expected = [b"4.000000:1:dog", b"3.000000:3:fish"]
+    for module, client in ((httpclient, http_client(running)), (grpcclient, grpc_client(running))):
+        inputs = [
+            module.InferInput("INPUT0", [4], "FP32"),
+            module.InferInput("INPUT1", [4], "FP32"),
+        ]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(np.ones(4, np.float32))
+        outputs = [module.InferRequestedOutput("OUTPUT0", class_count=2)]
+        result = client.infer("labelled", inputs, outputs=outputs)
+        assert result.as_numpy("OUTPUT0").tolist() == expected, module.__name__
