@@ -163,7 +163,8 @@ class ModelManager:
         if version:
             if not version.isdigit():
                 raise InvalidArgument(
-                    f"failed to parse model version '{version}' for model '{name}'"
+                    f"failed to get model version from specified version string '{version}' "
+                    "(details: stol), version should be an integral value > 0"
                 )
             found = entry.versions.get(int(version))
             if found is None:
