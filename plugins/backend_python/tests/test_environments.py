@@ -14,7 +14,7 @@ import pytest
 from .helpers import infer, pair
 from .models import ADD_SUB_IO, add
 
-ENV_MODEL = '''
+ENV_MODEL = """
 import os, sys
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -26,9 +26,9 @@ class TritonPythonModel:
              pb_utils.Tensor("OUTPUT1", r.inputs()[1].as_numpy())],
             parameters={"env": os.environ.get("DESPINA_TEST_ENV", ""), "python": sys.executable})
             for r in requests]
-'''
+"""
 
-CONCURRENT = '''
+CONCURRENT = """
 import asyncio
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -45,7 +45,7 @@ class TritonPythonModel:
         self.running -= 1
         return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.array([self.most], np.int32))])
                 for r in requests]
-'''
+"""
 
 CONCURRENT_IO = """
 max_batch_size: 0
@@ -66,8 +66,10 @@ def packed_environment(marker: str) -> bytes:
 
 
 def test_execution_env_path(model_repository: Any, despina_server: Any, http_client: Any) -> None:
-    extra = ('parameters { key: "EXECUTION_ENV_PATH" '
-             'value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }')
+    extra = (
+        'parameters { key: "EXECUTION_ENV_PATH" '
+        'value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }'
+    )
     add(model_repository, "in_env", ENV_MODEL, ADD_SUB_IO, "process", extra)
     (model_repository.root / "in_env" / "env.tar.gz").write_bytes(packed_environment("packed"))
     client = http_client(despina_server(model_repository.root))
@@ -76,8 +78,9 @@ def test_execution_env_path(model_repository: Any, despina_server: Any, http_cli
 
 
 @pytest.mark.parametrize("mode", ["process", "in-process"])
-def test_async_execute_runs_requests_concurrently(mode: str, model_repository: Any,
-                                                  despina_server: Any, grpc_client: Any) -> None:
+def test_async_execute_runs_requests_concurrently(
+    mode: str, model_repository: Any, despina_server: Any, grpc_client: Any
+) -> None:
     import tritonclient.grpc as grpcclient
 
     add(model_repository, "concurrent", CONCURRENT, CONCURRENT_IO, mode)
@@ -93,7 +96,7 @@ def test_async_execute_runs_requests_concurrently(mode: str, model_repository: A
     assert most > 1  # one instance had several executions in flight
 
 
-SHARED = '''
+SHARED = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -106,9 +109,9 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.array([len(INITIALIZED)], np.int32))])
                 for r in requests]
-'''
+"""
 
-BLOCKING_BLS = '''
+BLOCKING_BLS = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -117,11 +120,12 @@ class TritonPythonModel:
         pb_utils.InferenceRequest(model_name="shared", requested_output_names=["Y"],
                                   inputs=[requests[0].inputs()[0]]).exec()
         return []
-'''
+"""
 
 
-def test_in_process_instances_share_one_model(model_repository: Any, despina_server: Any,
-                                              http_client: Any) -> None:
+def test_in_process_instances_share_one_model(
+    model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
     from tritonclient.utils import InferenceServerException
 
     extra = "instance_group [ { count: 3 kind: KIND_CPU } ]"

@@ -25,8 +25,9 @@ def instance_pid(client: Any) -> int:
     return int(infer(client, "crashy", pair()).as_numpy("OUTPUT1")[0])
 
 
-def test_killed_instance_fails_its_request_then_restarts(model_repository: Any,
-                                                        despina_server: Any, http_client: Any) -> None:
+def test_killed_instance_fails_its_request_then_restarts(
+    model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
     add(model_repository, "crashy", CRASHY, ADD_SUB_IO, "process")
     client = http_client(despina_server(model_repository.root))
     first_pid = instance_pid(client)
@@ -40,8 +41,9 @@ def test_killed_instance_fails_its_request_then_restarts(model_repository: Any,
     assert instance_pid(client) not in (first_pid, 0)
 
 
-def test_hung_execute_times_out_and_instance_restarts(model_repository: Any,
-                                                     despina_server: Any, http_client: Any) -> None:
+def test_hung_execute_times_out_and_instance_restarts(
+    model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
     extra = 'parameters { key: "DESPINA_EXECUTE_TIMEOUT_SECONDS" value { string_value: "1" } }'
     add(model_repository, "crashy", CRASHY, ADD_SUB_IO, "process", extra)
     client = http_client(despina_server(model_repository.root))
@@ -53,8 +55,9 @@ def test_hung_execute_times_out_and_instance_restarts(model_repository: Any,
     assert instance_pid(client) != first_pid
 
 
-def test_shared_memory_keys_are_internal(model_repository: Any, despina_server: Any,
-                                         http_client: Any) -> None:
+def test_shared_memory_keys_are_internal(
+    model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
     from despina.errors import PermissionDenied
     from despina.shared_memory import INTERNAL_KEY_PREFIX
 

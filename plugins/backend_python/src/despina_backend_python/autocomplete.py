@@ -21,14 +21,18 @@ if TYPE_CHECKING:
     from despina_backend_python.backend import PythonBackend
 
 
-async def run_auto_complete(backend: PythonBackend, config_json: str, in_process: bool) -> dict[str, Any] | None:
+async def run_auto_complete(
+    backend: PythonBackend, config_json: str, in_process: bool
+) -> dict[str, Any] | None:
     """The completed config as a JSON dict; None when the model defines no hook.
 
     Raises ConfigError with the model's error (the model becomes UNAVAILABLE).
     """
     ctx = backend.context
     try:
-        if "auto_complete_config" not in ctx.model_file.read_text(encoding="utf-8", errors="replace"):
+        if "auto_complete_config" not in ctx.model_file.read_text(
+            encoding="utf-8", errors="replace"
+        ):
             return None  # no hook: spare the child process
     except OSError:
         pass  # reported by the load itself
@@ -36,8 +40,14 @@ async def run_auto_complete(backend: PythonBackend, config_json: str, in_process
         text = await asyncio.to_thread(_in_this_process, backend, config_json)
     else:
         python, env = resolve_environment(ctx.parameters, ctx.model_dir)
-        hello = {"op": "auto_complete", "model_file": str(ctx.model_file), "config": config_json,
-                 "prefix": INTERNAL_KEY_PREFIX, "tag": new_tag(), "model_name": ctx.name}
+        hello = {
+            "op": "auto_complete",
+            "model_file": str(ctx.model_file),
+            "config": config_json,
+            "prefix": INTERNAL_KEY_PREFIX,
+            "tag": new_tag(),
+            "model_name": ctx.name,
+        }
         host = ServerRuntime(ctx.server, asyncio.get_running_loop(), ctx.name)
         try:
             child, reply = await spawn(python, env, hello, host, lambda _: None)

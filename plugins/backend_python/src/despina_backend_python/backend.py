@@ -50,8 +50,15 @@ class PythonBackend(Backend):
 
     def args_for(self, spec: InstanceSpec) -> dict[str, str]:
         ctx = self.context
-        return initialize_args(config_json(ctx.config), ctx.model_dir, ctx.name, ctx.version,
-                               spec.name, spec.kind, spec.device_id)
+        return initialize_args(
+            config_json(ctx.config),
+            ctx.model_dir,
+            ctx.name,
+            ctx.version,
+            spec.name,
+            spec.kind,
+            spec.device_id,
+        )
 
     async def auto_complete(self) -> None:
         """Run the model's ``auto_complete_config`` (if any) and take its config."""
@@ -74,7 +81,11 @@ class PythonBackend(Backend):
 
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
         if self.shared is not None:
-            cls = inprocess.AsyncInProcessInstance if self.shared.is_async else inprocess.InProcessInstance
+            cls = (
+                inprocess.AsyncInProcessInstance
+                if self.shared.is_async
+                else inprocess.InProcessInstance
+            )
             return cls(self.shared, spec)
         from despina_backend_python.process import start_instance
 

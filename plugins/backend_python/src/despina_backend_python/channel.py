@@ -43,8 +43,9 @@ class BlockingChannel:
         self._lock = threading.Lock()
         self._file = sock.makefile("rb")
 
-    def send(self, message: dict[str, Any],
-             pack: Callable[[], dict[str, Any]] | None = None) -> None:
+    def send(
+        self, message: dict[str, Any], pack: Callable[[], dict[str, Any]] | None = None
+    ) -> None:
         """Send ``message``; ``pack`` (writing tensors to shared memory) runs under the
         same lock so messages leave in the order their ring space was reserved."""
         with self._lock:

@@ -33,8 +33,13 @@ class ChildDied(Exception):
     """The child process ended while a call was waiting on it."""
 
 
-async def spawn(python: str, env: dict[str, str], hello: dict[str, Any], host: ServerRuntime,
-                on_exit: Callable[[ChildProcess], None]) -> tuple[ChildProcess, dict[str, Any]]:
+async def spawn(
+    python: str,
+    env: dict[str, str],
+    hello: dict[str, Any],
+    host: ServerRuntime,
+    on_exit: Callable[[ChildProcess], None],
+) -> tuple[ChildProcess, dict[str, Any]]:
     """Start a stub with ``python``, send ``hello`` (with ``prefix`` and a unique ``tag``),
     and return it with its answer (``ready``, ``config`` or ``error``); the model's calls
     are served meanwhile. The two rings are created here and unlinked once the child has
@@ -54,8 +59,13 @@ async def spawn(python: str, env: dict[str, str], hello: dict[str, Any], host: S
     )
     try:
         process = await asyncio.create_subprocess_exec(
-            python, "-m", "despina_backend_python.stub", str(theirs.fileno()),
-            pass_fds=(theirs.fileno(),), env=full_env, stdin=asyncio.subprocess.DEVNULL,
+            python,
+            "-m",
+            "despina_backend_python.stub",
+            str(theirs.fileno()),
+            pass_fds=(theirs.fileno(),),
+            env=full_env,
+            stdin=asyncio.subprocess.DEVNULL,
         )
     finally:
         theirs.close()
@@ -71,9 +81,16 @@ async def spawn(python: str, env: dict[str, str], hello: dict[str, Any], host: S
 class ChildProcess:
     """A started child whose model is ready; serves its messages until it exits."""
 
-    def __init__(self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, host: ServerRuntime, arena: Arena,
-                 incoming: Ring, on_exit: Callable[[ChildProcess], None]) -> None:
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        host: ServerRuntime,
+        arena: Arena,
+        incoming: Ring,
+        on_exit: Callable[[ChildProcess], None],
+    ) -> None:
         self.process = process
         self.pid = process.pid
         self.writer = writer
@@ -166,7 +183,9 @@ class ChildProcess:
         """Run a BLS request of the model and send back its response(s)."""
         if op == "bls_stream":
             async for response in self.host.stream_responses(request):
-                self.send({"op": "stream", "id": call_id, **wire.pack_responses(self.arena, [response])})
+                self.send(
+                    {"op": "stream", "id": call_id, **wire.pack_responses(self.arena, [response])}
+                )
             self.send({"op": "stream_end", "id": call_id})
             return
         response = await self.host.infer_async(request)
@@ -180,7 +199,9 @@ class ChildProcess:
                 fields = message["fields"]
                 reply["value"] = self.host.metric(message["action"], message["family"], **fields)
             elif op == "model_control":
-                reply["value"] = await self.host.model_control_async(message["action"], **message["fields"])
+                reply["value"] = await self.host.model_control_async(
+                    message["action"], **message["fields"]
+                )
             elif op == "is_cancelled":
                 request = self.open.get(message["token"])
                 reply["value"] = bool(request is not None and request.cancelled)

@@ -22,10 +22,17 @@ from despina_backend_python.pb.tensor import Tensor
 from despina_backend_python.pb.types import as_bytes_items, bytes_array
 
 #: Request parameters that belong to the protocol, not to the model (Triton drops them).
-PROTOCOL_PARAMETERS = frozenset({
-    "binary_data_output", "sequence_id", "sequence_start", "sequence_end", "priority",
-    "timeout", "triton_enable_empty_final_response",
-})
+PROTOCOL_PARAMETERS = frozenset(
+    {
+        "binary_data_output",
+        "sequence_id",
+        "sequence_start",
+        "sequence_end",
+        "priority",
+        "timeout",
+        "triton_enable_empty_final_response",
+    }
+)
 
 _CODE_TO_ERROR: dict[int, type[errors.DespinaError]] = {
     TritonError.NOT_FOUND: errors.NotFound,

@@ -52,7 +52,9 @@ def resolve_environment(parameters: dict[str, str], model_dir: Path) -> tuple[st
 def _unpacked(archive: Path) -> Path:
     """The folder holding ``archive`` unpacked (done once per archive content)."""
     stat = archive.stat()
-    key = hashlib.sha256(f"{archive.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        f"{archive.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()
+    ).hexdigest()[:16]
     target = _CACHE / key
     if not target.is_dir():
         staging = Path(tempfile.mkdtemp(prefix="unpack-", dir=_ensure_cache()))

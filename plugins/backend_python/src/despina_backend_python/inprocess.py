@@ -110,7 +110,8 @@ class SharedModel:
             InferenceRequest.incoming(
                 CoreResponder(r),
                 [Tensor(name, array) for name, array in r.inputs.items()],
-                model_name=ctx.name, model_version=ctx.version,
+                model_name=ctx.name,
+                model_version=ctx.version,
                 **convert.request_fields(r, self.output_names),
             )
             for r in requests

@@ -37,8 +37,15 @@ def load_model_class(model_file: Path, module_name: str) -> type[Any]:
     return model_class
 
 
-def initialize_args(model_config_json: str, model_dir: Path, name: str, version: int,
-                    instance_name: str, kind: str, device_id: int) -> dict[str, str]:
+def initialize_args(
+    model_config_json: str,
+    model_dir: Path,
+    name: str,
+    version: int,
+    instance_name: str,
+    kind: str,
+    device_id: int,
+) -> dict[str, str]:
     """Triton's ``initialize(args)`` dictionary (all values are strings)."""
     return {
         "model_config": model_config_json,

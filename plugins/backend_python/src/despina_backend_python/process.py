@@ -40,7 +40,9 @@ def new_tag() -> str:
     return "py" + uuid.uuid4().hex[:12]
 
 
-async def start_instance(backend: PythonBackend, spec: InstanceSpec, host: ServerRuntime) -> ModelInstance:
+async def start_instance(
+    backend: PythonBackend, spec: InstanceSpec, host: ServerRuntime
+) -> ModelInstance:
     """Start the child of ``spec``; raises Internal with ``initialize``'s error."""
     instance = ProcessInstance(backend, spec, host)
     await instance.start()
@@ -60,14 +62,19 @@ class ProcessInstance(ModelInstance):
         self.output_names = [o.name for o in ctx.config.output]
         self.python, self.env = resolve_environment(ctx.parameters, ctx.model_dir)
         self.hello: dict[str, Any] = {
-            "op": "init", "prefix": INTERNAL_KEY_PREFIX, "model_name": ctx.name,
-            "model_file": str(ctx.model_file), "args": backend.args_for(spec),
+            "op": "init",
+            "prefix": INTERNAL_KEY_PREFIX,
+            "model_name": ctx.name,
+            "model_file": str(ctx.model_file),
+            "args": backend.args_for(spec),
         }
         timeout = ctx.parameters.get(TIMEOUT_KEY, "") or "0"
         try:
             self.timeout = float(timeout)
         except ValueError:
-            raise ConfigError(f"model '{ctx.name}': {TIMEOUT_KEY} must be a number of seconds") from None
+            raise ConfigError(
+                f"model '{ctx.name}': {TIMEOUT_KEY} must be a number of seconds"
+            ) from None
         self.child: ChildProcess | None = None
         self.is_async = False
         self._ids = itertools.count(1)
@@ -84,8 +91,13 @@ class ProcessInstance(ModelInstance):
     async def start(self) -> None:
         """Start a child and initialize the model in it."""
         try:
-            child, answer = await spawn(self.python, self.env, dict(self.hello, tag=new_tag()),
-                                        self.host, self._child_exited)
+            child, answer = await spawn(
+                self.python,
+                self.env,
+                dict(self.hello, tag=new_tag()),
+                self.host,
+                self._child_exited,
+            )
         except ChildDied as exc:
             raise Internal(str(exc)) from None
         if answer["op"] != "ready":
@@ -104,7 +116,9 @@ class ProcessInstance(ModelInstance):
         child.open.clear()
         self.host.logger.error(
             "model instance '%s' process %d exited unexpectedly (exit code %s); restarting",
-            self.spec.name, child.pid, child.process.returncode,
+            self.spec.name,
+            child.pid,
+            child.process.returncode,
         )
         self._restarter = asyncio.create_task(self._restart())
 
@@ -151,7 +165,8 @@ class ProcessInstance(ModelInstance):
             self._back.clear()
             child.kill()
             raise responses.execute_failed(
-                self.spec.name, f"execute did not finish within {self.timeout:g} s; the instance "
+                self.spec.name,
+                f"execute did not finish within {self.timeout:g} s; the instance "
                 "process was killed and is restarting",
             ) from None
         except ChildDied:
@@ -164,13 +179,15 @@ class ProcessInstance(ModelInstance):
             raise responses.execute_failed(self.spec.name, reply["exception"])
         if "invalid_result" in reply:
             raise responses.execute_failed(
-                self.spec.name, f"Expected a list in the execute return, got {reply['invalid_result']}"
+                self.spec.name,
+                f"Expected a list in the execute return, got {reply['invalid_result']}",
             )
         result = reply.get("unpacked")
         return responses.collect(self.spec.name, result, requests, self.decoupled, self._convert)
 
-    def _execute_message(self, exec_id: int, child: ChildProcess,
-                         requests: Sequence[CoreRequest], tokens: list[int]) -> dict[str, Any]:
+    def _execute_message(
+        self, exec_id: int, child: ChildProcess, requests: Sequence[CoreRequest], tokens: list[int]
+    ) -> dict[str, Any]:
         tensors: list[tuple[str, Any]] = []
         fields: list[dict[str, Any]] = []
         for request, token in zip(requests, tokens, strict=True):
@@ -178,11 +195,17 @@ class ProcessInstance(ModelInstance):
             tensors.extend(request.inputs.items())
             scalar = convert.request_fields(request, self.output_names)
             corr = scalar["correlation_id"]
-            fields.append({
-                "token": token, "n": len(request.inputs), "outputs": scalar["outputs"],
-                "id": scalar["request_id"], "corr": corr if isinstance(corr, int | str) else 0,
-                "flags": scalar["flags"], "params": scalar["parameters_json"],
-            })
+            fields.append(
+                {
+                    "token": token,
+                    "n": len(request.inputs),
+                    "outputs": scalar["outputs"],
+                    "id": scalar["request_id"],
+                    "corr": corr if isinstance(corr, int | str) else 0,
+                    "flags": scalar["flags"],
+                    "params": scalar["parameters_json"],
+                }
+            )
         return {"op": "execute", "id": exec_id, "requests": fields, **child.arena.pack(tensors)}
 
     def _convert(self, item: Any, request: CoreRequest) -> CoreResponse:

@@ -14,7 +14,9 @@ from despina_backend_python.loading import describe_exception
 
 def execute_failed(instance_name: str, detail: str) -> Internal:
     """Triton's error for a failed ``execute`` (every request of the batch gets it)."""
-    return Internal(f"Failed to process the request(s) for model '{instance_name}', message: {detail}")
+    return Internal(
+        f"Failed to process the request(s) for model '{instance_name}', message: {detail}"
+    )
 
 
 def exception_failed(instance_name: str, exc: BaseException) -> Internal:
@@ -40,9 +42,11 @@ def collect(
     if result is None:
         for request in requests:
             if request.stream is not None and not request.stream.done:
-                request.fail(execute_failed(
-                    instance_name, "execute() returned None without sending a response"
-                ))
+                request.fail(
+                    execute_failed(
+                        instance_name, "execute() returned None without sending a response"
+                    )
+                )
         return None
     if not isinstance(result, list | tuple):
         raise execute_failed(instance_name, "Expected a list in the execute return")

@@ -119,7 +119,9 @@ class ServerRuntime(Runtime):
         if action == "ready":
             return self.model_ready(fields["name"], fields.get("version", ""))
         self._off_loop(f"{action}_model()")
-        future = asyncio.run_coroutine_threadsafe(self.model_control_async(action, **fields), self.loop)
+        future = asyncio.run_coroutine_threadsafe(
+            self.model_control_async(action, **fields), self.loop
+        )
         return future.result()
 
     def model_ready(self, name: str, version: str) -> bool:

@@ -105,7 +105,11 @@ class Arena:
         if size == 0:
             fields["tensors"] = [desc for desc, _ in plan]
             return fields
-        spot = self.ring.reserve(size) if self.ring is not None and size <= RING_MESSAGE_LIMIT else None
+        spot = (
+            self.ring.reserve(size)
+            if self.ring is not None and size <= RING_MESSAGE_LIMIT
+            else None
+        )
         if spot is not None:
             assert self.ring is not None
             base, fields["ring"] = spot
@@ -122,7 +126,6 @@ class Arena:
                 mapping.close()
         fields["tensors"] = descs
         return fields
-
 
 
 def cleanup(stem: str) -> None:

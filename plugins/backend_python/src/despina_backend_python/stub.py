@@ -47,8 +47,9 @@ _END = object()
 class ChildRuntime(pb_runtime.Runtime):
     """Forwards the model's calls to the server and waits for the replies."""
 
-    def __init__(self, channel: BlockingChannel, arena: Arena, incoming: Ring,
-                 model_name: str) -> None:
+    def __init__(
+        self, channel: BlockingChannel, arena: Arena, incoming: Ring, model_name: str
+    ) -> None:
         self.channel = channel
         self.arena = arena
         self.incoming = incoming
@@ -132,8 +133,10 @@ class ChildResponder(Responder):
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         items = [] if response is None else [response]
-        self.stub.channel.send({"op": "send", "token": self.token, "final": final},
-                               lambda: wire.pack_responses(self.stub.arena, items))
+        self.stub.channel.send(
+            {"op": "send", "token": self.token, "final": final},
+            lambda: wire.pack_responses(self.stub.arena, items),
+        )
 
     def is_cancelled(self) -> bool:
         reply = self.stub.runtime.call("is_cancelled", token=self.token).result()
@@ -195,12 +198,19 @@ class Stub:
         for fields in message["requests"]:
             inputs = [Tensor(n, a) for n, a in tensors[at : at + fields["n"]]]
             at += fields["n"]
-            requests.append(InferenceRequest.incoming(
-                ChildResponder(self, fields["token"]), inputs, fields["outputs"],
-                request_id=fields["id"], correlation_id=fields["corr"], flags=fields["flags"],
-                parameters_json=fields["params"], model_name=self.hello["model_name"],
-                model_version=int(self.hello["args"]["model_version"]),
-            ))
+            requests.append(
+                InferenceRequest.incoming(
+                    ChildResponder(self, fields["token"]),
+                    inputs,
+                    fields["outputs"],
+                    request_id=fields["id"],
+                    correlation_id=fields["corr"],
+                    flags=fields["flags"],
+                    parameters_json=fields["params"],
+                    model_name=self.hello["model_name"],
+                    model_version=int(self.hello["args"]["model_version"]),
+                )
+            )
         return requests
 
     def serve(self) -> None:

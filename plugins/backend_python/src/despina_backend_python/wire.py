@@ -27,11 +27,13 @@ def pack_responses(arena: Arena, items: list[Any]) -> dict[str, Any]:
         error = item.error()
         outputs = [] if error is not None else item.output_tensors()
         tensors.extend((t.name(), t.as_numpy()) for t in outputs)
-        descs.append({
-            "n": len(outputs),
-            "error": None if error is None else (error.message(), error.code()),
-            "params": item.parameters(),
-        })
+        descs.append(
+            {
+                "n": len(outputs),
+                "error": None if error is None else (error.message(), error.code()),
+                "params": item.parameters(),
+            }
+        )
     return {**arena.pack(tensors), "responses": descs}
 
 
@@ -76,7 +78,13 @@ def unpack_request(message: dict[str, Any], ring: Ring | None) -> InferenceReque
     fields = message["request"]
     inputs = [Tensor(name, array) for name, array in unpack(message, ring)]
     return InferenceRequest(
-        model_name=fields["model"], inputs=inputs, requested_output_names=fields["outputs"],
-        request_id=fields["id"], correlation_id=fields["corr"], model_version=fields["version"],
-        flags=fields["flags"], timeout=fields["timeout"], parameters=fields["params"],
+        model_name=fields["model"],
+        inputs=inputs,
+        requested_output_names=fields["outputs"],
+        request_id=fields["id"],
+        correlation_id=fields["corr"],
+        model_version=fields["version"],
+        flags=fields["flags"],
+        timeout=fields["timeout"],
+        parameters=fields["params"],
     )

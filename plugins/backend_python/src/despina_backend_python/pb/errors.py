@@ -15,8 +15,16 @@ class TritonError:
     ALREADY_EXISTS = 6
     CANCELLED = 7
 
-    NAMES = ("UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE",
-             "UNSUPPORTED", "ALREADY_EXISTS", "CANCELLED")
+    NAMES = (
+        "UNKNOWN",
+        "INTERNAL",
+        "NOT_FOUND",
+        "INVALID_ARG",
+        "UNAVAILABLE",
+        "UNSUPPORTED",
+        "ALREADY_EXISTS",
+        "CANCELLED",
+    )
 
     def __init__(self, message: str, code: int = INTERNAL) -> None:
         if not 0 <= int(code) < len(self.NAMES):

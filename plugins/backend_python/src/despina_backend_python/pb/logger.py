@@ -46,8 +46,12 @@ class Logger:
 
 
 #: Logger level -> Python logging level (VERBOSE shows with ``--log-verbose``).
-_LEVELS = {"INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR,
-           "VERBOSE": logging.DEBUG}
+_LEVELS = {
+    "INFO": logging.INFO,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "VERBOSE": logging.DEBUG,
+}
 
 
 def python_level(level: str) -> int:

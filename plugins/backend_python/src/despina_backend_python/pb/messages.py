@@ -25,8 +25,9 @@ TRITONSERVER_MEMORY_GPU = 2
 class PreferredMemory:
     """Where BLS outputs should live; only CPU memory exists here, so it is advisory."""
 
-    def __init__(self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU,
-                 preferred_device_id: int = 0) -> None:
+    def __init__(
+        self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, preferred_device_id: int = 0
+    ) -> None:
         self.preferred_memory_type = preferred_memory_type
         self.preferred_device_id = preferred_device_id
 
@@ -66,9 +67,12 @@ def _parameters_json(parameters: dict[str, Any] | str | None) -> str:
 class InferenceResponse:
     """One response: output tensors, or an error; optional parameters (bool/int/str)."""
 
-    def __init__(self, output_tensors: Sequence[Tensor] | None = None,
-                 error: TritonError | None = None,
-                 parameters: dict[str, Any] | str | None = None) -> None:
+    def __init__(
+        self,
+        output_tensors: Sequence[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
         if error is not None and not isinstance(error, TritonError):
             raise TritonModelException("InferenceResponse error must be a pb_utils.TritonError")
         self._outputs = list(output_tensors or [])
@@ -140,16 +144,27 @@ class InferenceRequest:
     """A request: the ones ``execute`` receives, or one built for BLS with
     ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])``."""
 
-    def __init__(self, model_name: str = "", inputs: Sequence[Tensor] = (),
-                 requested_output_names: Sequence[str] = (), request_id: str = "",
-                 correlation_id: int | str = 0, model_version: int = -1, flags: int = 0,
-                 timeout: int = 0, preferred_memory: PreferredMemory | None = None,
-                 parameters: dict[str, Any] | str | None = None, trace: Any = None) -> None:
+    def __init__(
+        self,
+        model_name: str = "",
+        inputs: Sequence[Tensor] = (),
+        requested_output_names: Sequence[str] = (),
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        parameters: dict[str, Any] | str | None = None,
+        trace: Any = None,
+    ) -> None:
         self._model_name = _text(model_name)
         self._inputs = list(inputs)
         for tensor in self._inputs:
             if not isinstance(tensor, Tensor):
-                raise TritonModelException("InferenceRequest inputs must be pb_utils.Tensor objects")
+                raise TritonModelException(
+                    "InferenceRequest inputs must be pb_utils.Tensor objects"
+                )
         self._outputs = [_text(n) for n in requested_output_names]
         self._request_id = _text(request_id)
         self._correlation_id = correlation_id
@@ -163,9 +178,18 @@ class InferenceRequest:
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     @classmethod
-    def incoming(cls, responder: Responder, inputs: list[Tensor], outputs: list[str],
-                 request_id: str, correlation_id: int | str, flags: int,
-                 parameters_json: str, model_name: str, model_version: int) -> InferenceRequest:
+    def incoming(
+        cls,
+        responder: Responder,
+        inputs: list[Tensor],
+        outputs: list[str],
+        request_id: str,
+        correlation_id: int | str,
+        flags: int,
+        parameters_json: str,
+        model_name: str,
+        model_version: int,
+    ) -> InferenceRequest:
         """A request given to ``execute`` (built by the backend, not by models)."""
         request = cls.__new__(cls)
         request._model_name, request._inputs, request._outputs = model_name, inputs, outputs

@@ -21,11 +21,13 @@ class MetricFamily:
         if kind not in (self.COUNTER, self.GAUGE, self.HISTOGRAM):
             raise TritonModelException(f"unknown metric family kind {kind!r}")
         self.name, self.description, self.kind = str(name), str(description), kind
-        runtime.current().metric("family", self.name, description=self.description,
-                                 kind=self._KINDS[kind])
+        runtime.current().metric(
+            "family", self.name, description=self.description, kind=self._KINDS[kind]
+        )
 
-    def Metric(self, labels: dict[str, str] | None = None,
-               buckets: Sequence[float] | None = None) -> Metric:
+    def Metric(
+        self, labels: dict[str, str] | None = None, buckets: Sequence[float] | None = None
+    ) -> Metric:
         """A metric of this family for one label set (histograms need ``buckets``)."""
         if self.kind == self.HISTOGRAM and not buckets:
             raise TritonModelException("histogram metrics must be created with buckets")
@@ -42,8 +44,13 @@ class Metric:
         self._family, self._labels, self._buckets = family, labels, buckets
 
     def _call(self, action: str, value: float = 0.0) -> float:
-        return runtime.current().metric(action, self._family.name, labels=self._labels,
-                                        value=float(value), buckets=self._buckets)
+        return runtime.current().metric(
+            action,
+            self._family.name,
+            labels=self._labels,
+            value=float(value),
+            buckets=self._buckets,
+        )
 
     def increment(self, value: float) -> None:
         if self._family.kind == MetricFamily.HISTOGRAM:

@@ -105,7 +105,11 @@ class ModelConfig:
                 f"model '{model}', tensor '{name}': the model expects dims {list(tensor['dims'])} "
                 f"but the model configuration specifies dims {dims}"
             )
-        if "optional" in current and "optional" in tensor and current["optional"] != tensor["optional"]:
+        if (
+            "optional" in current
+            and "optional" in tensor
+            and current["optional"] != tensor["optional"]
+        ):
             raise ValueError(
                 f"model '{model}', tensor '{name}': the model expects optional "
                 f"{tensor['optional']} but the model configuration specifies optional "

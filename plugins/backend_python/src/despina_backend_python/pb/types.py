@@ -42,8 +42,20 @@ _DTYPE_TO_WIRE = {dtype: name for name, dtype in WIRE_TO_DTYPE.items()}
 
 #: ``TRITONSERVER_DataType`` numbers, in Triton's order (0 is INVALID).
 _TRITON_NUMBERS = [
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-    "FP16", "FP32", "FP64", "BYTES", "BF16",
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+    "BF16",
 ]
 
 TRITON_STRING_TO_NUMPY: dict[str, Any] = {
@@ -153,7 +165,9 @@ def serialize_byte_tensor(input_tensor: np.ndarray) -> bytes | tuple[()] | None:
     if input_tensor.dtype.kind not in "OS":
         return None
     items = as_bytes_items(input_tensor)
-    return b"".join(chain.from_iterable(zip(map(_PACK_LENGTH, map(len, items)), items, strict=True)))
+    return b"".join(
+        chain.from_iterable(zip(map(_PACK_LENGTH, map(len, items)), items, strict=True))
+    )
 
 
 def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
