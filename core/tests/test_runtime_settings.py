@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from despina.cli import parse_settings
 from despina.errors import InvalidArgument
 from despina.plugins import create_plugins
