@@ -40,6 +40,10 @@ class WorkerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
 
+    def _connected(self) -> bool:
+        """True while the worker process is connected (its requests are still wanted)."""
+        return self.transport is not None
+
     def _frame(self, call_id: int, kind: int, payload: memoryview) -> None:
         if kind == wire.HELLO:
             self.hello.put_nowait(int.from_bytes(payload[:4], "little"))
@@ -51,7 +55,9 @@ class WorkerConnection(asyncio.Protocol):
     async def _infer(self, call_id: int, payload: memoryview) -> None:
         try:
             (name, version, header_length, forwarded), body = wire.parse_infer(payload)
-            header, blobs = await run_infer(self.ctx, name, version, body, header_length, forwarded)
+            header, blobs = await run_infer(
+                self.ctx, name, version, body, header_length, forwarded, self._connected
+            )
             frame = wire.reply_frame(call_id, 200, len(header) if blobs else 0, [header, *blobs])
         except DespinaError as exc:
             frame = _error(call_id, exc.http_status, str(exc))

@@ -6,11 +6,13 @@ aiohttp handler here and the worker link (:mod:`despina_frontend_http.link`) bot
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
 from aiohttp import web
+from despina.inference import InferenceRequest
 
 from despina_frontend_http.body import accepted_encoding, compress, read_body
 from despina_frontend_http.context import Context, Route, versioned
@@ -20,6 +22,30 @@ from despina_frontend_http.encode import encode_response
 #: Binary responses with more bytes than this are written buffer by buffer (no join).
 STREAM_BYTES = 1 << 20
 JSON_HEADERS = {"Content-Type": "application/json"}
+#: How often a request in the server checks that its client is still connected (seconds).
+DISCONNECT_POLL_S = 0.1
+
+
+class DisconnectWatch:
+    """Cancels ``request`` (:meth:`InferenceRequest.cancel`) once ``alive()`` turns false,
+    checking every :data:`DISCONNECT_POLL_S` until :meth:`close`."""
+
+    __slots__ = ("alive", "handle", "loop", "request")
+
+    def __init__(self, request: InferenceRequest, alive: Callable[[], bool]) -> None:
+        self.request = request
+        self.alive = alive
+        self.loop = asyncio.get_running_loop()
+        self.handle = self.loop.call_later(DISCONNECT_POLL_S, self._check)
+
+    def _check(self) -> None:
+        if self.alive():
+            self.handle = self.loop.call_later(DISCONNECT_POLL_S, self._check)
+        else:
+            self.request.cancel()
+
+    def close(self) -> None:
+        self.handle.cancel()
 
 
 async def run_infer(
@@ -29,10 +55,14 @@ async def run_infer(
     body: bytes | memoryview,
     header_length: str | None,
     forwarded: Mapping[str, str] | None,
+    alive: Callable[[], bool] | None = None,
 ) -> tuple[bytes, list[Any]]:
     """Decode, infer, encode: the JSON header and the binary buffers after it.
 
-    Raises DespinaError with Triton's status and text for anything that fails.
+    ``alive`` tells whether the client is still connected: once it is not, or if this
+    coroutine is cancelled, the request is cancelled (dropped from the queue, flagged for
+    a running backend). Raises DespinaError with Triton's status and text for anything
+    that fails.
     """
     server = ctx.server
     server.models.get(name, version)  # an unknown model/version is reported before the body
@@ -40,7 +70,15 @@ async def run_infer(
     if forwarded:
         for key, value in forwarded.items():
             request.parameters.setdefault(key, value)
-    response = await server.infer(request)
+    watch = DisconnectWatch(request, alive) if alive is not None else None
+    try:
+        response = await server.infer(request)
+    except asyncio.CancelledError:
+        request.cancel()
+        raise
+    finally:
+        if watch is not None:
+            watch.close()
     return encode_response(request, response, server.shared_memory)
 
 
@@ -81,6 +119,12 @@ async def respond(
     return stream
 
 
+def connected(request: web.Request) -> bool:
+    """True while the client of ``request`` is still connected."""
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
+
+
 def routes(ctx: Context) -> list[Route]:
     limit = ctx.max_input_size
 
@@ -97,6 +141,7 @@ def routes(ctx: Context) -> list[Route]:
             body,
             headers.get("Inference-Header-Content-Length"),
             forwarded_headers(ctx, headers),
+            lambda: connected(request),
         )
         return await respond(request, ctx.executor, header, blobs)
 
