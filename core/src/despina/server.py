@@ -37,6 +37,23 @@ from despina.validation import validate_request
 log = logging.getLogger("despina.server")
 
 
+#: Triton protocol extensions every Despina server implements (both frontends); the
+#: cuda_shared_memory extension is left out: there is no GPU support.
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+
 class StartupError(Exception):
     """The server cannot start (a model failed with ``--exit-on-error``, bad flags, ...)."""
 
@@ -125,6 +142,13 @@ class Server:
     def _sources(self) -> dict[str, type[Any]]:
         """Repository source classes by URL scheme."""
         return {scheme: cls for cls in self.registry.sources.values() for scheme in cls.schemes}
+
+    @property
+    def extensions(self) -> list[str]:
+        """The extensions server metadata reports: ``sequence`` when a sequence scheduler
+        is installed, then :data:`EXTENSIONS`."""
+        sequence = ["sequence"] if "sequence" in self.registry.schedulers else []
+        return [EXTENSIONS[0], *sequence, *EXTENSIONS[1:]]
 
     @property
     def ready(self) -> bool:

@@ -8,27 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from despina.tensors import DATATYPE_TO_DTYPE
 from despina.testing import RepositoryBuilder, RunningServer, start_server
 
 sys.path.insert(0, str(Path(__file__).parent))  # the in-test backend module beside this file
 import grpc_test_backend as backend
 
-DATATYPES = (
-    "BOOL",
-    "UINT8",
-    "UINT16",
-    "UINT32",
-    "UINT64",
-    "INT8",
-    "INT16",
-    "INT32",
-    "INT64",
-    "FP16",
-    "FP32",
-    "FP64",
-    "BF16",
-    "BYTES",
-)
+DATATYPES = tuple(DATATYPE_TO_DTYPE)
 #: Flags every test server gets: loopback only, and no other protocol listening.
 LOCAL = (
     "--grpc-address=127.0.0.1",

@@ -29,23 +29,6 @@ from despina_frontend_grpc.restrict import SERVICE
 if TYPE_CHECKING:
     from despina.server import Server
 
-#: The extensions ServerMetadata reports: Triton's list, less cuda_shared_memory (no GPU
-#: support; the RPCs still answer as Triton's CPU build).
-EXTENSIONS = (
-    "classification",
-    "sequence",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "system_shared_memory",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-    "trace",
-    "logging",
-)
-
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     """Serves one :class:`~despina.server.Server`."""
@@ -74,7 +57,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     @guarded
     async def ServerMetadata(self, request: Any, context: Any) -> Any:
         return pb.ServerMetadataResponse(
-            name=self.server.id, version=self.server.version, extensions=EXTENSIONS
+            name=self.server.id, version=self.server.version, extensions=self.server.extensions
         )
 
     @guarded

@@ -11,29 +11,6 @@ from despina.errors import DespinaError, InvalidArgument
 from despina_frontend_http.context import Context, Route, versioned
 from despina_frontend_http.responses import error_response, json_response, ok
 
-#: Extensions of Triton's protocol this frontend implements (``sequence`` when a sequence
-#: scheduler is installed).
-EXTENSIONS = (
-    "classification",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "system_shared_memory",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-    "trace",
-    "logging",
-)
-
-
-def extensions(ctx: Context) -> list[str]:
-    names = list(EXTENSIONS)
-    if "sequence" in ctx.server.registry.schedulers:
-        names.insert(1, "sequence")
-    return names
-
 
 def routes(ctx: Context) -> list[Route]:
     server = ctx.server
@@ -47,7 +24,7 @@ def routes(ctx: Context) -> list[Route]:
 
     async def metadata(request: web.Request) -> web.StreamResponse:
         return json_response(
-            {"name": server.id, "version": server.version, "extensions": extensions(ctx)}
+            {"name": server.id, "version": server.version, "extensions": server.extensions}
         )
 
     async def model_metadata(request: web.Request) -> web.StreamResponse:
