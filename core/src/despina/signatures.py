@@ -113,6 +113,11 @@ def check_config(
     config's (batch dimension included: it must be dynamic when ``max_batch_size > 0``).
     """
     where = f"model '{model}', file '{file}'"
+    # Ragged inputs and scattered batch outputs are 1-D in the model; batch inputs are
+    # model inputs the server generates (not in the config's inputs).
+    flat = {t.name for t in config.input if t.allow_ragged_batch}
+    flat.update(name for out in config.batch_output for name in out.target_name)
+    generated = {name for entry in config.batch_input for name in entry.target_name}
     model_inputs = {s.name: s for s in inputs}
     model_outputs = {s.name: s for s in outputs}
     config_inputs = {t.name for t in config.input}
@@ -127,8 +132,10 @@ def check_config(
                     f"{where}: config {kind} '{tensor.name}' is not an {kind} of the model; "
                     f"the model's {kind}s are {_names(specs)}"
                 )
+            if tensor.name in flat and len(spec.shape) == 1:
+                continue
             _check_tensor(where, kind, tensor, spec, config.max_batch_size > 0)
-    missing = [name for name in model_inputs if name not in config_inputs]
+    missing = [n for n in model_inputs if n not in config_inputs and n not in generated]
     if missing:
         raise ConfigError(
             f"{where}: the model's input(s) {_names(missing)} are missing from the config "

@@ -5,7 +5,9 @@ runs :meth:`ThreadedInstance.run` in the instance's own worker thread (framework
 the GIL, so N instances keep N cores busy and the event loop never blocks), and slices
 the outputs back per request as views. When a batch of several requests fails with a
 :class:`~despina.errors.DespinaError`, each request runs alone so only the requests the
-framework rejects fail.
+framework rejects fail. A backend whose config has ragged inputs, batch inputs or batch
+outputs sets :attr:`ThreadedInstance.ragged` (:meth:`RaggedBatch.of`) to have batches
+joined and split by Triton's ragged rules.
 """
 
 from __future__ import annotations
@@ -21,10 +23,14 @@ from despina.backend import ModelInstance
 from despina.batching import batch_sizes, concat_inputs, select_outputs, split_outputs
 from despina.errors import DespinaError
 from despina.inference import InferenceRequest, InferenceResponse
+from despina.ragged import RaggedBatch
 
 
 class ThreadedInstance(ModelInstance):
     """Subclasses implement :meth:`run`; ``output_names`` are the config's outputs."""
+
+    #: The model's ragged rules (None: plain batching along the first dimension).
+    ragged: RaggedBatch | None = None
 
     def __init__(
         self,
@@ -52,15 +58,22 @@ class ThreadedInstance(ModelInstance):
         if len(requests) > 1 and not self.batched:
             return [r for request in requests for r in await self.execute([request])]
         loop = asyncio.get_running_loop()
+        ragged = self.ragged
+        inputs = ragged.join(requests) if ragged is not None else concat_inputs(requests)
         try:
             outputs = await loop.run_in_executor(
-                self.executor, self.run, concat_inputs(requests), self.wanted(requests)
+                self.executor, self.run, inputs, self.wanted(requests)
             )
         except DespinaError as error:
             if len(requests) > 1:
                 return [r for request in requests for r in await self.execute([request])]
             return [InferenceResponse(error=error)]
-        parts = split_outputs(outputs, batch_sizes(requests)) if self.batched else [outputs]
+        if ragged is not None:
+            parts = ragged.split(outputs, requests)
+        elif self.batched:
+            parts = split_outputs(outputs, batch_sizes(requests))
+        else:
+            parts = [outputs]
         return [
             InferenceResponse(outputs=select_outputs(part, request))
             for part, request in zip(parts, requests, strict=True)

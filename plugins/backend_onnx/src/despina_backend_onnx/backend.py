@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.errors import ConfigError, Internal, InvalidArgument
+from despina.ragged import RaggedBatch
 from despina.signatures import TensorSpec, check_config, complete_config, default_max_batch_size
 from despina.threaded import ThreadedInstance
 
@@ -83,6 +84,7 @@ class OnnxBackend(Backend):
         names = [s.name for s in outputs if s.name in served]
         instance = OnnxInstance(spec, session, run_opts, strings, names, config.max_batch_size > 0)
         instance.bf16 = bf16
+        instance.ragged = RaggedBatch.of(config)
         return instance
 
     def _open(self, session_opts: Any, providers: list[options.Provider]) -> Any:
