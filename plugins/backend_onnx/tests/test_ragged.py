@@ -1,6 +1,6 @@
 """Ragged batching through the ONNX Runtime backend, over HTTP: requests of different
 lengths are batched together as one flat input, the server generates the batch inputs
-(accumulated element counts with zero, element counts), and a scattered batch output is
+(accumulated element counts with zero, element counts, item shapes), and a scattered batch output is
 split back per request by the ragged input's shapes."""
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ input [{ name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: tru
 batch_input [
   { kind: BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO target_name: "INDEX"
     data_type: TYPE_INT32 source_input: "INPUT" },
-  { kind: BATCH_ELEMENT_COUNT target_name: "COUNT" data_type: TYPE_FP32 source_input: "INPUT" }
+  { kind: BATCH_ELEMENT_COUNT target_name: "COUNT" data_type: TYPE_FP32 source_input: "INPUT" },
+  { kind: BATCH_ITEM_SHAPE target_name: "ITEM_SHAPE" data_type: TYPE_INT32 source_input: "INPUT" }
 ]
 output [
   { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] },
   { name: "MEAN" data_type: TYPE_FP32 dims: [ 1 ] },
-  { name: "DOUBLE" data_type: TYPE_FP32 dims: [ -1 ] }
+  { name: "DOUBLE" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "LENGTH" data_type: TYPE_INT32 dims: [ 1 ] }
 ]
 batch_output [{ target_name: "DOUBLE" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "INPUT" }]
 instance_group [{ count: 1 kind: KIND_CPU }]
@@ -37,7 +39,7 @@ ROUNDS = 5
 
 def ragged_sum_model() -> bytes:
     """SUM/MEAN per request from the flat INPUT [n], INDEX [r+1] (accumulated counts with
-    a leading zero) and COUNT [r]; DOUBLE = 2 * INPUT, flat."""
+    a leading zero) and COUNT [r]; DOUBLE = 2 * INPUT, flat; LENGTH = ITEM_SHAPE [r, 1]."""
     io = helper.make_tensor_value_info
     const = helper.make_tensor
     nodes = [
@@ -51,6 +53,7 @@ def ragged_sum_model() -> bytes:
         helper.make_node("Unsqueeze", ["sums", "one"], ["SUM"]),
         helper.make_node("Unsqueeze", ["means", "one"], ["MEAN"]),
         helper.make_node("Mul", ["INPUT", "two"], ["DOUBLE"]),
+        helper.make_node("Identity", ["ITEM_SHAPE"], ["LENGTH"]),
     ]
     inits = [
         const("axis0", TensorProto.INT64, [], [0]),
@@ -68,11 +71,13 @@ def ragged_sum_model() -> bytes:
             io("INPUT", TensorProto.FLOAT, ["n"]),
             io("INDEX", TensorProto.INT32, ["r1"]),
             io("COUNT", TensorProto.FLOAT, ["r"]),
+            io("ITEM_SHAPE", TensorProto.INT32, ["r", 1]),
         ],
         [
             io("SUM", TensorProto.FLOAT, ["r", 1]),
             io("MEAN", TensorProto.FLOAT, ["r", 1]),
             io("DOUBLE", TensorProto.FLOAT, ["n"]),
+            io("LENGTH", TensorProto.INT32, ["r", 1]),
         ],
         inits,
     )
@@ -103,6 +108,7 @@ def test_ragged_batches_with_batch_inputs_and_scattered_output(
                 "SUM": data.sum(axis=1, keepdims=True),
                 "MEAN": data.mean(axis=1, keepdims=True),
                 "DOUBLE": data * 2,
+                "LENGTH": np.array([[length]], np.int32),
             }
             for name, want in expected.items():
                 got = result.as_numpy(name)
