@@ -204,3 +204,25 @@ def test_kind_gpu_without_gpu_is_unavailable_with_reason(
     (row,) = running.server.models.index()
     assert row["state"] == "UNAVAILABLE"
     assert "KIND_GPU but no GPU is available" in row["reason"]
+
+
+def test_dynamic_batcher_honours_preferred_sizes_and_delay(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    # preferred 4 of max 8: a backlog of 12 forms batches of 4; the long delay lets each
+    # batch wait for its preferred size instead of running what is queued.
+    extra = "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 2000000 }"
+    model_repository.add(
+        "pref", toy_config(mbs=8, extra=extra), {"1/model.toy": '{"delay_s": 0.05}'}
+    )
+    running = despina_server(model_repository.root, plugins=[toy_backend])
+
+    async def burst() -> list[Any]:
+        return await asyncio.gather(
+            *(running.server.infer(toy_request("pref", batch=1)) for _ in range(12))
+        )
+
+    assert len(running.call(burst())) == 12
+    stats = running.server.models.get("pref").stats.snapshot()
+    assert [b["batch_size"] for b in stats["batch_stats"]] == [4]
+    assert stats["batch_stats"][0]["compute_infer"]["count"] == 3
