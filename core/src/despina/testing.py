@@ -5,6 +5,7 @@
   127.0.0.1 ports in a background thread; stopped after the test.
 - ``http_client`` / ``grpc_client``: helpers returning real ``tritonclient`` clients for a
   running server.
+- ``served``: helper returning a numpy :class:`~despina.testing_client.ModelClient` (HTTP).
 """
 
 from __future__ import annotations
@@ -193,3 +194,19 @@ def http_client() -> Iterator[Callable[..., Any]]:
 def grpc_client() -> Iterator[Callable[..., Any]]:
     """Factory: ``grpc_client(running)`` -> ``tritonclient.grpc.InferenceServerClient``."""
     yield from _client_factory("grpc")
+
+
+@pytest.fixture
+def served() -> Iterator[Callable[[RunningServer], Any]]:
+    """Factory: ``served(running)`` -> a numpy model client of that server over HTTP."""
+    from despina.testing_client import ModelClient
+
+    clients: list[ModelClient] = []
+
+    def factory(running: RunningServer) -> ModelClient:
+        clients.append(ModelClient(running))
+        return clients[-1]
+
+    yield factory
+    for client in clients:
+        client.close()

@@ -3,12 +3,10 @@ and a served-model client."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from despina.testing import RunningServer
-from despina.testing_client import ModelClient
 from onnx import TensorProto, helper
 
 OPSET = [helper.make_opsetid("", 17)]
@@ -83,17 +81,3 @@ def onnx_datatypes() -> list[str]:
     """Every Triton datatype the onnxruntime backend serves, but BF16 (served apart: a model
     may not mix BF16 with strings)."""
     return [t for t in ONNX_TYPES if t != "BF16"]
-
-
-@pytest.fixture
-def served() -> Iterator[Callable[[RunningServer], ModelClient]]:
-    """Factory: ``served(running)`` -> a numpy model client of that server over HTTP."""
-    clients: list[ModelClient] = []
-
-    def factory(running: RunningServer) -> ModelClient:
-        clients.append(ModelClient(running))
-        return clients[-1]
-
-    yield factory
-    for client in clients:
-        client.close()

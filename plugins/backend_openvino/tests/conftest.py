@@ -3,7 +3,7 @@ saved with ``openvino.save_model``, ONNX files from ``onnx.helper``, and an HTTP
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +11,6 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 import pytest
-from despina.testing import RunningServer
-from despina.testing_client import ModelClient
 from onnx import TensorProto, helper
 
 
@@ -101,17 +99,3 @@ def ov_models(tmp_path: Path) -> dict[str, Callable[..., Any]]:
         "add_sub_onnx": add_sub_onnx,
         "datatypes": lambda: list(OV_TYPES),
     }
-
-
-@pytest.fixture
-def served() -> Iterator[Callable[[RunningServer], ModelClient]]:
-    """Factory: ``served(running)`` -> a numpy model client of that server over HTTP."""
-    clients: list[ModelClient] = []
-
-    def factory(running: RunningServer) -> ModelClient:
-        clients.append(ModelClient(running))
-        return clients[-1]
-
-    yield factory
-    for client in clients:
-        client.close()

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
-from despina.testing import RunningServer
-from despina.testing_client import ModelClient
 
 
 class AddSub(torch.nn.Module):
@@ -73,17 +71,3 @@ def torch_models() -> dict[str, Callable[..., bytes]]:
             AddSub(), (torch.ones(2, 4), torch.ones(2, 4)), dynamic_batch
         ),
     }
-
-
-@pytest.fixture
-def served() -> Iterator[Callable[[RunningServer], ModelClient]]:
-    """Factory: ``served(running)`` -> a numpy model client of that server over HTTP."""
-    clients: list[ModelClient] = []
-
-    def factory(running: RunningServer) -> ModelClient:
-        clients.append(ModelClient(running))
-        return clients[-1]
-
-    yield factory
-    for client in clients:
-        client.close()
