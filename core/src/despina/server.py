@@ -219,16 +219,6 @@ class Server:
         Raises DespinaError (unknown model, invalid input, full queue) synchronously, and
         Unsupported for a decoupled model unless ``streaming``.
         """
-        model, stream, answered = self._accept(request, streaming)
-        if not answered:
-            assert model.scheduler is not None
-            model.scheduler.submit(request)
-        return model, stream
-
-    def _accept(
-        self, request: InferenceRequest, streaming: bool
-    ) -> tuple[ModelVersion, ResponseStream, bool]:
-        """Everything :meth:`submit` does but queueing; the bool: answered from the cache."""
         if self._stopping:
             raise Unavailable("Server is stopping")
         model = self.models.get(request.model_name, request.model_version)
@@ -242,8 +232,10 @@ class Server:
         stream = ResponseStream()
         request.stream = stream
         cache = self.response_cache if model.config.response_cache.enable else None
-        answered = cache is not None and self._answer_from_cache(model, request, cache)
-        return model, stream, answered
+        if cache is not None and self._answer_from_cache(model, request, cache):
+            return model, stream
+        model.scheduler.submit(request)
+        return model, stream
 
     def _answer_from_cache(
         self, model: ModelVersion, request: InferenceRequest, cache: ResponseCache
@@ -267,15 +259,7 @@ class Server:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run a request on a non-decoupled model; return its response or raise its error."""
-        model, stream, answered = self._accept(request, streaming=False)
-        if not answered:
-            scheduler = model.scheduler
-            assert scheduler is not None
-            index = scheduler.claim_idle()
-            if index is None:
-                scheduler.submit(request)
-            else:  # an idle instance and nothing queued: run it here, no hand-off
-                await scheduler.run_claimed(index, request)
+        model, stream = self.submit(request, streaming=False)
         response = await stream.last()
         if response is None:
             raise Internal(f"model '{model.name}' sent no response")

@@ -95,16 +95,6 @@ class Scheduler(abc.ABC):
         not ready); the model version is READY only while this is true."""
         return True
 
-    def claim_idle(self) -> int | None:
-        """Reserve an idle instance for a request the caller will run itself with
-        :meth:`run_claimed` (only when that cannot overtake queued requests); None when
-        the request must go through :meth:`submit`. Default: never."""
-        return None
-
-    async def run_claimed(self, index: int, request: InferenceRequest) -> None:
-        """Run ``request`` on the instance :meth:`claim_idle` reserved, then release it."""
-        raise NotImplementedError
-
     @property
     def busy(self) -> int:
         """Executions running now."""

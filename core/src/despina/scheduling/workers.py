@@ -10,14 +10,7 @@ from collections.abc import Sequence
 from despina.backend import ModelInstance
 from despina.errors import DespinaError
 from despina.inference import InferenceRequest, InferenceResponse
-from despina.scheduling.base import (
-    DRAIN_POLL_S,
-    ScheduledModel,
-    Scheduler,
-    execute_on,
-    reject,
-    stopping_error,
-)
+from despina.scheduling.base import ScheduledModel, Scheduler, execute_on, reject, stopping_error
 from despina.scheduling.queue import RequestQueue
 
 #: Concurrent executions per instance whose ``concurrent`` flag is set (async models).
@@ -35,11 +28,6 @@ class QueueScheduler(Scheduler):
         self._executing: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._last_turn: asyncio.Future[None] | None = None
-        #: Per instance: set while no caller runs a request on it inline (see claim_idle).
-        self._free = [asyncio.Event() for _ in model.instances]
-        for free in self._free:
-            free.set()
-        self._inline = 0
 
     def make_queue(self) -> RequestQueue:
         """The queue; subclasses pass their queue policy."""
@@ -65,7 +53,7 @@ class QueueScheduler(Scheduler):
 
     @property
     def busy(self) -> int:
-        return len(self._executing) + self._inline
+        return len(self._executing)
 
     @abc.abstractmethod
     async def next_batch(self) -> list[InferenceRequest]:
@@ -76,14 +64,8 @@ class QueueScheduler(Scheduler):
     async def _work(self, index: int) -> None:
         task = asyncio.current_task()
         assert task is not None
-        free = self._free[index]
         while not self._stopping:
-            await free.wait()
             batch = await self.next_batch()
-            if not free.is_set():  # a caller claimed this instance while we waited
-                for request in reversed(batch):
-                    self.queue.push_front(request)
-                continue
             self._executing.add(task)
             try:
                 await execute_on(self.model, index, batch, self._ordered(index))
@@ -107,8 +89,6 @@ class QueueScheduler(Scheduler):
         for worker in self._workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
-        while self._inline:
-            await asyncio.sleep(DRAIN_POLL_S)
         for request in self.queue.drain():
             reject(self.model, request, stopping_error(self.model))
 
@@ -142,30 +122,9 @@ class OrderedExecution(ModelInstance):
 
 
 class DefaultScheduler(QueueScheduler):
-    """Triton's default scheduler: each request executes alone, on the next free instance.
-
-    When nothing is queued and an instance is idle, a caller awaiting the response runs the
-    request itself (:meth:`claim_idle`, :meth:`run_claimed`): one task switch less.
-    """
+    """Triton's default scheduler: each request executes alone, on the next free instance."""
 
     name = "default"
-
-    def claim_idle(self) -> int | None:
-        if self._stopping or len(self.queue):
-            return None
-        for index, free in enumerate(self._free):
-            if free.is_set() and not self.model.instances[index].concurrent:
-                free.clear()
-                return index
-        return None
-
-    async def run_claimed(self, index: int, request: InferenceRequest) -> None:
-        self._inline += 1
-        try:
-            await execute_on(self.model, index, [request])
-        finally:
-            self._inline -= 1
-            self._free[index].set()
 
     async def next_batch(self) -> list[InferenceRequest]:
         return [await self.queue.get()]
