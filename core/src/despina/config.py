@@ -37,7 +37,6 @@ __all__ = [
     "parse_text",
     "read_model_config",
     "to_json_dict",
-    "to_text",
     "validate",
 ]
 
@@ -106,11 +105,6 @@ def to_json_dict(config: mc.ModelConfig) -> dict[str, Any]:
     )
     result: dict[str, Any] = _int64_strings_to_numbers(config, as_dict)
     return result
-
-
-def to_text(config: mc.ModelConfig) -> str:
-    """The config in ``config.pbtxt`` text format."""
-    return str(text_format.MessageToString(config))
 
 
 def _int64_strings_to_numbers(message: Any, data: Any) -> Any:

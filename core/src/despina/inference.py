@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from despina.errors import Cancelled, DespinaError
+from despina.errors import DespinaError
 
 
 class SequenceFlags(enum.IntFlag):
@@ -87,10 +87,6 @@ class ResponseStream:
             self._put(response, final)
         else:
             self._loop.call_soon_threadsafe(self._put, response, final)
-
-    def fail(self, error: DespinaError) -> None:
-        """End the stream with an error response."""
-        self.send(InferenceResponse(error=error), final=True)
 
     def _put(self, item: InferenceResponse | None, final: bool) -> None:
         if item is not None:
@@ -180,7 +176,3 @@ class InferenceRequest:
     def fail(self, error: DespinaError) -> None:
         """Answer the request with an error (final)."""
         self.respond(InferenceResponse(id=self.id, error=error), final=True)
-
-    def fail_cancelled(self) -> None:
-        """Answer a cancelled request with Triton's cancellation error."""
-        self.fail(Cancelled("Request was cancelled"))

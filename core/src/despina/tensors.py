@@ -112,10 +112,3 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> n
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
     return out
-
-
-def to_bytes_array(values: Sequence[object]) -> np.ndarray:
-    """Build a 1-D BYTES array from Python strings/bytes (strings encoded as UTF-8)."""
-    out = np.empty(len(values), dtype=np.object_)
-    out[:] = [v.encode() if isinstance(v, str) else bytes(v) for v in values]  # type: ignore[call-overload]
-    return out
