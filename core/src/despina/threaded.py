@@ -2,7 +2,8 @@
 
 :class:`ThreadedInstance` joins a batch's inputs (:func:`~despina.batching.concat_inputs`),
 runs :meth:`ThreadedInstance.run` in the instance's own worker thread (frameworks release
-the GIL, so N instances keep N cores busy and the event loop never blocks), and slices
+the GIL, so N instances keep N cores busy and the event loop never blocks; calls that
+prove cheaper than the hand-off run inline, see :mod:`despina.placement`), and slices
 the outputs back per request as views. When a batch of several requests fails with a
 :class:`~despina.errors.DespinaError`, each request runs alone so only the requests the
 framework rejects fail. A backend whose config has ragged inputs, batch inputs or batch
@@ -23,6 +24,7 @@ from despina.backend import ModelInstance
 from despina.batching import batch_sizes, concat_inputs, select_outputs, split_outputs
 from despina.errors import DespinaError
 from despina.inference import InferenceRequest, InferenceResponse
+from despina.placement import CallPlacement
 from despina.ragged import RaggedBatch
 
 
@@ -38,12 +40,16 @@ class ThreadedInstance(ModelInstance):
         batched: bool,
         output_names: Sequence[str],
         initializer: Callable[[], object] | None = None,
+        inline_budget_s: float = 0.0,
     ) -> None:
         self.name = name
         self.batched = batched
         self.output_names = list(output_names)
         #: One thread per instance; ``initializer`` runs in it first (thread settings).
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=name, initializer=initializer)
+        #: Calls run inline within ``inline_budget_s`` (never with an ``initializer``,
+        #: whose thread settings the loop thread lacks).
+        self.placement = CallPlacement(self.executor, 0.0 if initializer else inline_budget_s)
 
     @abc.abstractmethod
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
@@ -57,13 +63,10 @@ class ThreadedInstance(ModelInstance):
         """One response per request; unbatched models run their requests one by one."""
         if len(requests) > 1 and not self.batched:
             return [r for request in requests for r in await self.execute([request])]
-        loop = asyncio.get_running_loop()
         ragged = self.ragged
         inputs = ragged.join(requests) if ragged is not None else concat_inputs(requests)
         try:
-            outputs = await loop.run_in_executor(
-                self.executor, self.run, inputs, self.wanted(requests)
-            )
+            outputs = await self.placement.run(self.run, inputs, self.wanted(requests))
         except DespinaError as error:
             if len(requests) > 1:
                 return [r for request in requests for r in await self.execute([request])]

@@ -278,3 +278,39 @@ def add(
 ) -> None:
     """Add model ``name`` with ``1/model.py`` = ``source``."""
     repo.add(name, config(name, io, mode, extra), {"1/model.py": source})
+
+
+SOMETIMES_BLS_IO = """
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "IN_THREAD" data_type: TYPE_BOOL dims: [ 1 ] } ]
+"""
+
+#: Echoes INPUT0, or asks add_sub for INPUT0 + INPUT1 (BLS) when INPUT0[0] > 100;
+#: IN_THREAD tells whether execute ran in a worker thread (not inline on the loop).
+SOMETIMES_BLS = """
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        in_thread = threading.current_thread() is not threading.main_thread() and \\
+            threading.current_thread().name.startswith("despina-py-")
+        responses = []
+        for request in requests:
+            a = request.inputs()[0]
+            out = a
+            if a.as_numpy()[0] > 100:
+                answer = pb_utils.InferenceRequest(
+                    model_name="add_sub", requested_output_names=["OUTPUT0"],
+                    inputs=[a, request.inputs()[1]]).exec()
+                if answer.has_error():
+                    raise pb_utils.TritonModelException(answer.error().message())
+                out = pb_utils.get_output_tensor_by_name(answer, "OUTPUT0")
+            responses.append(pb_utils.InferenceResponse([
+                out, pb_utils.Tensor("IN_THREAD", np.array([in_thread]))]))
+        return responses
+"""

@@ -10,7 +10,18 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from .helpers import infer, pair
-from .models import ADD_SUB, ADD_SUB_IO, BLS_ASYNC, BLS_IO, BLS_SYNC, REPEAT, REPEAT_IO, add
+from .models import (
+    ADD_SUB,
+    ADD_SUB_IO,
+    BLS_ASYNC,
+    BLS_IO,
+    BLS_SYNC,
+    REPEAT,
+    REPEAT_IO,
+    SOMETIMES_BLS,
+    SOMETIMES_BLS_IO,
+    add,
+)
 
 
 @pytest.fixture(params=["process", "in-process"])
@@ -60,3 +71,22 @@ def test_bls(
     expected = [2, 3, 4, 5] if source is BLS_SYNC else [4, 6, 8, 10]
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected)
     assert int(result.as_numpy("COUNT")[0]) == (3 if source is BLS_SYNC else 2)
+
+
+def test_bls_from_a_model_running_inline(
+    model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    """A cheap synchronous in-process model moves inline on the loop; its first BLS call
+    there is re-run in a worker thread, where it and every later call then stay."""
+    add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, "in-process")
+    add(model_repository, "sometimes_bls", SOMETIMES_BLS, SOMETIMES_BLS_IO, "in-process")
+    client = http_client(despina_server(model_repository.root))
+    placements = [
+        bool(infer(client, "sometimes_bls", pair()).as_numpy("IN_THREAD")[0]) for _ in range(40)
+    ]
+    assert placements[0] and not placements[-1]  # started in the thread, then inline
+    result = infer(client, "sometimes_bls", pair(101.0))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [102, 3, 4, 5])
+    assert bool(result.as_numpy("IN_THREAD")[0])
+    after = [infer(client, "sometimes_bls", pair()).as_numpy("IN_THREAD")[0] for _ in range(40)]
+    assert all(after)

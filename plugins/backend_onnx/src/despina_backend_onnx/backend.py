@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.errors import ConfigError, Internal, InvalidArgument
+from despina.placement import inline_budget
 from despina.ragged import RaggedBatch
 from despina.signatures import TensorSpec, check_config, complete_config, default_max_batch_size
 from despina.threaded import ThreadedInstance
@@ -82,7 +83,15 @@ class OnnxBackend(Backend):
             )
         served = {o.name for o in config.output}
         names = [s.name for s in outputs if s.name in served]
-        instance = OnnxInstance(spec, session, run_opts, strings, names, config.max_batch_size > 0)
+        instance = OnnxInstance(
+            spec,
+            session,
+            run_opts,
+            strings,
+            names,
+            config.max_batch_size > 0,
+            inline_budget(self.context.parameters),
+        )
         instance.bf16 = bf16
         instance.ragged = RaggedBatch.of(config)
         return instance
@@ -136,8 +145,11 @@ class OnnxInstance(ThreadedInstance):
         strings: set[str],
         output_names: list[str],
         batched: bool,
+        inline_budget_s: float,
     ) -> None:
-        super().__init__(f"onnx-{spec.name}", batched, output_names)
+        super().__init__(
+            f"onnx-{spec.name}", batched, output_names, inline_budget_s=inline_budget_s
+        )
         self.spec = spec
         self.session = session
         self.run_opts = run_opts

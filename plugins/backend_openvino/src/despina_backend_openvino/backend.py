@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.errors import ConfigError, Internal
+from despina.placement import inline_budget
 from despina.signatures import TensorSpec, check_config, complete_config, default_max_batch_size
 from despina.threaded import ThreadedInstance
 
@@ -86,7 +87,9 @@ class OpenVinoBackend(Backend):
         config = self.context.config
         outputs = [o.name for o in config.output]
         request = self.compiled.create_infer_request()
-        return OpenVinoInstance(spec, request, self.strings, outputs, config.max_batch_size > 0)
+        budget = inline_budget(self.context.parameters)
+        batched = config.max_batch_size > 0
+        return OpenVinoInstance(spec, request, self.strings, outputs, batched, budget)
 
     def _read(self, options: OpenVinoOptions) -> tuple[Any, Any]:
         import openvino as ov
@@ -157,9 +160,15 @@ class OpenVinoInstance(ThreadedInstance):
     """One infer request; ``infer`` shares the input arrays and copies the outputs out."""
 
     def __init__(
-        self, spec: InstanceSpec, request: Any, strings: set[str], outputs: list[str], batched: bool
+        self,
+        spec: InstanceSpec,
+        request: Any,
+        strings: set[str],
+        outputs: list[str],
+        batched: bool,
+        inline_budget_s: float,
     ) -> None:
-        super().__init__(f"openvino-{spec.name}", batched, outputs)
+        super().__init__(f"openvino-{spec.name}", batched, outputs, inline_budget_s=inline_budget_s)
         self.spec = spec
         self.request = request
         self.strings = strings

@@ -3,8 +3,11 @@
 Every instance of ``count: N`` shares one ``TritonPythonModel`` object (weights loaded
 once, ``initialize`` called once with the first instance's args). A synchronous
 ``execute`` runs in a worker thread per instance (so N instances run N calls at once,
-truly in parallel for code that releases the GIL); an ``async def execute`` runs on the
-server's event loop and each instance takes many requests concurrently.
+truly in parallel for code that releases the GIL) until it proves cheaper than the
+thread hand-off, then inline on the loop (:mod:`despina.placement`; the
+``DESPINA_INLINE_EXECUTE_US`` parameter sets the budget, 0 disables); an
+``async def execute`` runs on the server's event loop and each instance takes many
+requests concurrently.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from despina.backend import InstanceSpec, ModelContext, ModelInstance
 from despina.errors import Internal
 from despina.inference import InferenceRequest as CoreRequest
 from despina.inference import InferenceResponse as CoreResponse
+from despina.placement import CallPlacement, inline_budget
 
 from despina_backend_python import convert, responses
 from despina_backend_python.loading import describe_exception, load_model_class
@@ -65,6 +69,8 @@ class SharedModel:
             max_workers=max(sum(g.count for g in context.config.instance_group), 1),
             thread_name_prefix=f"despina-py-{context.name}",
         )
+        #: Where synchronous ``execute`` calls run (shared: the instances share the model).
+        self.placement = CallPlacement(self.executor, inline_budget(context.parameters))
 
     def _in_host(self, call: Any, *args: Any) -> Any:
         token = pb_runtime.activate(self.host)
@@ -136,11 +142,8 @@ class InProcessInstance(ModelInstance):
     async def execute(self, requests: Sequence[CoreRequest]) -> Sequence[CoreResponse] | None:
         shared = self.shared
         pb_requests = shared.pb_requests(requests)
-        loop = asyncio.get_running_loop()
         try:
-            result = await loop.run_in_executor(
-                shared.executor, shared._in_host, shared.model.execute, pb_requests
-            )
+            result = await shared.placement.run(shared._in_host, shared.model.execute, pb_requests)
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
             raise responses.exception_failed(self.spec.name, exc) from None
         return responses.collect(self.spec.name, result, requests, shared.decoupled, _convert)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from despina.errors import DespinaError, InvalidArgument
+from despina.placement import NeedsThread, running_inline
 
 from despina_backend_python import convert
 from despina_backend_python.pb.errors import TritonModelException
@@ -38,7 +39,11 @@ class ServerRuntime(Runtime):
         self.logger = logging.getLogger(f"despina.model.{model_name}")
 
     def _off_loop(self, what: str) -> None:
+        """Raise when a call that waits for the loop is made on it: NeedsThread for a
+        synchronous ``execute`` running inline (re-run in a thread), else the model's error."""
         if threading.get_ident() == getattr(self.loop, "_thread_id", None):
+            if running_inline():
+                raise NeedsThread
             raise TritonModelException(
                 f"{what} would block the server's event loop; in 'async def execute' use "
                 "'await request.async_exec()'"

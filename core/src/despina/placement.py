@@ -1,0 +1,117 @@
+"""Where a blocking model call runs: in a worker thread, or inline on the event loop.
+
+Handing a call to a thread and its result back to the loop costs two thread wake-ups
+(50-100 µs on a small VM, more under load), often more than a small model's whole
+``execute``. :class:`CallPlacement` runs calls in its executor until it has seen
+``streak`` calls in a row finish within the budget, then runs the next ones inline on
+the loop, timing each; an inline call over budget sends calls back to the thread and
+doubles the streak needed before the next try. So a heavy model (or one that releases
+the GIL for long) stays in its threads, and a cheap one stops paying the hand-off.
+
+A call that must not run on the loop (it would wait for the loop, e.g. a Python BLS
+``exec()``) raises :class:`NeedsThread` when :func:`running_inline` is true: the call is
+run again in the executor and this placement never goes inline again.
+
+The budget comes from the model config's ``DESPINA_INLINE_EXECUTE_US`` parameter
+(:func:`inline_budget`); ``0`` keeps every call in its thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+from despina.errors import ConfigError
+
+T = TypeVar("T")
+
+#: The model config parameter holding the inline budget in microseconds.
+BUDGET_KEY = "DESPINA_INLINE_EXECUTE_US"
+DEFAULT_BUDGET_US = 1000.0
+#: Calls in a row within budget, in the thread, before the first inline call.
+FIRST_STREAK = 16
+MAX_STREAK = 1 << 20
+
+_inline: contextvars.ContextVar[bool] = contextvars.ContextVar("despina_inline", default=False)
+
+
+class NeedsThread(BaseException):
+    """Raised by code that cannot run inline on the loop; the call is re-run in a thread.
+
+    A BaseException so that a model's ``except Exception`` does not swallow it.
+    """
+
+
+def running_inline() -> bool:
+    """True inside a call that :class:`CallPlacement` runs inline on the event loop."""
+    return _inline.get()
+
+
+def inline_budget(parameters: Mapping[str, str]) -> float:
+    """The inline budget in seconds from a model's config parameters (0: never inline).
+
+    Raises ConfigError when the parameter is not a non-negative number.
+    """
+    text = parameters.get(BUDGET_KEY, "") or str(DEFAULT_BUDGET_US)
+    try:
+        micros = float(text)
+    except ValueError:
+        micros = -1.0
+    if not micros >= 0:
+        raise ConfigError(f"parameter {BUDGET_KEY} must be a number of microseconds >= 0")
+    return micros / 1e6
+
+
+def _timed(call: Callable[..., T], args: tuple[Any, ...]) -> tuple[T, float]:
+    start = time.perf_counter()
+    result = call(*args)
+    return result, time.perf_counter() - start
+
+
+class CallPlacement:
+    """Runs blocking calls of one model instance (or of instances sharing ``executor``)."""
+
+    def __init__(self, executor: Executor, budget_s: float = DEFAULT_BUDGET_US / 1e6) -> None:
+        self.executor = executor
+        self.budget_s = budget_s
+        self.allowed = budget_s > 0
+        self.streak = 0
+        self.needed = FIRST_STREAK
+
+    @property
+    def inline(self) -> bool:
+        """Whether the next call runs inline on the loop."""
+        return self.allowed and self.streak >= self.needed
+
+    def forbid_inline(self) -> None:
+        """Run every later call in the executor."""
+        self.allowed = False
+
+    async def run(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, inline or in the executor; its exceptions propagate."""
+        if self.inline:
+            token = _inline.set(True)
+            start = time.perf_counter()
+            try:
+                return call(*args)
+            except NeedsThread:
+                self.forbid_inline()
+            finally:
+                _inline.reset(token)
+                self._observe(time.perf_counter() - start, inline=True)
+        loop = asyncio.get_running_loop()
+        result, seconds = await loop.run_in_executor(self.executor, _timed, call, args)
+        self._observe(seconds, inline=False)
+        return result
+
+    def _observe(self, seconds: float, inline: bool) -> None:
+        if seconds <= self.budget_s:
+            self.streak += 1
+            return
+        if inline:
+            self.needed = min(self.needed * 2, MAX_STREAK)
+        self.streak = 0

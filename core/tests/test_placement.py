@@ -1,0 +1,110 @@
+"""CallPlacement: cheap calls move inline on the loop, slow ones and NeedsThread go back."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pytest
+from despina.errors import ConfigError
+from despina.placement import (
+    FIRST_STREAK,
+    CallPlacement,
+    NeedsThread,
+    inline_budget,
+    running_inline,
+)
+
+T = TypeVar("T")
+
+
+def where() -> tuple[int, bool]:
+    return threading.get_ident(), running_inline()
+
+
+def run(scenario: Callable[[ThreadPoolExecutor], Coroutine[Any, Any, T]]) -> T:
+    """``scenario(executor)`` on a new event loop in this thread."""
+    with ThreadPoolExecutor(1) as executor:
+        return asyncio.run(scenario(executor))
+
+
+def test_cheap_calls_move_inline_after_the_streak() -> None:
+    async def scenario(executor: ThreadPoolExecutor) -> list[tuple[int, bool]]:
+        placement = CallPlacement(executor, budget_s=0.01)
+        return [await placement.run(where) for _ in range(FIRST_STREAK + 3)]
+
+    loop_thread = threading.get_ident()  # asyncio.run runs the loop in this thread
+    seen = run(scenario)
+    assert all(ident != loop_thread and not inline for ident, inline in seen[:FIRST_STREAK])
+    assert all(ident == loop_thread and inline for ident, inline in seen[FIRST_STREAK:])
+
+
+def test_a_slow_inline_call_sends_calls_back_to_the_thread() -> None:
+    async def scenario(executor: ThreadPoolExecutor) -> tuple[CallPlacement, list[bool]]:
+        placement = CallPlacement(executor, budget_s=0.002)
+        for _ in range(FIRST_STREAK):
+            await placement.run(where)
+        assert placement.inline
+        await placement.run(time.sleep, 0.01)  # inline, over budget
+        return placement, [(await placement.run(where))[1] for _ in range(3)]
+
+    placement, inline_after = run(scenario)
+    assert inline_after == [False, False, False]
+    assert placement.needed == 2 * FIRST_STREAK and placement.streak == 3
+
+
+def test_needs_thread_reruns_the_call_in_the_thread_for_good() -> None:
+    calls: list[bool] = []
+
+    def picky() -> str:
+        calls.append(running_inline())
+        if running_inline():
+            raise NeedsThread
+        return threading.current_thread().name
+
+    async def scenario(executor: ThreadPoolExecutor) -> tuple[CallPlacement, list[str]]:
+        placement = CallPlacement(executor, budget_s=0.01)
+        for _ in range(FIRST_STREAK):
+            await placement.run(where)
+        return placement, [await placement.run(picky) for _ in range(FIRST_STREAK + 2)]
+
+    placement, names = run(scenario)
+    assert calls[0] is True and not any(calls[1:])
+    assert all(name != threading.current_thread().name for name in names)
+    assert not placement.allowed and not placement.inline
+
+
+def test_exceptions_propagate_from_both_placements() -> None:
+    def boom() -> None:
+        raise KeyError("x")
+
+    async def scenario(executor: ThreadPoolExecutor) -> None:
+        placement = CallPlacement(executor, budget_s=0.01)
+        with pytest.raises(KeyError):
+            await placement.run(boom)
+        placement.streak = placement.needed
+        with pytest.raises(KeyError):
+            await placement.run(boom)
+
+    run(scenario)
+
+
+def test_a_zero_budget_never_goes_inline() -> None:
+    async def scenario(executor: ThreadPoolExecutor) -> list[bool]:
+        budget = inline_budget({"DESPINA_INLINE_EXECUTE_US": "0"})
+        placement = CallPlacement(executor, budget_s=budget)
+        return [(await placement.run(where))[1] for _ in range(FIRST_STREAK * 2)]
+
+    assert not any(run(scenario))
+
+
+def test_inline_budget_parameter() -> None:
+    assert inline_budget({}) == pytest.approx(0.001)
+    assert inline_budget({"DESPINA_INLINE_EXECUTE_US": "250"}) == pytest.approx(0.00025)
+    for bad in ("-1", "fast", "nan"):
+        with pytest.raises(ConfigError, match="DESPINA_INLINE_EXECUTE_US"):
+            inline_budget({"DESPINA_INLINE_EXECUTE_US": bad})
