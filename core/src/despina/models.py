@@ -4,12 +4,20 @@ Control modes as tritonserver: ``none`` loads every model at start-up and refuse
 load/unload requests; ``explicit`` loads the ``--load-model`` models (``*`` = all) and
 serves load/unload requests. Loading a loaded model reloads it: the new versions load
 beside the old ones, traffic moves once they are READY, then the old ones drain.
+
+Dependencies: a model uses the composing models of its ensemble (from its config) and the
+models it was seen calling through BLS (recorded at run time by :meth:`ModelManager.record_call`).
+``unload(name, unload_dependents=True)`` also unloads, recursively, the models ``name``
+uses, except one still used by another loaded model, and (as Triton) a composing model
+that was loaded on its own rather than for an ensemble. A BLS callee is always loaded on
+its own, so only the first rule protects it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import shutil
 import tempfile
@@ -37,6 +45,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("despina.models")
 
+#: The ensemble whose load is running (its scheduler loads missing composing models).
+_LOADING_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "despina_loading_for", default=None
+)
+
 
 class ModelEntry:
     """A model known to the server: its versions, or why it has none."""
@@ -49,10 +62,17 @@ class ModelEntry:
         self.reason = ""
         self.config: cfg.ModelConfig | None = None
         self.temp_dir: Path | None = None
+        #: Loaded by name (start-up list, a load request), not for an ensemble that uses it.
+        self.explicit = True
 
     @property
     def ready(self) -> bool:
         return any(v.ready for v in self.versions.values())
+
+    @property
+    def loaded(self) -> bool:
+        """Loading or loaded, not unloaded nor failed."""
+        return self.state in (ModelState.READY, ModelState.LOADING)
 
 
 class ModelManager:
@@ -63,6 +83,8 @@ class ModelManager:
         self.repository = repository
         self.entries: dict[str, ModelEntry] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        #: caller -> the models it was seen calling through BLS (cleared when it unloads).
+        self._calls: dict[str, set[str]] = {}
 
     @property
     def explicit(self) -> bool:
@@ -99,6 +121,10 @@ class ModelManager:
         """
         async with self._lock(name):
             entry = ModelEntry(name)
+            ensemble = _LOADING_FOR.get()
+            if ensemble is not None:
+                entry.explicit = False
+                log.info("loading '%s' for ensemble '%s'", name, ensemble)
             old = self.entries.get(name)
             keep_old = old is not None and old.ready
             try:
@@ -123,20 +149,57 @@ class ModelManager:
                 await self._retire(old)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
-        """Unload ``name`` (and, with ``unload_dependents``, the models its ensemble uses);
-        a model that is not loaded is not an error (Triton answers OK)."""
+        """Unload ``name``; with ``unload_dependents`` also the models it uses, by the
+        rules in the module docstring. A model that is not loaded is not an error (Triton
+        answers OK)."""
         async with self._lock(name):
             entry = self.entries.get(name)
             if entry is None:  # as Triton: unloading a model that is not loaded succeeds
                 log.info("unload of '%s': the model is not loaded", name)
                 return
-            composing = _composing_models(entry.config) if entry.config is not None else []
+            used = self.uses(name)
+            called = self._calls.pop(name, set())
             await self._retire(entry)
             entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
         if unload_dependents:
-            for dependent in composing:
-                if dependent in self.entries:
-                    await self.unload(dependent, unload_dependents=True)
+            for other in sorted(used):
+                if self._unloads_with(other, name, through_bls=other in called):
+                    await self.unload(other, unload_dependents=True)
+
+    def record_call(self, caller: str, callee: str) -> None:
+        """Note that model ``caller`` sent a BLS request to ``callee``. On the request
+        path: a set lookup, and a log line the first time only."""
+        called = self._calls.get(caller)
+        if called is None:
+            called = self._calls[caller] = set()
+        if callee not in called:
+            called.add(callee)
+            log.info("'%s' calls '%s' through BLS: recorded as a model it uses", caller, callee)
+
+    def uses(self, name: str) -> set[str]:
+        """The models ``name`` uses: its ensemble's composing models and its BLS callees."""
+        entry = self.entries.get(name)
+        used = set(self._calls.get(name, ()))
+        if entry is not None and entry.config is not None:
+            used.update(_composing_models(entry.config))
+        return used
+
+    def _unloads_with(self, name: str, user: str, through_bls: bool) -> bool:
+        """Whether ``name``, used by ``user`` being unloaded with its dependents, goes too."""
+        entry = self.entries.get(name)
+        if entry is None or not entry.loaded:
+            return False
+        others = sorted(
+            n for n, e in self.entries.items() if n != name and e.loaded and name in self.uses(n)
+        )
+        if others:
+            log.info("'%s' stays loaded: used by %s", name, ", ".join(f"'{n}'" for n in others))
+            return False
+        if entry.explicit and not through_bls:
+            log.info("'%s' stays loaded: it was loaded on its own, not for '%s'", name, user)
+            return False
+        log.info("unloading '%s' with '%s', which used it", name, user)
+        return True
 
     async def unload_all(self) -> None:
         """Unload every model (shutdown): queued requests are answered with an error."""
@@ -273,18 +336,23 @@ class ModelManager:
         versions = available_versions(entry.model_dir)
         backend_cls = await prepare_config(self.server, config, entry.model_dir, versions)
         entry.config = config
-        if config.platform == cfg.ENSEMBLE_PLATFORM:
+        ensemble = config.platform == cfg.ENSEMBLE_PLATFORM
+        if ensemble:
             versions = versions or [1]
         selected = select_versions(config, versions)
         if not selected:
             raise Unavailable(f"failed to load '{name}', no version is available")
         entry.versions = {v: ModelVersion(name, v, version_config(config)) for v in selected}
-        await asyncio.gather(
-            *(
-                load_version(self.server, backend_cls, entry.model_dir, v)
-                for v in entry.versions.values()
+        token = _LOADING_FOR.set(name if ensemble else None)
+        try:
+            await asyncio.gather(
+                *(
+                    load_version(self.server, backend_cls, entry.model_dir, v)
+                    for v in entry.versions.values()
+                )
             )
-        )
+        finally:
+            _LOADING_FOR.reset(token)
         entry.state = ModelState.READY if entry.ready else ModelState.UNAVAILABLE
 
     async def _retire(self, entry: ModelEntry, drain: bool = True) -> None:

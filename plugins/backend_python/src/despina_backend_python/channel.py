@@ -2,13 +2,13 @@
 
 A message is a small dict (operation, ids, shapes, shared-memory descriptors) encoded
 with ``marshal`` (plain values only: loading one never runs code) behind a 4-byte
-length; tensor data never travels here (see :mod:`.shm`). The child
-side is blocking and thread-safe; the server side uses asyncio streams.
+length; tensor data never travels here (see :mod:`.shm`). The child side is blocking
+and thread-safe; the server side parses what its asyncio protocol receives
+(:class:`FrameBuffer`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import marshal
 import socket
 import struct
@@ -24,24 +24,41 @@ def encode(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(data)) + data
 
 
-async def read_message(reader: asyncio.StreamReader) -> dict[str, Any] | None:
-    """The next message, or None at end of stream (the child exited)."""
-    try:
-        header = await reader.readexactly(HEADER.size)
-        data = await reader.readexactly(HEADER.unpack(header)[0])
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
-    message: dict[str, Any] = marshal.loads(data)
-    return message
+class FrameBuffer:
+    """The server side's parser: bytes in (as they arrive), whole messages out."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """The messages completed by ``data``, in order."""
+        buffer = self._buffer
+        buffer += data
+        messages: list[dict[str, Any]] = []
+        at, end = 0, len(buffer)
+        while end - at >= HEADER.size:
+            size = HEADER.unpack_from(buffer, at)[0]
+            if end - at - HEADER.size < size:
+                break
+            start = at + HEADER.size
+            messages.append(marshal.loads(buffer[start : start + size]))
+            at = start + size
+        del buffer[:at]
+        return messages
 
 
 class BlockingChannel:
-    """The child's end: ``send`` from any thread, ``recv`` from one reader thread."""
+    """The child's end: ``send`` from any thread; messages are read by whichever thread
+    is waiting for one (:meth:`pump_until`), so no reader thread sits between the
+    socket and the thread that runs the model.
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._lock = threading.Lock()
         self._file = sock.makefile("rb")
+        self._turn = threading.Condition()
+        self._reading = False
 
     def send(
         self, message: dict[str, Any], pack: Callable[[], dict[str, Any]] | None = None
@@ -54,6 +71,8 @@ class BlockingChannel:
             self.sock.sendall(encode(message))
 
     def recv(self) -> dict[str, Any] | None:
+        """The next message (None at end of stream); only one thread may call it at a
+        time — outside start-up, use :meth:`pump_until`."""
         header = self._file.read(HEADER.size)
         if len(header) < HEADER.size:
             return None
@@ -63,3 +82,24 @@ class BlockingChannel:
             return None
         message: dict[str, Any] = marshal.loads(data)
         return message
+
+    def pump_until(
+        self, done: Callable[[], bool], route: Callable[[dict[str, Any] | None], None]
+    ) -> None:
+        """Return once ``done()``; meanwhile, whenever no other thread is reading, read
+        the next message and ``route`` it (None at end of stream). One reader at a time,
+        and a message is routed before the next is read: messages are handled in order.
+        """
+        while True:
+            with self._turn:
+                while self._reading and not done():
+                    self._turn.wait()
+                if done():
+                    return
+                self._reading = True
+            try:
+                route(self.recv())
+            finally:
+                with self._turn:
+                    self._reading = False
+                    self._turn.notify_all()

@@ -69,8 +69,10 @@ async def spawn(
         )
     finally:
         theirs.close()
-    reader, writer = await asyncio.open_unix_connection(sock=ours)
-    child = ChildProcess(process, reader, writer, host, arena, from_child, on_exit)
+    loop = asyncio.get_running_loop()
+    _, child = await loop.create_unix_connection(
+        lambda: ChildProcess(process, host, arena, from_child, on_exit), sock=ours
+    )
     child.send(hello)
     try:
         return child, await child.answer
@@ -78,14 +80,13 @@ async def spawn(
         child.unlink_rings()
 
 
-class ChildProcess:
-    """A started child whose model is ready; serves its messages until it exits."""
+class ChildProcess(asyncio.Protocol):
+    """A started child; serves its messages (as they arrive, in the protocol's
+    ``data_received``) until the channel closes."""
 
     def __init__(
         self,
         process: asyncio.subprocess.Process,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
         host: ServerRuntime,
         arena: Arena,
         incoming: Ring,
@@ -93,7 +94,8 @@ class ChildProcess:
     ) -> None:
         self.process = process
         self.pid = process.pid
-        self.writer = writer
+        self.transport: asyncio.Transport | None = None
+        self.frames = channel.FrameBuffer()
         self.host = host
         self.arena = arena
         self.incoming = incoming
@@ -107,11 +109,26 @@ class ChildProcess:
         self.finalized: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.alive = True
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._reader = asyncio.create_task(self._read(reader))
+        #: Set once the channel closed and everything waiting on this child failed.
+        self.ended = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        for message in self.frames.feed(data):
+            try:
+                self._dispatch(message)
+            except Exception:
+                self.host.logger.exception("bad message from the model process")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._spawn_task(self._ended())
 
     def send(self, message: dict[str, Any]) -> None:
-        if self.alive:
-            self.writer.write(channel.encode(message))
+        if self.alive and self.transport is not None:
+            self.transport.write(channel.encode(message))
 
     def unlink_rings(self) -> None:
         for ring in (self.arena.ring, self.incoming):
@@ -127,14 +144,6 @@ class ChildProcess:
         self.executions[exec_id] = future
         self.send(message)
         return future
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        while (message := await channel.read_message(reader)) is not None:
-            try:
-                self._dispatch(message)
-            except Exception:
-                self.host.logger.exception("bad message from the model process")
-        await self._ended()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         op = message["op"]
@@ -213,7 +222,6 @@ class ChildProcess:
         self.alive = False
         with contextlib.suppress(ProcessLookupError):
             await self.process.wait()
-        self.writer.close()
         cleanup(self.arena.stem[:-2])  # both directions of this child
         for ring in (self.arena.ring, self.incoming):
             if ring is not None:
@@ -228,6 +236,7 @@ class ChildProcess:
             if not pending.done():
                 pending.set_exception(error)
                 pending.exception()  # retrieved: nobody may be waiting
+        self.ended.set()
         self.on_exit(self)
 
     def kill(self) -> None:
@@ -250,13 +259,14 @@ class ChildProcess:
             except (TimeoutError, ChildDied):
                 pass
         self.alive = False
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
         try:
             await asyncio.wait_for(self.process.wait(), timeout)
         except TimeoutError:
             self.kill()
             await self.process.wait()
-        await asyncio.gather(self._reader, return_exceptions=True)
+        await self.ended.wait()
         return error
 
 

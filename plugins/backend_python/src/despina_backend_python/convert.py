@@ -74,7 +74,8 @@ def response_to_core(response: pb.InferenceResponse, wanted: list[str] | None) -
         raise errors.Internal(
             f"Expected a pb_utils.InferenceResponse, got {type(response).__name__}"
         )
-    params = json.loads(response.parameters())
+    text = response.parameters()
+    params = {} if text == "{}" else json.loads(text)
     error = response.error()
     if error is not None:
         return CoreResponse(error=error_to_core(error), parameters=params)

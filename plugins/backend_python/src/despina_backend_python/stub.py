@@ -4,9 +4,12 @@ Started as ``python -m despina_backend_python.stub <fd>`` with one end of a sock
 The first message is ``init`` (import the model, ``initialize``, answer ``ready``) or
 ``auto_complete`` (answer the completed config, then exit). After ``ready``:
 
-- a reader thread routes the server's messages, copying small tensors out of the ring
-  in arrival order: ``execute`` and ``finalize`` go to the main thread (or the loop);
-  replies (BLS, metrics, ...) complete waiting calls;
+- there is no reader thread: a thread waiting for a message reads the channel itself
+  when no other thread is reading (:meth:`BlockingChannel.pump_until`), routing every
+  message in arrival order (small tensors are copied out of the ring then): ``execute``
+  and ``finalize`` go to the main thread's work (or the loop), replies (BLS, metrics,
+  ...) complete waiting calls. An idle main thread is the reader, so an ``execute``
+  reaches the model without a thread hand-off;
 - a synchronous ``execute`` runs on the main thread (calls stay in order); an
   ``async def execute`` runs as tasks on an event loop thread, many at once;
 - the model reaches the server (BLS, Logger, metrics) through :class:`ChildRuntime`.
@@ -26,7 +29,8 @@ import queue
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -48,9 +52,16 @@ class ChildRuntime(pb_runtime.Runtime):
     """Forwards the model's calls to the server and waits for the replies."""
 
     def __init__(
-        self, channel: BlockingChannel, arena: Arena, incoming: Ring, model_name: str
+        self,
+        channel: BlockingChannel,
+        arena: Arena,
+        incoming: Ring,
+        model_name: str,
+        wait_for: Callable[[Callable[[], bool]], None],
     ) -> None:
         self.channel = channel
+        #: Blocks until the condition holds, reading the channel meanwhile if needed.
+        self.wait_for = wait_for
         self.arena = arena
         self.incoming = incoming
         self.model_name = model_name
@@ -65,6 +76,11 @@ class ChildRuntime(pb_runtime.Runtime):
         self.waiting[call_id] = future
         self.channel.send({"op": op, "id": call_id, **body}, pack)
         return future
+
+    def wait(self, future: Future[dict[str, Any]]) -> dict[str, Any]:
+        """The reply of :meth:`call` (blocking)."""
+        self.wait_for(future.done)
+        return future.result()
 
     def route(self, message: dict[str, Any]) -> None:
         """A reply from the server (reader thread: tensors are copied out here, in order)."""
@@ -90,7 +106,7 @@ class ChildRuntime(pb_runtime.Runtime):
         return lambda: wire.pack_request(self.arena, request)
 
     def infer(self, request: InferenceRequest) -> InferenceResponse:
-        return self._response(self.call("bls", self._packer(request)).result())
+        return self._response(self.wait(self.call("bls", self._packer(request))))
 
     async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
         future = self.call("bls", self._packer(request))
@@ -101,7 +117,10 @@ class ChildRuntime(pb_runtime.Runtime):
         items: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.waiting[call_id] = items
         self.channel.send({"op": "bls_stream", "id": call_id}, self._packer(request))
-        while (item := items.get()) is not _END:
+        while True:
+            self.wait_for(lambda: not items.empty())
+            if (item := items.get()) is _END:
+                return
             yield self._response(item)
 
     async def infer_stream_async(self, request: InferenceRequest) -> list[InferenceResponse]:
@@ -111,13 +130,13 @@ class ChildRuntime(pb_runtime.Runtime):
         self.channel.send({"op": "log", "level": level, "message": message})
 
     def metric(self, action: str, family: str, **fields: Any) -> float:
-        reply = self.call("metric", action=action, family=family, fields=fields).result()
+        reply = self.wait(self.call("metric", action=action, family=family, fields=fields))
         if reply.get("error"):
             raise TritonModelException(reply["error"])
         return float(reply["value"])
 
     def model_control(self, action: str, **fields: Any) -> Any:
-        reply = self.call("model_control", action=action, fields=fields).result()
+        reply = self.wait(self.call("model_control", action=action, fields=fields))
         if reply.get("error"):
             raise TritonModelException(reply["error"])
         return reply.get("value")
@@ -139,7 +158,8 @@ class ChildResponder(Responder):
         )
 
     def is_cancelled(self) -> bool:
-        reply = self.stub.runtime.call("is_cancelled", token=self.token).result()
+        runtime = self.stub.runtime
+        reply = runtime.wait(runtime.call("is_cancelled", token=self.token))
         return bool(reply["value"])
 
 
@@ -151,12 +171,34 @@ class Stub:
         self.hello = hello
         self.incoming = Ring(hello["rings"][0])
         self.arena = Arena(hello["prefix"], hello["tag"] + "c", Ring(hello["rings"][1]))
-        self.runtime = ChildRuntime(channel, self.arena, self.incoming, hello["model_name"])
+        self.runtime = ChildRuntime(
+            channel, self.arena, self.incoming, hello["model_name"], self.wait_for
+        )
         self.loop = asyncio.new_event_loop()
-        #: Synchronous executions, in order, run by the main thread.
-        self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._loop_thread: threading.Thread | None = None
+        #: Synchronous executions, in order, run by the main thread (None: finalize).
+        self.work: deque[tuple[int, list[InferenceRequest]] | None] = deque()
         self.model: Any = None
         self.is_async = False
+
+    def wait_for(self, done: Callable[[], bool]) -> None:
+        """Block until ``done()``, reading and routing messages meanwhile."""
+        self.channel.pump_until(done, self.route)
+
+    def start_loop(self) -> None:
+        """Start the event loop thread (once)."""
+        if self._loop_thread is None:
+            self._loop_thread = threading.Thread(
+                target=self.loop.run_forever, name="asyncio", daemon=True
+            )
+            self._loop_thread.start()
+
+    def run_coroutine(self, coro: Any) -> Any:
+        """Run ``coro`` on the event loop thread and wait for it."""
+        self.start_loop()
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        self.wait_for(future.done)
+        return future.result()
 
     def load(self) -> dict[str, Any]:
         """Import the model and run ``initialize``; the ``ready`` (or ``error``) message."""
@@ -167,30 +209,27 @@ class Stub:
             if hasattr(self.model, "initialize"):
                 result = self.model.initialize(self.hello["args"])
                 if inspect.isawaitable(result):
-                    self.loop.run_until_complete(result)
+                    self.run_coroutine(_awaited(result))
         except BaseException as exc:  # noqa: BLE001 - reported to the server as the reason
             return {"op": "error", "message": describe_exception(exc)}
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
         return {"op": "ready", "is_async": self.is_async, "pid": os.getpid()}
 
-    def start_reader(self) -> None:
-        """Route the server's messages (replies are needed while ``initialize`` runs)."""
-        threading.Thread(target=self._read, name="channel-reader", daemon=True).start()
-
-    def _read(self) -> None:
-        while (message := self.channel.recv()) is not None:
-            op = message["op"]
-            if op in ("reply", "stream", "stream_end"):
-                self.runtime.route(message)
-            elif op == "execute":
-                requests = self._requests(message)
-                if self.is_async:
-                    self.loop.call_soon_threadsafe(self._start_async, message["id"], requests)
-                else:
-                    self.work.put((message["id"], requests))
-            elif op == "finalize":
-                self.work.put(None)
-        os._exit(0)  # the server went away
+    def route(self, message: dict[str, Any] | None) -> None:
+        """Handle one message of the server (None: the server went away, exit)."""
+        if message is None:
+            os._exit(0)
+        op = message["op"]
+        if op in ("reply", "stream", "stream_end"):
+            self.runtime.route(message)
+        elif op == "execute":
+            requests = self._requests(message)
+            if self.is_async:
+                self.loop.call_soon_threadsafe(self._start_async, message["id"], requests)
+            else:
+                self.work.append((message["id"], requests))
+        elif op == "finalize":
+            self.work.append(None)
 
     def _requests(self, message: dict[str, Any]) -> list[InferenceRequest]:
         tensors = unpack(message, self.incoming)
@@ -215,15 +254,22 @@ class Stub:
 
     def serve(self) -> None:
         """Run executions until ``finalize``: synchronous ones on this thread, async ones
-        on the event loop (in a helper thread)."""
+        on the event loop thread (this thread then only reads the channel)."""
         if self.is_async:
-            threading.Thread(target=self.loop.run_forever, name="asyncio", daemon=True).start()
-        while (item := self.work.get()) is not None:
+            self.start_loop()
+        while True:
+            self.wait_for(self._has_work)
+            item = self.work.popleft()
+            if item is None:
+                break
             self._run_sync(*item)
         if self.is_async:
-            asyncio.run_coroutine_threadsafe(_drain(), self.loop).result()
+            self.run_coroutine(_drain())
             self.loop.call_soon_threadsafe(self.loop.stop)
         self._finalize()
+
+    def _has_work(self) -> bool:
+        return bool(self.work)
 
     def _start_async(self, exec_id: int, requests: list[InferenceRequest]) -> None:
         self.loop.create_task(self._run_async(exec_id, requests))
@@ -266,6 +312,10 @@ class Stub:
         self.channel.send({"op": "finalized", "error": message})
 
 
+async def _awaited(value: Any) -> Any:
+    return await value
+
+
 async def _drain() -> None:
     """Wait for the async executions still running (before ``finalize``)."""
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -306,7 +356,6 @@ def main(argv: list[str]) -> int:
     if hello is None:
         return 0
     stub = Stub(channel, hello)
-    stub.start_reader()
     if hello["op"] == "auto_complete":
         channel.send(auto_complete(stub, hello))
         return 0

@@ -50,7 +50,7 @@ def _text(value: Any) -> str:
 
 
 def _parameters_json(parameters: dict[str, Any] | str | None) -> str:
-    if parameters is None:
+    if parameters is None or parameters == "{}" or parameters == {}:
         return "{}"
     if isinstance(parameters, str):
         parameters = json.loads(parameters)
