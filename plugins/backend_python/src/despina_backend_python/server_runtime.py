@@ -56,7 +56,7 @@ class ServerRuntime(Runtime):
         return asyncio.run_coroutine_threadsafe(self.infer_async(request), self.loop).result()
 
     async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
-        self.server.models.record_call(self.model_name, request.model_name)
+        self.server.models.record_call(self.model_name, request.model_name())
         try:
             response = await self.server.infer(convert.request_to_core(request))
         except DespinaError as exc:
@@ -84,7 +84,7 @@ class ServerRuntime(Runtime):
     async def stream_responses(self, request: InferenceRequest) -> Any:
         """Every response of a decoupled BLS request; an empty last one when the model
         ended the stream with the final flag alone (as Triton)."""
-        self.server.models.record_call(self.model_name, request.model_name)
+        self.server.models.record_call(self.model_name, request.model_name())
         last_final = False
         try:
             async for response in self.server.infer_stream(convert.request_to_core(request)):
