@@ -6,7 +6,8 @@ serves load/unload requests. Loading a loaded model reloads it: the new versions
 beside the old ones, traffic moves once they are READY, then the old ones drain.
 
 Dependencies: a model uses the composing models of its ensemble (from its config) and the
-models it was seen calling through BLS (recorded at run time by :meth:`ModelManager.record_call`).
+models it was seen calling through BLS (recorded at run time by
+:meth:`ModelManager.record_call`; forgotten when the caller unloads).
 ``unload(name, unload_dependents=True)`` also unloads, recursively, the models ``name``
 uses, except one still used by another loaded model, and (as Triton) a composing model
 that was loaded on its own rather than for an ensemble. A BLS callee is always loaded on
