@@ -10,6 +10,7 @@ checks before a model loads.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,21 @@ def _product(values: Any) -> int:
 def parameters_of(config: mc.ModelConfig) -> dict[str, str]:
     """The config's ``parameters`` as a plain ``{key: string_value}`` dict."""
     return {key: value.string_value for key, value in config.parameters.items()}
+
+
+def number_parameter(parameters: Mapping[str, str], key: str, default: float, unit: str) -> float:
+    """The non-negative number in parameter ``key`` (``default`` when absent or empty).
+
+    Raises ConfigError naming the key and ``unit`` when it is not a number >= 0.
+    """
+    text = parameters.get(key, "") or str(default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses NaN
+        raise ConfigError(f"parameter {key} must be a number of {unit} >= 0, got '{text}'")
+    return value
 
 
 def config_json(config: mc.ModelConfig) -> str:

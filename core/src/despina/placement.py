@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from despina.errors import ConfigError
+from despina.config import number_parameter
 
 T = TypeVar("T")
 
@@ -56,14 +56,7 @@ def inline_budget(parameters: Mapping[str, str]) -> float:
 
     Raises ConfigError when the parameter is not a non-negative number.
     """
-    text = parameters.get(BUDGET_KEY, "") or str(DEFAULT_BUDGET_US)
-    try:
-        micros = float(text)
-    except ValueError:
-        micros = -1.0
-    if not micros >= 0:
-        raise ConfigError(f"parameter {BUDGET_KEY} must be a number of microseconds >= 0")
-    return micros / 1e6
+    return number_parameter(parameters, BUDGET_KEY, DEFAULT_BUDGET_US, "microseconds") / 1e6
 
 
 def _timed(call: Callable[..., T], args: tuple[Any, ...]) -> tuple[T, float]:

@@ -140,3 +140,27 @@ def test_model_config_seen_by_initialize(
     running = despina_server(model_repository.root)
     config = running.server.models.get("add_sub").config
     assert json.loads(json.dumps({"name": config.name}))["name"] == "add_sub"
+
+
+@pytest.mark.parametrize(
+    ("mode", "key"),
+    [("process", "DESPINA_CHANNEL_POLL_US"), ("in-process", "DESPINA_INLINE_EXECUTE_US")],
+)
+def test_speed_parameters(
+    mode: str, key: str, model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    """0 turns the mode's speed-up off and the model still serves; a non-number is a
+    load failure naming the parameter."""
+
+    def param(value: str) -> str:
+        return f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}'
+
+    add(model_repository, "plain", ADD_SUB, ADD_SUB_IO, mode, param("0"))
+    add(model_repository, "bad", ADD_SUB, ADD_SUB_IO, mode, param("soon"))
+    client = http_client(despina_server(model_repository.root, ["--exit-on-error=false"]))
+    for _ in range(40):  # past the streak that would move in-process calls inline
+        result = infer(client, "plain", pair())
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [2, 3, 4, 5])
+    index = {m["name"]: m for m in client.get_model_repository_index()}
+    assert index["bad"]["state"] == "UNAVAILABLE"
+    assert f"parameter {key} must be a number of microseconds >= 0" in index["bad"]["reason"]

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from despina.backend import InstanceSpec, ModelInstance
-from despina.errors import ConfigError, Internal, Unavailable
+from despina.config import number_parameter
+from despina.errors import Internal, Unavailable
 from despina.inference import InferenceRequest as CoreRequest
 from despina.inference import InferenceResponse as CoreResponse
 from despina.shared_memory import INTERNAL_KEY_PREFIX
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from despina_backend_python.backend import PythonBackend
 
 TIMEOUT_KEY = "DESPINA_EXECUTE_TIMEOUT_SECONDS"
+#: How long an idle child polls its channel before sleeping (microseconds; 0: never).
+POLL_KEY = "DESPINA_CHANNEL_POLL_US"
+DEFAULT_POLL_US = 1000.0
 #: How long a request waits for a restarting instance before failing.
 RESTART_WAIT_S = 60.0
 FINALIZE_TIMEOUT_S = 30.0
@@ -68,13 +72,10 @@ class ProcessInstance(ModelInstance):
             "model_file": str(ctx.model_file),
             "args": backend.args_for(spec),
         }
-        timeout = ctx.parameters.get(TIMEOUT_KEY, "") or "0"
-        try:
-            self.timeout = float(timeout)
-        except ValueError:
-            raise ConfigError(
-                f"model '{ctx.name}': {TIMEOUT_KEY} must be a number of seconds"
-            ) from None
+        self.timeout = number_parameter(ctx.parameters, TIMEOUT_KEY, 0.0, "seconds")
+        self.hello["poll_us"] = number_parameter(
+            ctx.parameters, POLL_KEY, DEFAULT_POLL_US, "microseconds"
+        )
         self.child: ChildProcess | None = None
         self.is_async = False
         self._ids = itertools.count(1)

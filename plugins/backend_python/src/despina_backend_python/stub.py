@@ -355,6 +355,7 @@ def main(argv: list[str]) -> int:
     hello = channel.recv()
     if hello is None:
         return 0
+    channel.poll_s = float(hello.get("poll_us", 0)) / 1e6
     stub = Stub(channel, hello)
     if hello["op"] == "auto_complete":
         channel.send(auto_complete(stub, hello))
