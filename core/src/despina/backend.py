@@ -70,12 +70,18 @@ class InstanceSpec:
     index_in_group: int
 
 
-class ModelInstance(abc.ABC):
-    """One execution instance. The scheduler never calls ``execute`` concurrently on the
-    same instance unless ``concurrent`` is true."""
+#: ``max_in_flight`` of an instance that runs many executions at once (async models).
+CONCURRENT_EXECUTIONS = 64
 
-    #: True when one instance may run several ``execute`` calls at once (async models).
-    concurrent: ClassVar[bool] = False
+
+class ModelInstance(abc.ABC):
+    """One execution instance. The scheduler has at most ``max_in_flight`` ``execute``
+    calls outstanding on it at once (one by default)."""
+
+    #: More than 1 when the instance takes several ``execute`` calls at once: async
+    #: models run them concurrently; a backend may also queue them to hide hand-off
+    #: latency (calls still run one after another, in order).
+    max_in_flight: int = 1
 
     @abc.abstractmethod
     async def execute(

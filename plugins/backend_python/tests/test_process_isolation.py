@@ -3,6 +3,7 @@ not ready while the instance restarts, and it serves again afterwards."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import time
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from .helpers import infer, pair
-from .models import ADD_SUB_IO, CRASHY, add
+from .models import ADD_SUB, ADD_SUB_IO, BATCHED, BATCHED_IO, CRASHY, add
 
 
 def wait_ready(client: Any, model: str, limit_s: float = 60) -> None:
@@ -70,3 +71,28 @@ def test_shared_memory_keys_are_internal(
     assert stem.startswith(INTERNAL_KEY_PREFIX)
     leftovers = [n for n in os.listdir("/dev/shm") if n.startswith(stem[:-2])]
     assert leftovers == []
+
+
+def test_pipelined_executions_answer_each_request(
+    model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    """Without a batcher the server sends a child its next execution while one runs
+    (max_in_flight 2); every concurrent request still gets its own answer. A model
+    whose batches the dynamic batcher forms takes one execution at a time."""
+    add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, "process")
+    add(model_repository, "batched", BATCHED, BATCHED_IO, "process")
+    running = despina_server(model_repository.root)
+    models = running.server.models
+    assert models.get("add_sub").instances[0].max_in_flight == 2
+    assert models.get("batched").instances[0].max_in_flight == 1
+
+    def client_run(worker: int) -> None:
+        client = http_client(running)
+        for step in range(25):
+            first = float(worker * 100 + step)
+            result = infer(client, "add_sub", pair(first))
+            assert result.as_numpy("OUTPUT0").tolist() == [first + 1, 3, 4, 5]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for future in [pool.submit(client_run, w) for w in range(8)]:
+            future.result()

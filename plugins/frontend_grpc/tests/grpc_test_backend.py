@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 
 import numpy as np
-from despina.backend import Backend, InstanceSpec, ModelInstance
+from despina.backend import CONCURRENT_EXECUTIONS, Backend, InstanceSpec, ModelInstance
 from despina.errors import InvalidArgument
 from despina.hookspecs import hookimpl
 from despina.inference import InferenceRequest, InferenceResponse
@@ -45,7 +45,7 @@ def config(
 
 
 class GrpcTestInstance(ModelInstance):
-    concurrent = True
+    max_in_flight = CONCURRENT_EXECUTIONS
 
     def __init__(self, mode: str) -> None:
         self.mode = mode

@@ -13,13 +13,10 @@ from despina.inference import InferenceRequest, InferenceResponse
 from despina.scheduling.base import ScheduledModel, Scheduler, execute_on, reject, stopping_error
 from despina.scheduling.queue import RequestQueue
 
-#: Concurrent executions per instance whose ``concurrent`` flag is set (async models).
-CONCURRENT_SLOTS = 64
-
 
 class QueueScheduler(Scheduler):
-    """Workers, one per instance (``CONCURRENT_SLOTS`` for concurrent instances), take
-    batches from a shared queue; subclasses decide what a batch is (:meth:`next_batch`)."""
+    """Workers, ``max_in_flight`` per instance, take batches from a shared queue;
+    subclasses decide what a batch is (:meth:`next_batch`)."""
 
     def __init__(self, model: ScheduledModel) -> None:
         super().__init__(model)
@@ -38,8 +35,7 @@ class QueueScheduler(Scheduler):
 
     async def start(self) -> None:
         for index, instance in enumerate(self.model.instances):
-            slots = CONCURRENT_SLOTS if instance.concurrent else 1
-            for _ in range(slots):
+            for _ in range(instance.max_in_flight):
                 self._workers.append(asyncio.create_task(self._work(index)))
 
     def submit(self, request: InferenceRequest) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from despina.backend import InstanceSpec, ModelContext, ModelInstance
+from despina.backend import CONCURRENT_EXECUTIONS, InstanceSpec, ModelContext, ModelInstance
 from despina.errors import Internal
 from despina.inference import InferenceRequest as CoreRequest
 from despina.inference import InferenceResponse as CoreResponse
@@ -153,7 +153,7 @@ class AsyncInProcessInstance(InProcessInstance):
     """An instance of a model whose ``execute`` is ``async def``: runs on the server's
     loop, many requests at once."""
 
-    concurrent = True
+    max_in_flight = CONCURRENT_EXECUTIONS
 
     async def execute(self, requests: Sequence[CoreRequest]) -> Sequence[CoreResponse] | None:
         shared = self.shared

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from despina.backend import InstanceSpec, ModelInstance
+from despina.backend import CONCURRENT_EXECUTIONS, InstanceSpec, ModelInstance
 from despina.config import number_parameter
 from despina.errors import Internal, Unavailable
 from despina.inference import InferenceRequest as CoreRequest
@@ -35,6 +35,8 @@ TIMEOUT_KEY = "DESPINA_EXECUTE_TIMEOUT_SECONDS"
 #: How long an idle child polls its channel before sleeping (microseconds; 0: never).
 POLL_KEY = "DESPINA_CHANNEL_POLL_US"
 DEFAULT_POLL_US = 1000.0
+#: Executions sent to a synchronous child at once (it runs them one after another).
+PIPELINE_DEPTH = 2
 #: How long a request waits for a restarting instance before failing.
 RESTART_WAIT_S = 60.0
 FINALIZE_TIMEOUT_S = 30.0
@@ -52,7 +54,21 @@ async def start_instance(
     await instance.start()
     if instance.is_async:
         instance.__class__ = AsyncProcessInstance
+    elif _may_pipeline(backend.context.config, instance.timeout):
+        instance.max_in_flight = PIPELINE_DEPTH
     return instance
+
+
+def _may_pipeline(config: Any, timeout: float) -> bool:
+    """Whether a synchronous instance may take its next batch while one runs (the child
+    queues it, so its round trip overlaps the running ``execute``): only when no
+    batcher forms batches for a free instance, no rate limiter counts executions, and
+    no execute timeout would count the queued time."""
+    return timeout == 0 and not (
+        config.HasField("dynamic_batching")
+        or config.HasField("sequence_batching")
+        or any(group.HasField("rate_limiter") for group in config.instance_group)
+    )
 
 
 class ProcessInstance(ModelInstance):
@@ -232,4 +248,4 @@ class ProcessInstance(ModelInstance):
 class AsyncProcessInstance(ProcessInstance):
     """An instance whose model has ``async def execute``: many executions at once."""
 
-    concurrent = True
+    max_in_flight = CONCURRENT_EXECUTIONS
