@@ -1,12 +1,6 @@
 """A remote model repository mirrored into a local cache folder.
 
-URLs as tritonserver takes them:
-
-- ``s3://bucket/path`` (AWS; credentials and region from the usual AWS variables), and
-  ``s3://host:port/bucket/path`` for an S3-compatible endpoint (``http://host:port``;
-  set ``DESPINA_S3_USE_HTTPS=1`` for https);
-- ``gs://bucket/path`` (needs the ``gcs`` extra);
-- ``as://account/container/path`` (Azure; needs the ``azure`` extra).
+URLs and credentials as tritonserver takes them: see ``filesystems``.
 
 Each sync lists the remote files and downloads only new or changed ones (by size and
 ETag/mtime), each to a temporary name first and then renamed, so the poller never sees a
@@ -23,37 +17,28 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from despina.errors import InvalidArgument
 from despina.paths import safe_join
+
+from despina_repository_fsspec.filesystems import open_filesystem
 
 CACHE_ENV = "DESPINA_REPOSITORY_CACHE"
 MANIFEST = ".despina-sync.json"
 
 
-def cache_root() -> Path:
-    """``$DESPINA_REPOSITORY_CACHE``, else ``~/.cache/despina/repositories``."""
-    configured = os.environ.get(CACHE_ENV)
+#: tritonserver's per-scheme variables naming where it copies a remote repository.
+TRITON_MOUNT_ENV = {
+    "s3": "TRITON_AWS_MOUNT_DIRECTORY",
+    "gs": "TRITON_GCS_MOUNT_DIRECTORY",
+    "as": "TRITON_AZURE_MOUNT_DIRECTORY",
+}
+
+
+def cache_root(scheme: str) -> Path:
+    """Where repositories of ``scheme`` are mirrored: tritonserver's
+    ``TRITON_{AWS,GCS,AZURE}_MOUNT_DIRECTORY`` when set, else ``$DESPINA_REPOSITORY_CACHE``,
+    else ``~/.cache/despina/repositories``."""
+    configured = os.environ.get(TRITON_MOUNT_ENV.get(scheme, "")) or os.environ.get(CACHE_ENV)
     return Path(configured) if configured else Path.home() / ".cache" / "despina" / "repositories"
-
-
-def open_filesystem(url: str) -> tuple[Any, str]:
-    """The fsspec filesystem for a repository URL and the path inside it."""
-    import fsspec
-
-    scheme, _, rest = url.partition("://")
-    if scheme == "s3":
-        first, _, remainder = rest.partition("/")
-        if ":" in first:  # s3://host:port/bucket/path: an S3-compatible endpoint
-            protocol = "https" if os.environ.get("DESPINA_S3_USE_HTTPS") == "1" else "http"
-            fs = fsspec.filesystem("s3", client_kwargs={"endpoint_url": f"{protocol}://{first}"})
-            return fs, remainder.strip("/")
-        return fsspec.filesystem("s3"), rest.strip("/")
-    if scheme == "gs":
-        return fsspec.filesystem("gcs"), rest.strip("/")
-    if scheme == "as":
-        account, _, path = rest.partition("/")
-        return fsspec.filesystem("abfs", account_name=account), path.strip("/")
-    raise InvalidArgument(f"unsupported repository URL scheme '{scheme}://'")
 
 
 class FsspecSource:
@@ -65,7 +50,7 @@ class FsspecSource:
     def __init__(self, url: str, settings: Any = None) -> None:
         self.url = url
         digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-        self.local = cache_root() / digest
+        self.local = cache_root(url.partition("://")[0]) / digest
 
     async def localize(self) -> Path:
         """Mirror the remote repository into the local folder; return that folder."""
@@ -78,7 +63,11 @@ class FsspecSource:
         manifest_path = self.local / MANIFEST
         previous = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
         current: dict[str, str] = {}
-        for remote, info in fs.find(root, detail=True).items():
+        found = fs.find(root, detail=True)
+        bucket = root.partition("/")[0]
+        if not found and not fs.exists(bucket):  # some stores list a missing bucket as empty
+            raise FileNotFoundError(f"bucket or container '{bucket}' does not exist")
+        for remote, info in found.items():
             relative = remote[len(root) :].lstrip("/") if root else remote
             if not relative or info.get("type") == "directory":
                 continue
