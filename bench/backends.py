@@ -2,7 +2,7 @@
 
 Serves the example models (``examples/model_repository``) one backend at a time and runs
 ``bench/run.py`` on each, binary tensors over HTTP, writing
-``bench/results/backend_<model>.md``. Then serves the ONNX add_sub model with and without
+``bench/results/backend_<model>.md`` (the Python add_sub in both execution modes). Then serves the ONNX add_sub model with and without
 ``dynamic_batching`` at concurrency 32 and writes ``bench/results/dynamic_batching.md``.
 """
 
@@ -42,13 +42,21 @@ def one_model_repository(tmp: Path, model: str) -> Path:
     return repo
 
 
+IN_PROCESS = 'parameters { key: "DESPINA_EXECUTION_MODE" value { string_value: "in-process" } }\n'
+
+
 def main() -> int:
     results = run.HERE / "results"
     with tempfile.TemporaryDirectory() as tmp:
-        for model, shapes in MODELS.items():
-            repo = one_model_repository(Path(tmp), model)
+        runs = [(model, model, shapes) for model, shapes in MODELS.items()]
+        runs.insert(1, ("add_sub", "add_sub_in_process", MODELS["add_sub"]))
+        for model, label, shapes in runs:
+            repo = one_model_repository(Path(tmp) / label, model)
+            if label.endswith("_in_process"):
+                with (repo / model / "config.pbtxt").open("a") as config:
+                    config.write(IN_PROCESS)
             argv = ["--repository", str(repo), "--model", model, "--encoding", "binary"]
-            argv += ["--concurrency", "1,8", "--out", str(results / f"backend_{model}.md")]
+            argv += ["--concurrency", "1,8", "--out", str(results / f"backend_{label}.md")]
             for shape in shapes:
                 argv += ["--shape", shape]
             run.main(argv)
