@@ -34,7 +34,7 @@ def run(scenario: Callable[[ThreadPoolExecutor], Coroutine[Any, Any, T]]) -> T:
 
 def test_cheap_calls_move_inline_after_the_streak() -> None:
     async def scenario(executor: ThreadPoolExecutor) -> list[tuple[int, bool]]:
-        placement = CallPlacement(executor, budget_s=0.01)
+        placement = CallPlacement(executor, budget_s=1.0)
         return [await placement.run(where) for _ in range(FIRST_STREAK + 3)]
 
     loop_thread = threading.get_ident()  # asyncio.run runs the loop in this thread
@@ -45,11 +45,11 @@ def test_cheap_calls_move_inline_after_the_streak() -> None:
 
 def test_a_slow_inline_call_sends_calls_back_to_the_thread() -> None:
     async def scenario(executor: ThreadPoolExecutor) -> tuple[CallPlacement, list[bool]]:
-        placement = CallPlacement(executor, budget_s=0.002)
+        placement = CallPlacement(executor, budget_s=0.05)
         for _ in range(FIRST_STREAK):
             await placement.run(where)
         assert placement.inline
-        await placement.run(time.sleep, 0.01)  # inline, over budget
+        await placement.run(time.sleep, 0.1)  # inline, over budget
         return placement, [(await placement.run(where))[1] for _ in range(3)]
 
     placement, inline_after = run(scenario)
@@ -67,7 +67,7 @@ def test_needs_thread_reruns_the_call_in_the_thread_for_good() -> None:
         return threading.current_thread().name
 
     async def scenario(executor: ThreadPoolExecutor) -> tuple[CallPlacement, list[str]]:
-        placement = CallPlacement(executor, budget_s=0.01)
+        placement = CallPlacement(executor, budget_s=1.0)
         for _ in range(FIRST_STREAK):
             await placement.run(where)
         return placement, [await placement.run(picky) for _ in range(FIRST_STREAK + 2)]
@@ -83,7 +83,7 @@ def test_exceptions_propagate_from_both_placements() -> None:
         raise KeyError("x")
 
     async def scenario(executor: ThreadPoolExecutor) -> None:
-        placement = CallPlacement(executor, budget_s=0.01)
+        placement = CallPlacement(executor, budget_s=1.0)
         with pytest.raises(KeyError):
             await placement.run(boom)
         placement.streak = placement.needed
