@@ -32,8 +32,6 @@ class FrameBuffer:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
-        #: How long a read polls (yielding the CPU) before it blocks; see :meth:`_read`.
-        self.poll_s = 0.0
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """The messages completed by ``data``, in order."""

@@ -83,7 +83,8 @@ class ChildRuntime(pb_runtime.Runtime):
         return future.result()
 
     def route(self, message: dict[str, Any]) -> None:
-        """A reply from the server (reader thread: tensors are copied out here, in order)."""
+        """A reply from the server (on the reading thread: tensors are copied out here,
+        in order)."""
         op, call_id = message["op"], message["id"]
         if "responses" in message:
             message["unpacked"] = wire.unpack_responses(message, self.incoming)
