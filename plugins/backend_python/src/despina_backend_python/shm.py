@@ -199,9 +199,9 @@ def _read(mapping: Any, desc: Descriptor, copy: bool) -> np.ndarray:
         if count == 0:
             return np.empty(shape, dtype=np.object_)
         lengths = np.frombuffer(mapping, dtype=np.uint32, count=count, offset=desc[5])
-        ends = np.cumsum(lengths, dtype=np.int64)
+        ends: list[int] = np.cumsum(lengths, dtype=np.int64).tolist()
         data = mapping[offset : offset + nbytes]
-        items = list(map(data.__getitem__, map(slice, (ends - lengths).tolist(), ends.tolist())))
+        items = [data[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
         return bytes_array(items, shape)
     dtype = WIRE_TO_DTYPE[datatype]
     if count == 0:
