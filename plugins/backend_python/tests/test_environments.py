@@ -47,6 +47,24 @@ class TritonPythonModel:
                 for r in requests]
 """
 
+ASYNC_LIFECYCLE = """
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    async def initialize(self, args):
+        await asyncio.sleep(0.01)
+        self.marker = args["model_repository"] + "/finalized"
+
+    async def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.array([7], np.int32))])
+                for r in requests]
+
+    def finalize(self):
+        open(self.marker, "w").close()
+"""
+
 CONCURRENT_IO = """
 max_batch_size: 0
 input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -139,3 +157,23 @@ def test_in_process_instances_share_one_model(
     with pytest.raises(InferenceServerException) as error:
         infer(client, "blocking", {"X": np.array([1], np.int32)})
     assert "exec() would block the server's event loop" in error.value.message()
+
+
+@pytest.mark.parametrize("mode", ["process", "in-process"])
+def test_async_initialize_and_finalize(
+    mode: str, model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    """``async def initialize`` completes (nothing but the loop wakes the child's reader)
+    and ``finalize`` runs when an async model unloads."""
+    import tritonclient.http as httpclient
+
+    add(model_repository, "lifecycle", ASYNC_LIFECYCLE, CONCURRENT_IO, mode)
+    running = despina_server(
+        model_repository.root, ["--model-control-mode=explicit", "--load-model=lifecycle"]
+    )
+    client = http_client(running)
+    tensor = httpclient.InferInput("X", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([1], np.int32))
+    assert int(client.infer("lifecycle", [tensor]).as_numpy("Y")[0]) == 7
+    client.unload_model("lifecycle")
+    assert (model_repository.root / "lifecycle" / "finalized").exists()

@@ -50,6 +50,11 @@ class FrameBuffer:
         return messages
 
 
+#: What :meth:`BlockingChannel._next` returns when :meth:`BlockingChannel.wake` cut a
+#: wait short.
+_WOKEN: dict[str, Any] = {}
+
+
 class BlockingChannel:
     """The child's end: ``send`` from any thread; messages are read by whichever thread
     is waiting for one (:meth:`pump_until`), so no reader thread sits between the
@@ -60,10 +65,11 @@ class BlockingChannel:
         self.sock = sock
         self._lock = threading.Lock()
         self._buffer = bytearray()
-        #: How long a read polls (yielding the CPU) before it blocks; see :meth:`_read`.
+        #: How long a read polls (yielding the CPU) before it blocks; see :meth:`_wait`.
         self.poll_s = 0.0
         self._turn = threading.Condition()
         self._reading = False
+        self._wake_r, self._wake_w = os.pipe()
 
     def send(
         self, message: dict[str, Any], pack: Callable[[], dict[str, Any]] | None = None
@@ -75,38 +81,60 @@ class BlockingChannel:
                 message = {**message, **pack()}
             self.sock.sendall(encode(message))
 
+    def wake(self) -> None:
+        """Make :meth:`pump_until` callers re-check their condition now (from any thread;
+        for conditions that something other than a message makes true)."""
+        os.write(self._wake_w, b"\0")
+
     def recv(self) -> dict[str, Any] | None:
         """The next message (None at end of stream); only one thread may call it at a
         time — outside start-up, use :meth:`pump_until`."""
-        header = self._read(HEADER.size)
-        if header is None:
-            return None
-        data = self._read(HEADER.unpack(header)[0])
-        if data is None:
-            return None
-        message: dict[str, Any] = marshal.loads(data)
+        while (message := self._next()) is _WOKEN:
+            pass
         return message
 
-    def _read(self, size: int) -> bytes | None:
-        """Exactly ``size`` bytes (None at end of stream). Polls for up to ``poll_s``
-        before blocking, yielding the CPU between polls: a message that comes soon is
-        picked up without the sender paying to wake a sleeping process (the largest
-        cost of a round trip on virtual machines)."""
+    def _next(self) -> dict[str, Any] | None:
+        """The next message, None at end of stream, or _WOKEN (nothing consumed)."""
+        filled = self._fill(HEADER.size)
+        if filled is not True:
+            return filled
+        size = HEADER.size + HEADER.unpack_from(self._buffer)[0]
+        filled = self._fill(size)
+        if filled is not True:
+            return filled
+        message: dict[str, Any] = marshal.loads(self._buffer[HEADER.size : size])
+        del self._buffer[:size]
+        return message
+
+    def _fill(self, size: int) -> dict[str, Any] | bool | None:
+        """Read until the buffer holds ``size`` bytes: True; None at end of stream;
+        _WOKEN when :meth:`wake` was called."""
         buffer = self._buffer
         while len(buffer) < size:
-            if self.poll_s > 0:
-                deadline = time.perf_counter() + self.poll_s
-                while not select.select((self.sock,), (), (), 0)[0]:
-                    if time.perf_counter() > deadline:
-                        break
-                    os.sched_yield()
+            if self._wake_r in self._wait():
+                os.read(self._wake_r, 4096)
+                return _WOKEN
             chunk = self.sock.recv(1 << 16)
             if not chunk:
                 return None
             buffer += chunk
-        data = bytes(buffer[:size])
-        del buffer[:size]
-        return data
+        return True
+
+    def _wait(self) -> list[Any]:
+        """Block until the socket or the wake pipe is readable. Polls for ``poll_s``
+        first, yielding the CPU between polls: a message that comes soon is picked up
+        without the sender paying to wake a sleeping process (the largest cost of a
+        round trip on virtual machines)."""
+        sources = (self.sock, self._wake_r)
+        if self.poll_s > 0:
+            deadline = time.perf_counter() + self.poll_s
+            while time.perf_counter() < deadline:
+                ready: list[Any] = select.select(sources, (), (), 0)[0]
+                if ready:
+                    return ready
+                os.sched_yield()
+        ready = select.select(sources, (), ())[0]
+        return ready
 
     def pump_until(
         self, done: Callable[[], bool], route: Callable[[dict[str, Any] | None], None]
@@ -114,6 +142,7 @@ class BlockingChannel:
         """Return once ``done()``; meanwhile, whenever no other thread is reading, read
         the next message and ``route`` it (None at end of stream). One reader at a time,
         and a message is routed before the next is read: messages are handled in order.
+        A condition made true by anything but a message needs :meth:`wake`.
         """
         while True:
             with self._turn:
@@ -123,7 +152,9 @@ class BlockingChannel:
                     return
                 self._reading = True
             try:
-                route(self.recv())
+                message = self._next()
+                if message is not _WOKEN:
+                    route(message)
             finally:
                 with self._turn:
                     self._reading = False

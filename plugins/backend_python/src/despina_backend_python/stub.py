@@ -198,6 +198,7 @@ class Stub:
         """Run ``coro`` on the event loop thread and wait for it."""
         self.start_loop()
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future.add_done_callback(lambda _: self.channel.wake())
         self.wait_for(future.done)
         return future.result()
 
