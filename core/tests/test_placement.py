@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pytest
+from despina.config import ModelConfig, parse_text
 from despina.errors import ConfigError
 from despina.placement import (
     FIRST_STREAK,
@@ -93,18 +94,27 @@ def test_exceptions_propagate_from_both_placements() -> None:
     run(scenario)
 
 
+def config(budget: str | None = None, count: int = 1) -> ModelConfig:
+    """A model config with ``count`` instances and, if given, the budget parameter."""
+    text = f"instance_group [ {{ count: {count} kind: KIND_CPU }} ]\n"
+    if budget is not None:
+        text += f'parameters {{ key: "DESPINA_INLINE_EXECUTE_US" value {{ string_value: "{budget}" }} }}'
+    return parse_text(text)
+
+
 def test_a_zero_budget_never_goes_inline() -> None:
     async def scenario(executor: ThreadPoolExecutor) -> list[bool]:
-        budget = inline_budget({"DESPINA_INLINE_EXECUTE_US": "0"})
-        placement = CallPlacement(executor, budget_s=budget)
+        placement = CallPlacement(executor, budget_s=inline_budget(config("0")))
         return [(await placement.run(where))[1] for _ in range(FIRST_STREAK * 2)]
 
     assert not any(run(scenario))
 
 
 def test_inline_budget_parameter() -> None:
-    assert inline_budget({}) == pytest.approx(0.001)
-    assert inline_budget({"DESPINA_INLINE_EXECUTE_US": "250"}) == pytest.approx(0.00025)
+    assert inline_budget(config()) == pytest.approx(0.001)
+    assert inline_budget(config("250")) == pytest.approx(0.00025)
+    assert inline_budget(config(count=2)) == 0.0  # several instances keep their threads
+    assert inline_budget(config("250", count=2)) == pytest.approx(0.00025)
     for bad in ("-1", "fast", "nan"):
         with pytest.raises(ConfigError, match="DESPINA_INLINE_EXECUTE_US"):
-            inline_budget({"DESPINA_INLINE_EXECUTE_US": bad})
+            inline_budget(config(bad))

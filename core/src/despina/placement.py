@@ -13,7 +13,8 @@ A call that must not run on the loop (it would wait for the loop, e.g. a Python 
 run again in the executor and this placement never goes inline again.
 
 The budget comes from the model config's ``DESPINA_INLINE_EXECUTE_US`` parameter
-(:func:`inline_budget`); ``0`` keeps every call in its thread.
+(:func:`inline_budget`); ``0`` keeps every call in its thread, and so does a model of
+several instances that does not set it.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from despina.config import number_parameter
+from despina.config import ModelConfig, number_parameter, parameters_of
 
 T = TypeVar("T")
 
@@ -51,11 +52,16 @@ def running_inline() -> bool:
     return _inline.get()
 
 
-def inline_budget(parameters: Mapping[str, str]) -> float:
-    """The inline budget in seconds from a model's config parameters (0: never inline).
+def inline_budget(config: ModelConfig) -> float:
+    """A model's inline budget in seconds (0: never inline): its ``BUDGET_KEY``
+    parameter; when unset, the default for a model with one instance and 0 for several
+    (their threads run calls in parallel, which inline calls would serialize).
 
     Raises ConfigError when the parameter is not a non-negative number.
     """
+    parameters = parameters_of(config)
+    if not parameters.get(BUDGET_KEY) and sum(g.count for g in config.instance_group) > 1:
+        return 0.0
     return number_parameter(parameters, BUDGET_KEY, DEFAULT_BUDGET_US, "microseconds") / 1e6
 
 

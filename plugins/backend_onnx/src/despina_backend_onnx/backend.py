@@ -90,7 +90,7 @@ class OnnxBackend(Backend):
             strings,
             names,
             config.max_batch_size > 0,
-            inline_budget(self.context.parameters),
+            inline_budget(self.context.config),
         )
         instance.bf16 = bf16
         instance.ragged = RaggedBatch.of(config)

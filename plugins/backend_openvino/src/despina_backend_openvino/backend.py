@@ -87,7 +87,7 @@ class OpenVinoBackend(Backend):
         config = self.context.config
         outputs = [o.name for o in config.output]
         request = self.compiled.create_infer_request()
-        budget = inline_budget(self.context.parameters)
+        budget = inline_budget(self.context.config)
         batched = config.max_batch_size > 0
         return OpenVinoInstance(spec, request, self.strings, outputs, batched, budget)
 

@@ -70,7 +70,7 @@ class SharedModel:
             thread_name_prefix=f"despina-py-{context.name}",
         )
         #: Where synchronous ``execute`` calls run (shared: the instances share the model).
-        self.placement = CallPlacement(self.executor, inline_budget(context.parameters))
+        self.placement = CallPlacement(self.executor, inline_budget(context.config))
 
     def _in_host(self, call: Any, *args: Any) -> Any:
         token = pb_runtime.activate(self.host)
