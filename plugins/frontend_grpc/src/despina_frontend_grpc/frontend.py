@@ -1,4 +1,5 @@
-"""The gRPC frontend: a ``grpc.aio`` server on the Despina server's event loop.
+"""The gRPC frontend: Despina's own HTTP/2 server (or ``grpc.aio``, ``--grpc-stack
+grpcio``) on the Despina server's event loop, or worker processes.
 
 Serves ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health`` (SERVING while the
 server is ready) on ``--grpc-address:--grpc-port``, with the keepalive, message-size,
@@ -16,6 +17,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from despina_frontend_grpc import calls
+from despina_frontend_grpc.grpc_framing import ZLIB_LEVELS
+from despina_frontend_grpc.http2_server import ConnectionLimits, Http2GrpcServer, tls_context
 from despina_frontend_grpc.infer import Inference
 from despina_frontend_grpc.options import ALLOCATION_POOL_SIZE, COMPRESSION_LEVELS
 from despina_frontend_grpc.pool import WorkerPool
@@ -55,6 +59,27 @@ def server_options(settings: argparse.Namespace) -> list[tuple[str, Any]]:
     if settings.grpc_max_connection_age_grace is not None:
         options.append(("grpc.max_connection_age_grace_ms", settings.grpc_max_connection_age_grace))
     return options
+
+
+def connection_limits(settings: argparse.Namespace) -> ConnectionLimits:
+    """The flags' limits and keepalive rules for Despina's own HTTP/2 server."""
+
+    def seconds(ms: int | None) -> float | None:
+        return None if ms is None else ms / 1000.0
+
+    return ConnectionLimits(
+        max_receive=settings.grpc_max_message_size,
+        max_send=settings.grpc_max_message_size,
+        zlib_level=ZLIB_LEVELS[COMPRESSION_LEVELS[settings.grpc_infer_response_compression_level]],
+        keepalive_time=settings.grpc_keepalive_time / 1000.0,
+        keepalive_timeout=settings.grpc_keepalive_timeout / 1000.0,
+        permit_without_calls=bool(settings.grpc_keepalive_permit_without_calls),
+        max_pings_without_data=settings.grpc_http2_max_pings_without_data,
+        min_recv_ping_interval=settings.grpc_http2_min_recv_ping_interval_without_data / 1000.0,
+        max_ping_strikes=settings.grpc_http2_max_ping_strikes,
+        max_connection_age=seconds(settings.grpc_max_connection_age),
+        max_connection_age_grace=seconds(settings.grpc_max_connection_age_grace),
+    )
 
 
 def credentials(settings: argparse.Namespace) -> grpc.ServerCredentials | None:
@@ -139,6 +164,7 @@ class GrpcFrontend:
         self.server = server
         self.settings = server.settings
         self.grpc_server: grpc.aio.Server | None = None
+        self.http2_server: Http2GrpcServer | None = None
         self.pool: WorkerPool | None = None
         self.health: ReadinessHealth | None = None
         self.port: int | None = None
@@ -156,16 +182,18 @@ class GrpcFrontend:
         servicer = InferenceServicer(self.server, inference)
         self.health = ReadinessHealth(self.server)
         await self.health.refresh()
+        servicers = {SERVICE: servicer, HEALTH_SERVICE: self.health}
         if settings.grpc_worker_processes > 0:
-            self.pool = WorkerPool({SERVICE: servicer, HEALTH_SERVICE: self.health}, settings)
+            self.pool = WorkerPool(servicers, settings)
             self.port = await self.pool.start(settings.grpc_worker_processes)
-        else:
+            stack = f"grpcio in {settings.grpc_worker_processes} worker processes"
+        elif settings.grpc_stack == "grpcio":
             self.grpc_server, self.port = await self._serve_here(servicer)
-        log.info(
-            "Started GRPCInferenceService at %s (%d worker processes)",
-            bind_address(settings),
-            settings.grpc_worker_processes,
-        )
+            stack = "grpcio"
+        else:
+            self.http2_server, self.port = await self._serve_http2(servicers)
+            stack = "despina"
+        log.info("Started GRPCInferenceService at %s (%s)", bind_address(settings), stack)
 
     async def _serve_here(self, servicer: InferenceServicer) -> tuple[grpc.aio.Server, int]:
         server = create_server(self.settings)
@@ -175,6 +203,30 @@ class GrpcFrontend:
         await server.start()
         return server, port
 
+    async def _serve_http2(self, servicers: dict[str, Any]) -> tuple[Http2GrpcServer, int]:
+        settings = self.settings
+        context = None
+        if settings.grpc_use_ssl or settings.grpc_use_ssl_mutual:
+            context = tls_context(
+                settings.grpc_server_cert,
+                settings.grpc_server_key,
+                settings.grpc_root_cert or None,
+                bool(settings.grpc_use_ssl_mutual),
+            )
+        server = Http2GrpcServer(
+            calls.route_table(servicers),
+            connection_limits(settings),
+            parse_restrictions(settings.grpc_restricted_protocol),
+            context,
+        )
+        try:
+            port = await server.start(
+                str(settings.grpc_address), settings.grpc_port, bool(settings.reuse_grpc_port)
+            )
+        except OSError as exc:
+            raise OSError(f"cannot bind gRPC to {bind_address(settings)}: {exc}") from None
+        return server, port
+
     async def stop(self) -> None:
         """Report NOT_SERVING, stop accepting calls; in-flight calls get a second to finish."""
         if self.health is not None:
@@ -182,6 +234,9 @@ class GrpcFrontend:
         if self.grpc_server is not None:
             await self.grpc_server.stop(grace=1.0)
             self.grpc_server = None
+        if self.http2_server is not None:
+            await self.http2_server.stop(grace=1.0)
+            self.http2_server = None
         if self.pool is not None:
             await self.pool.stop()
             self.pool = None

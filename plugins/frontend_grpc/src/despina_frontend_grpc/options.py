@@ -16,6 +16,8 @@ MAX_MESSAGE_SIZE = 2**31 - 1
 ALLOCATION_POOL_SIZE = 8
 #: ``--grpc-infer-response-compression-level`` -> grpc's compression level.
 COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
+#: ``--grpc-stack`` choices: Despina's own HTTP/2 server, or grpc.aio.
+STACKS = ("despina", "grpcio")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -156,6 +158,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="GROUPS:KEY=VALUE",
         help="restrict protocol groups (health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging) to calls carrying the header 'triton-grpc-protocol-KEY: VALUE'; repeatable",
+    )
+    add(
+        "--grpc-stack",
+        choices=STACKS,
+        default="despina",
+        help="what serves HTTP/2: despina (Despina's own, on the server's event loop) or "
+        "grpcio (grpc.aio); worker processes always run grpcio (Despina; default: despina)",
     )
     add(
         "--grpc-worker-processes",

@@ -1,9 +1,8 @@
 """The server-process side of ``--grpc-worker-processes``: starts the worker processes and
 runs every call they forward on the same servicer as in-process serving.
 
-A forwarded call gets a :class:`ForwardedContext` instead of grpc's: ``abort`` raises
-:class:`Aborted` (sent back as the call's status), ``write`` sends a stream message, and
-``invocation_metadata`` holds what the worker forwarded.
+A forwarded call runs through :mod:`despina_frontend_grpc.calls` with the metadata the
+worker forwarded; its status and messages go back to the worker.
 """
 
 from __future__ import annotations
@@ -21,48 +20,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import grpc
-from google.protobuf.message import DecodeError
-
-from despina_frontend_grpc import wire
-from despina_frontend_grpc.errors import UNPARSABLE, client_text
+from despina_frontend_grpc import calls, wire
 
 log = logging.getLogger("despina.frontend.grpc")
 
 #: Seconds a worker may take to start and bind before the frontend fails to start.
 START_TIMEOUT = 60.0
-
-
-class Aborted(Exception):
-    """A forwarded call ended with a non-OK status."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
-
-
-class ForwardedContext:
-    """The part of ``grpc.aio.ServicerContext`` the servicers use."""
-
-    def __init__(self, metadata: tuple[tuple[str, str], ...], write: Any = None) -> None:
-        self.metadata = metadata
-        self._write = write
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self.metadata
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        raise Aborted(code, details)
-
-    async def write(self, message: Any) -> None:
-        self._write(message.SerializeToString())
-
-
-def _parse(method: wire.Method, data: bytes) -> Any:
-    try:
-        return method.parse(data)
-    except DecodeError:
-        return UNPARSABLE
 
 
 class WorkerConnection(asyncio.Protocol):
@@ -125,47 +88,25 @@ class WorkerConnection(asyncio.Protocol):
 
     async def _unary(self, call: int, method: wire.Method, payload: bytes) -> None:
         metadata, data = wire.unpack_metadata(payload)
-        context = ForwardedContext(metadata)
-        try:
-            handler = self.pool.handler(method)
-            response = await handler(_parse(method, data), context)
-        except Aborted as exc:
-            self.send(wire.REPLY, call, exc.code.value[0], exc.details.encode())
-            return
-        except Exception as exc:  # noqa: BLE001 - reported to the client, logged by client_text
-            self.send(
-                wire.REPLY, call, grpc.StatusCode.INTERNAL.value[0], client_text(exc).encode()
-            )
-            return
-        self.send(wire.REPLY, call, 0, response.SerializeToString())
+        handler = self.pool.handler(method)
+        code, reply = await calls.run_unary(handler, method, data, calls.CallContext(metadata))
+        self.send(wire.REPLY, call, code, reply)
 
     async def _stream(self, call: int, method: wire.Method, payload: bytes) -> None:
         metadata, _ = wire.unpack_metadata(payload)
         inbox = self.inbox[call]
-        context = ForwardedContext(
-            metadata, lambda data: self.send(wire.STREAM_MESSAGE, call, 0, data)
-        )
 
-        async def requests() -> AsyncIterator[Any]:
+        def send(data: bytes) -> None:
+            self.send(wire.STREAM_MESSAGE, call, 0, data)
+
+        async def requests() -> AsyncIterator[bytes]:
             while (data := await inbox.get()) is not None:
-                yield _parse(method, data)
+                yield data
 
+        context = calls.CallContext(metadata, send)
         handler = self.pool.handler(method)
-        try:
-            if method.request_streaming:
-                async for response in handler(requests(), context):
-                    self.send(wire.STREAM_MESSAGE, call, 0, response.SerializeToString())
-            else:
-                async for request in requests():
-                    await handler(request, context)
-                    break
-        except Aborted as exc:
-            self.send(wire.END, call, exc.code.value[0], exc.details.encode())
-            return
-        except Exception as exc:  # noqa: BLE001 - reported to the client, logged by client_text
-            self.send(wire.END, call, grpc.StatusCode.INTERNAL.value[0], client_text(exc).encode())
-            return
-        self.send(wire.END, call)
+        code, details = await calls.run_streaming(handler, method, requests(), context, send)
+        self.send(wire.END, call, code, details.encode())
 
 
 class WorkerPool:
@@ -173,9 +114,7 @@ class WorkerPool:
 
     def __init__(self, servicers: dict[str, Any], settings: argparse.Namespace) -> None:
         """``servicers``: service name -> the object whose methods serve its RPCs."""
-        self._handlers = {
-            m.path: getattr(servicers[m.path.split("/")[1]], m.name) for m in wire.METHODS
-        }
+        self._routes = calls.route_table(servicers)
         self.settings = settings
         self.connections: list[WorkerConnection] = []
         self.processes: list[asyncio.subprocess.Process] = []
@@ -185,7 +124,7 @@ class WorkerPool:
         self._hellos: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
 
     def handler(self, method: wire.Method) -> Any:
-        return self._handlers[method.path]
+        return self._routes[method.path][1]
 
     def hello(self, status: int, payload: bytes) -> None:
         self._hellos.put_nowait((status, payload))

@@ -1,0 +1,127 @@
+"""gRPC over HTTP/2 as the protocol document defines it: length-prefixed messages,
+message compression, ``grpc-timeout``, ``grpc-message`` percent-encoding and the header
+blocks of responses and trailers.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from typing import Any
+
+from despina_frontend_grpc import http2
+
+#: Request encodings this server decodes, as announced in ``grpc-accept-encoding``.
+ACCEPTED_ENCODINGS = "identity,deflate,gzip"
+#: ``--grpc-infer-response-compression-level`` -> zlib level (0: responses not compressed).
+ZLIB_LEVELS = {0: 0, 1: 1, 2: 6, 3: 9}
+_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+#: Request headers that are protocol, not call metadata.
+_RESERVED = frozenset({"content-type", "te", "grpc-timeout", "grpc-encoding"})
+
+
+class MessageError(Exception):
+    """A request message that cannot be read: ``code`` is the gRPC status to answer."""
+
+    def __init__(self, code: int, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+def split_messages(buffer: bytearray, max_size: int, encoding: str | None) -> list[bytes]:
+    """Remove and return the complete messages at the start of ``buffer`` (decompressed).
+
+    Raises MessageError for a message over ``max_size`` (RESOURCE_EXHAUSTED, as soon as
+    its length prefix is seen) or one that cannot be decompressed.
+    """
+    messages = []
+    offset = 0
+    while len(buffer) - offset >= 5:
+        compressed = buffer[offset]
+        size = int.from_bytes(buffer[offset + 1 : offset + 5], "big")
+        if size > max_size:
+            raise MessageError(8, f"Received message larger than max ({size} vs. {max_size})")
+        end = offset + 5 + size
+        if end > len(buffer):
+            break
+        data = bytes(buffer[offset + 5 : end])
+        messages.append(_decompress(data, encoding, max_size) if compressed else data)
+        offset = end
+    if offset:
+        del buffer[:offset]
+    return messages
+
+
+def _decompress(data: bytes, encoding: str | None, max_size: int) -> bytes:
+    if encoding == "gzip":
+        inflater = zlib.decompressobj(wbits=31)
+    elif encoding == "deflate":
+        inflater = zlib.decompressobj()
+    else:
+        raise MessageError(13, "a compressed message arrived without a grpc-encoding")
+    try:
+        out = inflater.decompress(data, max_size + 1)
+    except zlib.error as exc:
+        raise MessageError(13, f"cannot decompress a {encoding} message: {exc}") from None
+    if len(out) > max_size:
+        raise MessageError(8, f"Received message larger than max (>{max_size} vs. {max_size})")
+    return out
+
+
+def frame_message(data: bytes, zlib_level: int, gzip: bool) -> bytes:
+    """A response message with its prefix; gzip-compressed when ``gzip``."""
+    if gzip:
+        deflater = zlib.compressobj(zlib_level, wbits=31)
+        data = deflater.compress(data) + deflater.flush()
+        return b"\x01" + len(data).to_bytes(4, "big") + data
+    return b"\x00" + len(data).to_bytes(4, "big") + data
+
+
+def timeout_seconds(value: str) -> float | None:
+    """Seconds of a ``grpc-timeout`` value (``"100m"``), None when malformed."""
+    unit = _TIMEOUT_UNITS.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not digits.isdigit() or len(digits) > 8:
+        return None
+    return int(digits) * unit
+
+
+def call_metadata(headers: list[tuple[str, str]]) -> tuple[tuple[str, Any], ...]:
+    """The call's metadata as grpc.aio gives it: no pseudo or reserved headers;
+    ``-bin`` values base64-decoded to bytes."""
+    metadata: list[tuple[str, Any]] = []
+    for name, value in headers:
+        if name.startswith(":") or name in _RESERVED:
+            continue
+        if name.endswith("-bin"):
+            metadata.append((name, base64.b64decode(value + "=" * (-len(value) % 4))))
+        else:
+            metadata.append((name, value))
+    return tuple(metadata)
+
+
+def percent_encode(text: str) -> bytes:
+    """``grpc-message``'s encoding: bytes outside printable ASCII, and ``%``, as %XX."""
+    return b"".join(
+        bytes((b,)) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in text.encode()
+    )
+
+
+_CONTENT_TYPE = http2.literal(b"content-type", b"application/grpc")
+#: Response headers of a call answered with messages.
+RESPONSE_HEADERS = http2.STATUS_200 + _CONTENT_TYPE
+GZIP_RESPONSE_HEADERS = RESPONSE_HEADERS + http2.literal(b"grpc-encoding", b"gzip")
+OK_TRAILERS = http2.literal(b"grpc-status", b"0")
+
+
+#: Added to the trailers refusing a request encoding: the encodings that would work.
+ACCEPT_ENCODING = http2.literal(b"grpc-accept-encoding", ACCEPTED_ENCODINGS.encode())
+
+
+def trailers(code: int, details: str, headers_sent: bool, extra: bytes = b"") -> bytes:
+    """The trailers of a finished call; a trailers-only response when no headers went out."""
+    block = b"" if headers_sent else RESPONSE_HEADERS
+    block += http2.literal(b"grpc-status", str(code).encode())
+    if details:
+        block += http2.literal(b"grpc-message", percent_encode(details))
+    return block + extra
