@@ -13,6 +13,7 @@ from despina.testing import RepositoryBuilder, RunningServer, start_server
 
 sys.path.insert(0, str(Path(__file__).parent))  # the in-test backend module beside this file
 import grpc_test_backend as backend
+from grpc_serving_ways import WAY_IDS, WAYS
 
 DATATYPES = tuple(DATATYPE_TO_DTYPE)
 #: Flags every test server gets: loopback only, and no other protocol listening.
@@ -48,15 +49,15 @@ def serve_repository(root: Path, *args: str, plugins: tuple[Any, ...] = ()) -> R
     return start_server(root, args=[*LOCAL, *args], plugins=[backend, *plugins])
 
 
-@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "2-workers"])
+@pytest.fixture(scope="module", params=WAYS, ids=WAY_IDS)
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
-    """One server shared by a test module: gRPC served in the server process, then from
-    two worker processes (``--grpc-worker-processes=2``)."""
+    """One server shared by a test module, once per way of serving gRPC: Despina's own
+    HTTP/2 server, grpc.aio in the server process, and two grpc.aio worker processes."""
     repo = RepositoryBuilder(tmp_path_factory.mktemp("grpc") / "models")
     build_repository(repo)
-    running = serve_repository(repo.root, f"--grpc-worker-processes={request.param}")
+    running = serve_repository(repo.root, request.param)
     yield running
     running.stop()
 

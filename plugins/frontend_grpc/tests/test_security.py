@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from despina.testing import RunningServer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_serving_ways import WAY_IDS, WAYS
 from tritonclient.utils import InferenceServerException
 
 
@@ -37,10 +38,10 @@ def refused(call: Callable[[], Any]) -> InferenceServerException:
     return info.value
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_restricted_protocols(serve: Callable[..., RunningServer], workers: str) -> None:
+@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
+def test_restricted_protocols(serve: Callable[..., RunningServer], way: str) -> None:
     running = serve(
-        f"--grpc-worker-processes={workers}",
+        way,
         "--grpc-restricted-protocol=model-repository,shared-memory:admin-key=secret",
         "--grpc-restricted-protocol=health:probe=yes",
     )
@@ -147,12 +148,12 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_certificates(tmp_path_factory.mktemp("certs"))
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
 def test_tls(
-    serve: Callable[..., RunningServer], certificates: dict[str, Path], workers: str
+    serve: Callable[..., RunningServer], certificates: dict[str, Path], way: str
 ) -> None:
     running = serve(
-        f"--grpc-worker-processes={workers}",
+        way,
         "--grpc-use-ssl=true",
         f"--grpc-server-cert={certificates['server.crt']}",
         f"--grpc-server-key={certificates['server.key']}",
@@ -167,12 +168,12 @@ def test_tls(
         assert refused(plaintext.is_server_live).status() == "StatusCode.UNAVAILABLE"
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
 def test_mutual_tls(
-    serve: Callable[..., RunningServer], certificates: dict[str, Path], workers: str
+    serve: Callable[..., RunningServer], certificates: dict[str, Path], way: str
 ) -> None:
     running = serve(
-        f"--grpc-worker-processes={workers}",
+        way,
         "--grpc-use-ssl-mutual=true",
         f"--grpc-server-cert={certificates['server.crt']}",
         f"--grpc-server-key={certificates['server.key']}",
@@ -239,9 +240,9 @@ def test_shared_memory_bounds_and_internal_keys(client: Any) -> None:
         shm.destroy_shared_memory_region(region)
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_max_message_size(serve: Callable[..., RunningServer], workers: str) -> None:
-    running = serve("--grpc-max-message-size=4096", f"--grpc-worker-processes={workers}")
+@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
+def test_max_message_size(serve: Callable[..., RunningServer], way: str) -> None:
+    running = serve("--grpc-max-message-size=4096", way)
     options = [("grpc.max_receive_message_length", 2**30), ("grpc.max_send_message_length", 2**30)]
     with grpcclient.InferenceServerClient(running.grpc_url, channel_args=options) as client:
         error = refused(lambda: client.infer("echo_fp32", [_echo(np.zeros((1, 2048), np.float32))]))
@@ -299,13 +300,13 @@ class CountingProxy:
         self.listener.close()
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
 @pytest.mark.parametrize(("level", "compressed"), [("none", False), ("high", True)])
 def test_response_compression(
-    serve: Callable[..., RunningServer], workers: str, level: str, compressed: bool
+    serve: Callable[..., RunningServer], way: str, level: str, compressed: bool
 ) -> None:
     running = serve(
-        f"--grpc-infer-response-compression-level={level}", f"--grpc-worker-processes={workers}"
+        f"--grpc-infer-response-compression-level={level}", way
     )
     assert running.grpc_port is not None
     proxy = CountingProxy(running.grpc_port)
@@ -319,9 +320,9 @@ def test_response_compression(
         proxy.close()
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_header_forwarding(serve: Callable[..., RunningServer], workers: str) -> None:
-    running = serve("--grpc-header-forward-pattern=^x-fwd-", f"--grpc-worker-processes={workers}")
+@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
+def test_header_forwarding(serve: Callable[..., RunningServer], way: str) -> None:
+    running = serve("--grpc-header-forward-pattern=^x-fwd-", way)
     with grpcclient.InferenceServerClient(running.grpc_url) as client:
         result = client.infer(
             "echo_fp32",
@@ -339,14 +340,14 @@ def test_allow_grpc_false_listens_nowhere(serve: Callable[..., RunningServer]) -
         assert refused(client.is_server_live).status() == "StatusCode.UNAVAILABLE"
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
 def test_busy_port_fails_start_clearly(
-    serve: Callable[..., RunningServer], server: RunningServer, workers: str
+    serve: Callable[..., RunningServer], server: RunningServer, way: str
 ) -> None:
     from despina.server import StartupError
 
     with pytest.raises(StartupError, match="cannot bind gRPC"):
-        serve(f"--grpc-port={server.grpc_port}", f"--grpc-worker-processes={workers}")
+        serve(f"--grpc-port={server.grpc_port}", way)
 
 
 def test_keepalive_flags(serve: Callable[..., RunningServer]) -> None:
@@ -379,11 +380,11 @@ def test_client_shared_memory_is_opt_in(serve: Callable[..., RunningServer]) -> 
         shm.destroy_shared_memory_region(region)
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
 def test_unbindable_address_fails_start_clearly(
-    serve: Callable[..., RunningServer], workers: str
+    serve: Callable[..., RunningServer], way: str
 ) -> None:
     from despina.server import StartupError
 
     with pytest.raises(StartupError, match=r"cannot bind gRPC to 192\.0\.2\.1"):
-        serve("--grpc-address=192.0.2.1", f"--grpc-worker-processes={workers}")
+        serve("--grpc-address=192.0.2.1", way)
