@@ -35,6 +35,13 @@ class ModelSignature:
         self.input_datatypes = {
             i.name: config_to_datatype(mc.DataType.Name(i.data_type)) for i in config.input
         }
+        #: Each input's dims (without the batch dimension) and, where set, its reshape.
+        self.input_dims = {i.name: tuple(int(d) for d in i.dims) for i in config.input}
+        self.input_reshapes = {
+            i.name: tuple(int(d) for d in i.reshape.shape)
+            for i in config.input
+            if i.HasField("reshape")
+        }
         self.ensemble = config.platform == "ensemble"
 
 
@@ -68,9 +75,8 @@ def validate_request(request: InferenceRequest, sig: ModelSignature) -> None:
 def _check_shape(
     request: InferenceRequest, sig: ModelSignature, name: str, array: np.ndarray, batch: int | None
 ) -> int | None:
-    config = sig.inputs[name]
-    shape = tuple(array.shape)
-    dims = tuple(int(d) for d in config.dims)
+    shape = array.shape
+    dims = sig.input_dims[name]
     if sig.max_batch_size > 0:
         if not shape:
             raise InvalidArgument(
@@ -89,10 +95,8 @@ def _check_shape(
                 f"must be <= {sig.max_batch_size} for '{sig.name}'"
             )
         shape = shape[1:]
-    reshape_dims = (
-        tuple(int(d) for d in config.reshape.shape) if config.HasField("reshape") else None
-    )
-    if not _matches(shape, dims) and not (
+    reshape_dims = sig.input_reshapes.get(name)
+    if shape != dims and not _matches(shape, dims) and not (
         reshape_dims is not None and _matches(shape, reshape_dims)
     ):
         expected = ([-1] if sig.max_batch_size > 0 else []) + list(dims)
@@ -132,11 +136,13 @@ def _check_outputs(request: InferenceRequest, sig: ModelSignature) -> None:
 
 
 def _apply_reshapes(request: InferenceRequest, sig: ModelSignature) -> None:
+    if not sig.input_reshapes:
+        return
     for name, array in request.inputs.items():
-        config = sig.inputs[name]
-        if not config.HasField("reshape"):
+        reshape = sig.input_reshapes.get(name)
+        if reshape is None:
             continue
-        target = [int(d) for d in config.reshape.shape]
+        target = list(reshape)
         lead = list(array.shape[:1]) if sig.max_batch_size > 0 else []
         if -1 not in target or target.count(-1) == 1:
             request.inputs[name] = array.reshape(lead + target)
