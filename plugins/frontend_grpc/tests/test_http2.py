@@ -1,0 +1,470 @@
+"""Despina's own HTTP/2 server at the protocol level: a pure-Python HTTP/2 client (``h2``)
+on a raw socket, plus hand-built frames (CONTINUATION, padding) h2 would not send itself.
+
+Every socket read has a timeout, so a server that stops answering fails a test instead
+of hanging it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from despina.testing import RunningServer
+from grpc_health.v1 import health_pb2
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    PingAckReceived,
+    ResponseReceived,
+    StreamEnded,
+    StreamReset,
+    TrailersReceived,
+)
+from h2.settings import SettingCodes, Settings
+from tritonclient.grpc import service_pb2 as pb
+
+Serve = Callable[..., RunningServer]
+DESPINA = "--grpc-stack=despina"
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+HEALTH = "/grpc.health.v1.Health/Check"
+#: Seconds any single socket read may wait.
+TIMEOUT = 10.0
+FRAME = struct.Struct(">I")
+
+
+@dataclass
+class Reply:
+    """What came back on one stream."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    trailers: dict[str, str] = field(default_factory=dict)
+    data: bytearray = field(default_factory=bytearray)
+    frame_sizes: list[int] = field(default_factory=list)
+    ended: bool = False
+    reset: int | None = None
+
+    @property
+    def grpc_status(self) -> int:
+        """The call's status: from the trailers, or the headers of a trailers-only reply."""
+        return int((self.trailers or self.headers)["grpc-status"])
+
+    def messages(self) -> list[tuple[int, bytes]]:
+        """(compressed flag, payload) of each length-prefixed gRPC message."""
+        out, offset = [], 0
+        while offset < len(self.data):
+            size = FRAME.unpack_from(self.data, offset + 1)[0]
+            out.append((self.data[offset], bytes(self.data[offset + 5 : offset + 5 + size])))
+            offset += 5 + size
+        assert offset == len(self.data)
+        return out
+
+
+class Client:
+    """An h2 client connection; ``settings`` are its initial SETTINGS."""
+
+    def __init__(self, running: RunningServer, settings: dict[int, int] | None = None) -> None:
+        assert running.grpc_port is not None
+        self.sock = socket.create_connection(("127.0.0.1", running.grpc_port), timeout=TIMEOUT)
+        self.conn = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.conn.local_settings = Settings(client=True, initial_values=settings)
+        self.conn.initiate_connection()
+        self.replies: dict[int, Reply] = {}
+        self.raw = bytearray()
+        self.pings: list[bytes] = []
+        self.goaway: ConnectionTerminated | None = None
+        self.closed = False
+        self.flush()
+
+    def flush(self) -> None:
+        if data := self.conn.data_to_send():
+            self.sock.sendall(data)
+
+    def start(
+        self,
+        path: str,
+        message: bytes | None,
+        headers: Iterable[tuple[str, str]] = (),
+        method: str = "POST",
+        content_type: str = "application/grpc",
+        compressed: bool = False,
+        pad: int | None = None,
+    ) -> int:
+        """Open a call; ``message`` None sends headers alone (END_STREAM on them)."""
+        sid = self.conn.get_next_available_stream_id()
+        fields = [
+            (":method", method),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "127.0.0.1"),
+            ("content-type", content_type),
+            ("te", "trailers"),
+            *headers,
+        ]
+        self.replies[sid] = Reply()
+        self.conn.send_headers(sid, fields, end_stream=message is None)
+        self.flush()
+        if message is not None:
+            self.send_body(sid, bytes((compressed,)) + FRAME.pack(len(message)) + message, pad)
+        return sid
+
+    def send_body(self, sid: int, body: bytes, pad: int | None = None) -> None:
+        """Send ``body`` (END_STREAM at its end) as the windows allow, reading meanwhile."""
+        view = memoryview(body)
+        overhead = 0 if pad is None else pad + 1
+        while view:
+            room = min(self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size)
+            room = min(room - overhead, len(view))
+            if room <= 0:
+                self.receive()
+                continue
+            self.conn.send_data(sid, bytes(view[:room]), room == len(view), pad)
+            view = view[room:]
+            self.flush()
+
+    def receive(self) -> None:
+        """One socket read (at most TIMEOUT seconds), its events recorded."""
+        data = self.sock.recv(1 << 20)
+        if not data:
+            self.closed = True
+            return
+        self.raw += data
+        for event in self.conn.receive_data(data):
+            reply = self.replies.get(getattr(event, "stream_id", 0) or 0)
+            if isinstance(event, ResponseReceived) and reply:
+                reply.headers = dict(event.headers)
+            elif isinstance(event, TrailersReceived) and reply:
+                reply.trailers = dict(event.headers)
+            elif isinstance(event, DataReceived) and reply:
+                reply.data += event.data
+                reply.frame_sizes.append(event.flow_controlled_length)
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, StreamEnded) and reply:
+                reply.ended = True
+            elif isinstance(event, StreamReset) and reply:
+                reply.reset = event.error_code
+            elif isinstance(event, PingAckReceived):
+                self.pings.append(event.ping_data)
+            elif isinstance(event, ConnectionTerminated):
+                self.goaway = event
+        self.flush()
+
+    def wait(self, done: Callable[[], bool]) -> None:
+        """Read until ``done()`` (or the server closes, failing the test)."""
+        while not done():
+            assert not self.closed, "the server closed the connection"
+            self.receive()
+
+    def collect(self, *sids: int) -> list[Reply]:
+        """Read until every stream in ``sids`` has ended; their replies."""
+        self.wait(lambda: all(self.replies[s].ended for s in sids))
+        return [self.replies[s] for s in sids]
+
+    def call(self, path: str, message: bytes, **kwargs: object) -> Reply:
+        return self.collect(self.start(path, message, **kwargs))[0]  # type: ignore[arg-type]
+
+    def ping(self, opaque: bytes) -> None:
+        self.conn.ping(opaque)
+        self.flush()
+        self.wait(lambda: opaque in self.pings)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def connect() -> Callable[..., Client]:
+    """``connect(running, settings)``: a Client closed after the test."""
+    opened: list[Client] = []
+
+    def factory(running: RunningServer, settings: dict[int, int] | None = None) -> Client:
+        opened.append(Client(running, settings))
+        return opened[-1]
+
+    yield factory
+    for client in opened:
+        client.close()
+
+
+def tensor_request(model: str, datatype: str, *arrays: np.ndarray) -> bytes:
+    """A serialized ModelInferRequest with the arrays as raw inputs (named for ``model``)."""
+    names = ("INPUT0", "INPUT1") if model == "add_sub" else ("IN",)
+    request = pb.ModelInferRequest(model_name=model)
+    for name, array in zip(names, arrays, strict=True):
+        request.inputs.add(name=name, datatype=datatype, shape=array.shape)
+        request.raw_input_contents.append(array.tobytes())
+    return request.SerializeToString()
+
+
+def add_sub(value: float, rows: int = 1) -> bytes:
+    """add_sub with INPUT0 = value and INPUT1 = 1, ``rows`` x 16."""
+    a = np.full((rows, 16), value, np.float32)
+    return tensor_request("add_sub", "FP32", a, np.ones_like(a))
+
+
+def outputs(payload: bytes) -> dict[str, np.ndarray]:
+    """A ModelInferResponse's raw outputs by name (FP32 or UINT8)."""
+    response = pb.ModelInferResponse.FromString(payload)
+    dtypes = {"FP32": np.float32, "UINT8": np.uint8}
+    return {
+        out.name: np.frombuffer(raw, dtypes[out.datatype]).reshape(out.shape)
+        for out, raw in zip(response.outputs, response.raw_output_contents, strict=True)
+    }
+
+
+def assert_add_sub(reply: Reply, value: float, rows: int = 1) -> None:
+    """An OK gRPC reply of add_sub(value): one message, value+1 and value-1."""
+    assert reply.headers[":status"] == "200"
+    assert reply.headers["content-type"] == "application/grpc"
+    assert reply.grpc_status == 0, reply.trailers
+    [(flag, payload)] = reply.messages()
+    assert flag == 0
+    result = outputs(payload)
+    np.testing.assert_array_equal(result["OUTPUT0"], np.full((rows, 16), value + 1, np.float32))
+    np.testing.assert_array_equal(result["OUTPUT1"], np.full((rows, 16), value - 1, np.float32))
+
+
+def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, stream, payload) of each complete frame in ``data``."""
+    out, offset = [], 0
+    while offset + 9 <= len(data):
+        size = int.from_bytes(data[offset : offset + 3], "big")
+        kind, flags = data[offset + 3], data[offset + 4]
+        stream = FRAME.unpack_from(data, offset + 5)[0] & 0x7FFF_FFFF
+        out.append((kind, flags, stream, bytes(data[offset + 9 : offset + 9 + size])))
+        offset += 9 + size
+    return out
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + FRAME.pack(stream) + payload
+
+
+def test_unary_model_infer(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA))
+    assert_add_sub(client.call(INFER, add_sub(3.0)), 3.0)
+
+
+def test_fifty_concurrent_streams_on_one_connection(
+    serve: Serve, connect: Callable[..., Client]
+) -> None:
+    client = connect(serve(DESPINA))
+    sids = [client.start(INFER, add_sub(float(i))) for i in range(50)]
+    for i, reply in enumerate(client.collect(*sids)):
+        assert_add_sub(reply, float(i))
+
+
+def test_tiny_client_window_gets_a_large_response(
+    serve: Serve, connect: Callable[..., Client]
+) -> None:
+    client = connect(
+        serve(DESPINA),
+        {SettingCodes.INITIAL_WINDOW_SIZE: 100, SettingCodes.MAX_FRAME_SIZE: 16384},
+    )
+    data = (np.arange(1 << 20) % 251).astype(np.uint8).reshape(1, -1)
+    reply = client.call(INFER, tensor_request("echo_uint8", "UINT8", data))
+    assert reply.grpc_status == 0
+    # h2 raises FlowControlError if the server oversends; every DATA frame fit the window
+    assert max(reply.frame_sizes) <= 100
+    assert len(reply.frame_sizes) > (1 << 20) // 100
+    [(_, payload)] = reply.messages()
+    np.testing.assert_array_equal(outputs(payload)["OUT"], data)
+
+
+def test_request_larger_than_the_stream_window(
+    serve: Serve, connect: Callable[..., Client]
+) -> None:
+    client = connect(
+        serve(DESPINA),
+        {SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24, SettingCodes.MAX_FRAME_SIZE: 16384},
+    )
+    client.conn.increment_flow_control_window(1 << 24)
+    rows = (8 << 20) // (2 * 16 * 4)  # two FP32 inputs of rows x 16: 8 MiB of tensors
+    reply = client.call(INFER, add_sub(2.0, rows))
+    assert max(reply.frame_sizes) <= 16384
+    assert_add_sub(reply, 2.0, rows)
+
+
+def test_continuation_frames_and_padding(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA))
+    sid = client.conn.get_next_available_stream_id()
+    client.replies[sid] = Reply()
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", INFER),
+        (":authority", "127.0.0.1"),
+        ("content-type", "application/grpc"),
+        ("x-long-metadata", "v" * 300),
+    ]
+    # let h2 encode the block (its HPACK state stays right), then re-frame it by hand:
+    # padded HEADERS with a priority, and two CONTINUATION frames
+    client.conn.send_headers(sid, headers, priority_weight=16)
+    [(kind, flags, _, payload)] = frames(client.conn.data_to_send())
+    assert kind == 0x1 and flags & 0x20
+    priority, block = payload[:5], payload[5:]
+    third = len(block) // 3
+    pad = 7
+    client.sock.sendall(
+        frame(0x1, 0x8 | 0x20, sid, bytes((pad,)) + priority + block[:third] + b"\0" * pad)
+        + frame(0x9, 0, sid, block[third : 2 * third])
+        + frame(0x9, 0x4, sid, block[2 * third :])
+    )
+    message = add_sub(5.0)
+    client.send_body(sid, b"\0" + FRAME.pack(len(message)) + message, pad=20)  # h2 pads DATA
+    assert_add_sub(client.collect(sid)[0], 5.0)
+    # and the connection goes on with plain frames
+    assert_add_sub(client.call(INFER, add_sub(6.0)), 6.0)
+
+
+def test_ping_is_acknowledged_with_its_data(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA))
+    client.ping(b"despina8")
+    assert client.pings == [b"despina8"]
+
+
+def test_reset_stream_leaves_the_connection_serving(
+    serve: Serve, connect: Callable[..., Client]
+) -> None:
+    client = connect(serve(DESPINA))
+    sleeping = client.start(INFER, tensor_request("sleep", "FP32", np.array([5.0], np.float32)))
+    client.ping(b"received")  # the server has opened the call
+    client.conn.reset_stream(sleeping, ErrorCodes.CANCEL)
+    client.flush()
+    assert_add_sub(client.call(INFER, add_sub(1.0)), 1.0)
+    # after the sleep would have ended, nothing came for the reset stream, all else works
+    later = client.start(INFER, tensor_request("sleep", "FP32", np.array([6.0], np.float32)))
+    reply = client.collect(later)[0]
+    assert reply.grpc_status == 0
+    assert client.replies[sleeping] == Reply()
+    assert client.goaway is None
+
+
+def test_grpc_timeout_shorter_than_the_call(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA))
+    request = tensor_request("sleep", "FP32", np.array([30.0], np.float32))
+    reply = client.call(INFER, request, headers=[("grpc-timeout", "200m")])
+    assert reply.headers[":status"] == "200"
+    assert reply.grpc_status == 4
+    assert reply.messages() == []
+    assert_add_sub(client.call(INFER, add_sub(1.0)), 1.0)
+
+
+def test_gzip_request_is_accepted(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA))
+    message = gzip.compress(add_sub(4.0))
+    reply = client.call(INFER, message, headers=[("grpc-encoding", "gzip")], compressed=True)
+    assert_add_sub(reply, 4.0)
+
+
+def test_unknown_request_encoding(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA))
+    reply = client.call(INFER, add_sub(4.0), headers=[("grpc-encoding", "snappy")])
+    assert reply.grpc_status == 12
+    assert "snappy" in reply.headers["grpc-message"]
+    assert "gzip" in reply.headers["grpc-accept-encoding"].split(",")
+
+
+def test_compressed_response(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA, "--grpc-infer-response-compression-level=high"))
+    reply = client.call(INFER, add_sub(7.0), headers=[("grpc-accept-encoding", "identity,gzip")])
+    assert reply.grpc_status == 0
+    assert reply.headers["grpc-encoding"] == "gzip"
+    [(flag, payload)] = reply.messages()
+    assert flag == 1
+    reply.data = bytearray(b"\0" + FRAME.pack(len(gzip.decompress(payload))))
+    reply.data += gzip.decompress(payload)
+    assert_add_sub(reply, 7.0)
+    # a client that does not accept gzip gets plain messages
+    assert_add_sub(client.call(INFER, add_sub(8.0)), 8.0)
+
+
+def test_requests_that_are_not_served(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA))
+    unknown = client.call("/inference.GRPCInferenceService/NoSuchMethod", add_sub(1.0))
+    assert unknown.headers[":status"] == "200"
+    assert unknown.grpc_status == 12
+    get = client.collect(client.start(INFER, None, method="GET"))[0]
+    assert get.headers[":status"] == "405"
+    json = client.call(INFER, add_sub(1.0), content_type="application/json")
+    assert json.headers[":status"] == "415"
+    assert_add_sub(client.call(INFER, add_sub(1.0)), 1.0)
+
+
+def test_message_over_the_size_limit(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA, "--grpc-max-message-size=1000"))
+    reply = client.call(INFER, add_sub(1.0, rows=20))
+    assert reply.grpc_status == 8
+    assert "larger than max" in reply.headers["grpc-message"]
+    assert_add_sub(client.call(INFER, add_sub(1.0)), 1.0)
+
+
+def test_not_http2_is_closed(serve: Serve, connect: Callable[..., Client]) -> None:
+    running = serve(DESPINA)
+    assert running.grpc_port is not None
+    with socket.create_connection(("127.0.0.1", running.grpc_port), timeout=TIMEOUT) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        received = bytearray()
+        while chunk := sock.recv(65536):
+            received += chunk
+    goaways = [payload for kind, _, _, payload in frames(received) if kind == 0x7]
+    assert [FRAME.unpack_from(p, 4)[0] for p in goaways] == [0x1]  # PROTOCOL_ERROR
+    assert_add_sub(connect(running).call(INFER, add_sub(2.0)), 2.0)
+
+
+def test_stop_sends_goaway_and_answers_running_calls(
+    serve: Serve, connect: Callable[..., Client]
+) -> None:
+    running = serve(DESPINA)
+    client = connect(running)
+    sid = client.start(INFER, tensor_request("sleep", "FP32", np.array([3.0], np.float32)))
+    client.ping(b"received")  # the server has the call before it is told to stop
+    stopper = threading.Thread(target=running.stop)
+    stopper.start()
+    try:
+        client.wait(lambda: client.closed)
+    finally:
+        stopper.join(30)
+    assert client.goaway is not None and client.goaway.error_code == 0
+    assert client.goaway.last_stream_id == sid
+    reply = client.replies[sid]
+    assert reply.ended
+    assert reply.grpc_status == 0
+    [(_, payload)] = reply.messages()
+    assert outputs(payload)["OUT"].tolist() == [3.0]
+
+
+def test_header_table_size_zero(serve: Serve, connect: Callable[..., Client]) -> None:
+    running = serve(DESPINA)
+    # from the start: h2 refuses a header block that leaves its table above 0
+    client = connect(running, {SettingCodes.HEADER_TABLE_SIZE: 0})
+    assert_add_sub(client.call(INFER, add_sub(1.0)), 1.0)
+    # changed later: the next block opens with a dynamic table size update (0x20)
+    other = connect(running)
+    assert_add_sub(other.call(INFER, add_sub(1.0)), 1.0)
+    other.conn.update_settings({SettingCodes.HEADER_TABLE_SIZE: 0})
+    other.flush()
+    sid = other.start(INFER, add_sub(2.0))
+    assert_add_sub(other.collect(sid)[0], 2.0)
+    blocks = [p for kind, _, s, p in frames(bytes(other.raw)) if kind == 0x1 and s == sid]
+    assert blocks[0][:1] == b"\x20"
+
+
+def test_health_check_calls(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA))
+    request = health_pb2.HealthCheckRequest(service="").SerializeToString()
+    for _ in range(3):
+        reply = client.call(HEALTH, request)
+        assert reply.grpc_status == 0
+        [(_, payload)] = reply.messages()
+        status = health_pb2.HealthCheckResponse.FromString(payload).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
