@@ -11,9 +11,11 @@ import gzip
 import socket
 import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+import hpack
 import numpy as np
 import pytest
 from despina.testing import RunningServer
@@ -36,10 +38,16 @@ from tritonclient.grpc import service_pb2 as pb
 Serve = Callable[..., RunningServer]
 DESPINA = "--grpc-stack=despina"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 HEALTH = "/grpc.health.v1.Health/Check"
 #: Seconds any single socket read may wait.
 TIMEOUT = 10.0
 FRAME = struct.Struct(">I")
+
+
+def text(headers: Iterable[tuple[object, object]] | None) -> dict[str, str]:
+    """A header list as a dict of str (h2 and hpack are configured to give str)."""
+    return {str(k): str(v) for k, v in headers or ()}
 
 
 @dataclass
@@ -72,7 +80,9 @@ class Reply:
 class Client:
     """An h2 client connection; ``settings`` are its initial SETTINGS."""
 
-    def __init__(self, running: RunningServer, settings: dict[int, int] | None = None) -> None:
+    def __init__(
+        self, running: RunningServer, settings: dict[SettingCodes, int] | None = None
+    ) -> None:
         assert running.grpc_port is not None
         self.sock = socket.create_connection(("127.0.0.1", running.grpc_port), timeout=TIMEOUT)
         self.conn = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
@@ -83,6 +93,8 @@ class Client:
         self.pings: list[bytes] = []
         self.goaway: ConnectionTerminated | None = None
         self.closed = False
+        #: False: bytes are only recorded in ``raw`` (h2 stops reading at a GOAWAY)
+        self.parse = True
         self.flush()
 
     def flush(self) -> None:
@@ -98,8 +110,10 @@ class Client:
         content_type: str = "application/grpc",
         compressed: bool = False,
         pad: int | None = None,
+        end: bool = True,
     ) -> int:
-        """Open a call; ``message`` None sends headers alone (END_STREAM on them)."""
+        """Open a call; ``message`` None sends headers alone (END_STREAM on them), ``end``
+        False leaves the request stream open after the message."""
         sid = self.conn.get_next_available_stream_id()
         fields = [
             (":method", method),
@@ -114,11 +128,13 @@ class Client:
         self.conn.send_headers(sid, fields, end_stream=message is None)
         self.flush()
         if message is not None:
-            self.send_body(sid, bytes((compressed,)) + FRAME.pack(len(message)) + message, pad)
+            body = bytes((compressed,)) + FRAME.pack(len(message)) + message
+            self.send_body(sid, body, pad, end)
         return sid
 
-    def send_body(self, sid: int, body: bytes, pad: int | None = None) -> None:
-        """Send ``body`` (END_STREAM at its end) as the windows allow, reading meanwhile."""
+    def send_body(self, sid: int, body: bytes, pad: int | None = None, end: bool = True) -> None:
+        """Send ``body`` (END_STREAM at its end when ``end``) as the windows allow, reading
+        meanwhile."""
         view = memoryview(body)
         overhead = 0 if pad is None else pad + 1
         while view:
@@ -127,7 +143,7 @@ class Client:
             if room <= 0:
                 self.receive()
                 continue
-            self.conn.send_data(sid, bytes(view[:room]), room == len(view), pad)
+            self.conn.send_data(sid, bytes(view[:room]), end and room == len(view), pad)
             view = view[room:]
             self.flush()
 
@@ -138,12 +154,14 @@ class Client:
             self.closed = True
             return
         self.raw += data
+        if not self.parse:
+            return
         for event in self.conn.receive_data(data):
             reply = self.replies.get(getattr(event, "stream_id", 0) or 0)
             if isinstance(event, ResponseReceived) and reply:
-                reply.headers = dict(event.headers)
+                reply.headers = text(event.headers)
             elif isinstance(event, TrailersReceived) and reply:
-                reply.trailers = dict(event.headers)
+                reply.trailers = text(event.headers)
             elif isinstance(event, DataReceived) and reply:
                 reply.data += event.data
                 reply.frame_sizes.append(event.flow_controlled_length)
@@ -169,8 +187,8 @@ class Client:
         self.wait(lambda: all(self.replies[s].ended for s in sids))
         return [self.replies[s] for s in sids]
 
-    def call(self, path: str, message: bytes, **kwargs: object) -> Reply:
-        return self.collect(self.start(path, message, **kwargs))[0]  # type: ignore[arg-type]
+    def call(self, path: str, message: bytes, **kwargs: Any) -> Reply:
+        return self.collect(self.start(path, message, **kwargs))[0]
 
     def ping(self, opaque: bytes) -> None:
         self.conn.ping(opaque)
@@ -182,11 +200,11 @@ class Client:
 
 
 @pytest.fixture
-def connect() -> Callable[..., Client]:
+def connect() -> Iterator[Callable[..., Client]]:
     """``connect(running, settings)``: a Client closed after the test."""
     opened: list[Client] = []
 
-    def factory(running: RunningServer, settings: dict[int, int] | None = None) -> Client:
+    def factory(running: RunningServer, settings: dict[SettingCodes, int] | None = None) -> Client:
         opened.append(Client(running, settings))
         return opened[-1]
 
@@ -202,7 +220,7 @@ def tensor_request(model: str, datatype: str, *arrays: np.ndarray) -> bytes:
     for name, array in zip(names, arrays, strict=True):
         request.inputs.add(name=name, datatype=datatype, shape=array.shape)
         request.raw_input_contents.append(array.tobytes())
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
 def add_sub(value: float, rows: int = 1) -> bytes:
@@ -233,7 +251,7 @@ def assert_add_sub(reply: Reply, value: float, rows: int = 1) -> None:
     np.testing.assert_array_equal(result["OUTPUT1"], np.full((rows, 16), value - 1, np.float32))
 
 
-def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+def frames(data: bytes | bytearray) -> list[tuple[int, int, int, bytes]]:
     """(type, flags, stream, payload) of each complete frame in ``data``."""
     out, offset = [], 0
     while offset + 9 <= len(data):
@@ -243,6 +261,26 @@ def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
         out.append((kind, flags, stream, bytes(data[offset + 9 : offset + 9 + size])))
         offset += 9 + size
     return out
+
+
+def raw_replies(data: bytes | bytearray) -> dict[int, Reply]:
+    """Each stream's reply in a connection's raw bytes from the server (no padding or
+    CONTINUATION expected), read without h2."""
+    decoder = hpack.Decoder()
+    replies: dict[int, Reply] = {}
+    for kind, flags, sid, payload in frames(data):
+        reply = replies.setdefault(sid, Reply())
+        if kind == 0x0:
+            reply.data += payload
+        elif kind == 0x1:
+            assert flags & 0x4  # END_HEADERS
+            fields = text(decoder.decode(payload))
+            if reply.headers:
+                reply.trailers = fields
+            else:
+                reply.headers = fields
+        reply.ended = reply.ended or (kind in (0x0, 0x1) and bool(flags & 0x1))
+    return replies
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
@@ -289,9 +327,12 @@ def test_request_larger_than_the_stream_window(
     )
     client.conn.increment_flow_control_window(1 << 24)
     rows = (8 << 20) // (2 * 16 * 4)  # two FP32 inputs of rows x 16: 8 MiB of tensors
-    reply = client.call(INFER, add_sub(2.0, rows))
+    sid = client.start(INFER, add_sub(2.0, rows))
+    reply = client.collect(sid)[0]
     assert max(reply.frame_sizes) <= 16384
     assert_add_sub(reply, 2.0, rows)
+    # the server's 4 MiB stream window was refilled with WINDOW_UPDATEs on the stream
+    assert any(kind == 0x8 and stream == sid for kind, _, stream, _ in frames(client.raw))
 
 
 def test_continuation_frames_and_padding(serve: Serve, connect: Callable[..., Client]) -> None:
@@ -326,6 +367,17 @@ def test_continuation_frames_and_padding(serve: Serve, connect: Callable[..., Cl
     assert_add_sub(client.call(INFER, add_sub(6.0)), 6.0)
 
 
+def test_server_splits_a_large_header_block(serve: Serve, connect: Callable[..., Client]) -> None:
+    client = connect(serve(DESPINA))
+    name = "m" * 40_000  # its error text makes trailers over the 16 KiB MAX_FRAME_SIZE
+    sid = client.start(INFER, pb.ModelInferRequest(model_name=name).SerializeToString())
+    reply = client.collect(sid)[0]
+    assert reply.grpc_status == 5  # NOT_FOUND
+    assert name in reply.headers["grpc-message"]
+    kinds = [kind for kind, _, stream, _ in frames(client.raw) if stream == sid]
+    assert kinds[0] == 0x1 and kinds.count(0x9) >= 2
+
+
 def test_ping_is_acknowledged_with_its_data(serve: Serve, connect: Callable[..., Client]) -> None:
     client = connect(serve(DESPINA))
     client.ping(b"despina8")
@@ -351,7 +403,7 @@ def test_reset_stream_leaves_the_connection_serving(
 
 def test_grpc_timeout_shorter_than_the_call(serve: Serve, connect: Callable[..., Client]) -> None:
     client = connect(serve(DESPINA))
-    request = tensor_request("sleep", "FP32", np.array([30.0], np.float32))
+    request = tensor_request("sleep", "FP32", np.array([10.0], np.float32))
     reply = client.call(INFER, request, headers=[("grpc-timeout", "200m")])
     assert reply.headers[":status"] == "200"
     assert reply.grpc_status == 4
@@ -408,6 +460,22 @@ def test_message_over_the_size_limit(serve: Serve, connect: Callable[..., Client
     assert_add_sub(client.call(INFER, add_sub(1.0)), 1.0)
 
 
+def test_frames_on_a_stream_the_server_reset_are_ignored(
+    serve: Serve, connect: Callable[..., Client]
+) -> None:
+    client = connect(serve(DESPINA, "--grpc-max-message-size=1000"))
+    sid = client.start(INFER, add_sub(1.0, rows=20), end=False)  # still sending
+    reply = client.collect(sid)[0]
+    assert reply.grpc_status == 8
+    client.wait(lambda: reply.reset is not None)
+    assert reply.reset == 0  # RST_STREAM(NO_ERROR): stop sending
+    # what the client sent before it saw the reset (h2 would not send it now)
+    block = client.conn.encoder.encode([("x-trailer", "late")])
+    client.sock.sendall(frame(0x0, 0, sid, b"late") + frame(0x1, 0x4 | 0x1, sid, block))
+    assert_add_sub(client.call(INFER, add_sub(1.0)), 1.0)
+    assert client.goaway is None
+
+
 def test_not_http2_is_closed(serve: Serve, connect: Callable[..., Client]) -> None:
     running = serve(DESPINA)
     assert running.grpc_port is not None
@@ -426,21 +494,34 @@ def test_stop_sends_goaway_and_answers_running_calls(
 ) -> None:
     running = serve(DESPINA)
     client = connect(running)
-    sid = client.start(INFER, tensor_request("sleep", "FP32", np.array([3.0], np.float32)))
-    client.ping(b"received")  # the server has the call before it is told to stop
+    sleeping = client.start(INFER, tensor_request("sleep", "FP32", np.array([3.0], np.float32)))
+    # a stream call whose client never half-closes: still open when the grace ends
+    streaming = client.start(STREAM_INFER, add_sub(1.0), end=False)
+    client.wait(lambda: bool(client.replies[streaming].data))
+    client.parse = False
     stopper = threading.Thread(target=running.stop)
     stopper.start()
     try:
         client.wait(lambda: client.closed)
     finally:
         stopper.join(30)
-    assert client.goaway is not None and client.goaway.error_code == 0
-    assert client.goaway.last_stream_id == sid
-    reply = client.replies[sid]
-    assert reply.ended
-    assert reply.grpc_status == 0
-    [(_, payload)] = reply.messages()
+    received = frames(client.raw)
+    [goaway] = [(i, p) for i, (k, _, _, p) in enumerate(received) if k == 0x7]
+    assert FRAME.unpack_from(goaway[1]) == (streaming,)  # last stream id
+    assert FRAME.unpack_from(goaway[1], 4) == (0,)  # NO_ERROR
+    replies = raw_replies(client.raw)
+    answered = replies[sleeping]
+    assert answered.ended and answered.grpc_status == 0
+    [(_, payload)] = answered.messages()
     assert outputs(payload)["OUT"].tolist() == [3.0]
+    # the open stream had its response, then UNAVAILABLE after the GOAWAY and the grace
+    cut = replies[streaming]
+    [(_, payload)] = cut.messages()
+    assert pb.ModelStreamInferResponse.FromString(payload).error_message == ""
+    assert cut.ended and cut.grpc_status == 14
+    assert "shutting down" in cut.trailers["grpc-message"]
+    last = max(i for i, (k, _, sid, _) in enumerate(received) if k == 0x1 and sid == streaming)
+    assert goaway[0] < last
 
 
 def test_header_table_size_zero(serve: Serve, connect: Callable[..., Client]) -> None:
@@ -455,7 +536,7 @@ def test_header_table_size_zero(serve: Serve, connect: Callable[..., Client]) ->
     other.flush()
     sid = other.start(INFER, add_sub(2.0))
     assert_add_sub(other.collect(sid)[0], 2.0)
-    blocks = [p for kind, _, s, p in frames(bytes(other.raw)) if kind == 0x1 and s == sid]
+    blocks = [p for kind, _, s, p in frames(other.raw) if kind == 0x1 and s == sid]
     assert blocks[0][:1] == b"\x20"
 
 

@@ -138,6 +138,9 @@ class Connection(asyncio.Protocol):
         self.streams: dict[int, Stream] = {}
         self.blocked: set[Stream] = set()
         self.last_stream = 0
+        #: Streams we recently ended with RST_STREAM: frames the client sent before it saw
+        #: the reset are ignored (RFC 9113 section 5.1), not a connection error.
+        self.reset_sent: collections.deque[int] = collections.deque(maxlen=256)
         self.continuing: tuple[int, bool, bytearray] | None = None
         self.peer_window = http2.DEFAULT_WINDOW
         self.peer_max_frame = http2.DEFAULT_MAX_FRAME
@@ -331,6 +334,8 @@ class Connection(asyncio.Protocol):
                 self._end_of_requests(stream)
             return
         if stream_id % 2 == 0 or stream_id <= self.last_stream:
+            if stream_id in self.reset_sent:
+                return
             raise ConnectionError_(http2.PROTOCOL_ERROR, f"bad new stream id {stream_id}")
         self.last_stream = stream_id
         if self.goaway_sent:
@@ -647,6 +652,7 @@ class Connection(asyncio.Protocol):
         """Our END_STREAM went out: stop the client's sending if it has not finished."""
         if not stream.remote_closed:
             self._write(http2.rst_stream(stream.id, http2.NO_ERROR))
+            self.reset_sent.append(stream.id)
         self._forget(stream)
 
     def _forget(self, stream: Stream) -> None:
