@@ -37,17 +37,20 @@ def build_repository(repo: RepositoryBuilder) -> None:
     repo.add("labelled", labelled, {**marker, "labels.txt": "cat\ndog\nbird\nfish\n"})
 
 
-@pytest.fixture
+@pytest.fixture(params=["--http-stack=despina", "--http-stack=aiohttp"], ids=["front", "aiohttp"])
 def serve(
-    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
+    request: pytest.FixtureRequest,
+    model_repository: RepositoryBuilder,
+    despina_server: Callable[..., RunningServer],
 ) -> Callable[..., RunningServer]:
-    """``serve(*args)``: a server on 127.0.0.1 with the test repository and backend."""
+    """``serve(*args)``: a server on 127.0.0.1 with the test repository and backend; every
+    test runs on Despina's HTTP/1.1 front and on aiohttp alone."""
     build_repository(model_repository)
 
     def start(*args: str, plugins: tuple[Any, ...] = ()) -> RunningServer:
         return despina_server(
             model_repository.root,
-            args=[*LOOPBACK, *args],
+            args=[*LOOPBACK, request.param, *args],
             plugins=[http_test_backend, *plugins],
         )
 

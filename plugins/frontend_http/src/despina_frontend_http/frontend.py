@@ -1,4 +1,5 @@
-"""The HTTP/REST frontend: an aiohttp server on the Despina server's event loop."""
+"""The HTTP/REST frontend on the Despina server's event loop: Despina's HTTP/1.1 front
+relaying to an aiohttp application (default), aiohttp alone, or worker processes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from aiohttp import web
 
 from despina_frontend_http import routes_admin, routes_infer, routes_meta, routes_shm
 from despina_frontend_http.context import Context
+from despina_frontend_http.front import Front
 from despina_frontend_http.responses import endpoint
 from despina_frontend_http.restricted import Restrictions
 from despina_frontend_http.workers import WorkerPool
@@ -46,6 +48,7 @@ class HttpFrontend:
     def __init__(self, server: Server) -> None:
         self.server = server
         self._runner: web.AppRunner | None = None
+        self._front: Front | None = None
         self._pool: WorkerPool | None = None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -81,6 +84,18 @@ class HttpFrontend:
                 settings.http_worker_processes,
             )
             return
+        if settings.http_stack == "despina":
+            front = Front(context, build_app(context))
+            try:
+                await front.start(
+                    settings.http_address, int(settings.http_port), bool(settings.reuse_http_port)
+                )
+            except OSError:
+                self._executor.shutdown(wait=False)
+                raise
+            self._front = front
+            log.info("Started HTTPService at %s:%s", settings.http_address, settings.http_port)
+            return
         runner = web.AppRunner(build_app(context), access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(
@@ -103,6 +118,9 @@ class HttpFrontend:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._front is not None:
+            await self._front.stop()
+            self._front = None
         if self._pool is not None:
             await self._pool.stop()
             self._pool = None

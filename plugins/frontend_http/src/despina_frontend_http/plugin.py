@@ -47,6 +47,14 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         "served by the server's asyncio event loop (default: 8)",
     )
     group.add_argument(
+        "--http-stack",
+        choices=("despina", "aiohttp"),
+        default="despina",
+        help="what parses HTTP on the port: despina (Despina's own HTTP/1.1 front, which "
+        "serves inference itself and hands other requests to aiohttp) or aiohttp alone; "
+        "worker processes always run aiohttp (Despina; default: despina)",
+    )
+    group.add_argument(
         "--http-worker-processes",
         type=int,
         default=0,

@@ -52,6 +52,15 @@ def json_body(raw: bytes, allow_empty: bool = True) -> dict[str, Any]:
     return value
 
 
+def failure(exc: Exception, where: str) -> tuple[int, str]:
+    """(HTTP status, message) for a handler's exception: a DespinaError's own; anything
+    else 500 with a text naming no internals (the traceback is logged, naming ``where``)."""
+    if isinstance(exc, DespinaError):
+        return exc.http_status, str(exc)
+    log.error("HTTP handler %s failed", where, exc_info=exc)
+    return 500, "internal server error"
+
+
 def endpoint(group: str, restrictions: Restrictions) -> Callable[[Handler], Handler]:
     """Wrap a handler: restricted-API check, then DespinaError -> Triton's error JSON."""
 
@@ -62,13 +71,10 @@ def endpoint(group: str, restrictions: Restrictions) -> Callable[[Handler], Hand
                 if restrictions.rules:
                     restrictions.check(group, request.headers)
                 return await handler(request)
-            except DespinaError as exc:
-                return error_response(exc.http_status, str(exc))
             except web.HTTPException:
                 raise
-            except Exception:
-                log.exception("HTTP handler %s failed", handler.__name__)
-                return error_response(500, "internal server error")
+            except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
+                return error_response(*failure(exc, handler.__name__))
 
         return run
 

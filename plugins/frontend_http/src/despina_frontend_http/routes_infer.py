@@ -89,24 +89,35 @@ def forwarded_headers(ctx: Context, headers: Mapping[str, str]) -> dict[str, str
     return {k.lower(): v for k, v in headers.items() if ctx.forward.search(k)}
 
 
-async def respond(
-    request: web.Request, executor: Executor, header: bytes, blobs: Sequence[Any]
-) -> web.StreamResponse:
-    """The HTTP response for encoded parts: JSON or binary, compressed when accepted."""
-    encoding = accepted_encoding(request.headers.get("Accept-Encoding"))
+async def response_parts(
+    header: bytes, blobs: Sequence[Any], accept_encoding: str | None, executor: Executor
+) -> tuple[dict[str, str], list[Any]]:
+    """The headers and body parts of an inference response: JSON alone, or the JSON
+    header and binary buffers; one compressed part when the client accepts gzip/deflate."""
     if blobs:
         headers = {
             "Content-Type": "application/octet-stream",
             "Inference-Header-Content-Length": str(len(header)),
         }
     else:
-        headers = JSON_HEADERS
+        headers = dict(JSON_HEADERS)
     parts = [header, *blobs]
+    encoding = accepted_encoding(accept_encoding)
     if encoding is not None:
-        body = await compress(parts, encoding, executor)
-        return web.Response(body=body, headers={**headers, "Content-Encoding": encoding})
-    if not blobs:
-        return web.Response(body=header, headers=headers)
+        headers["Content-Encoding"] = encoding
+        parts = [await compress(parts, encoding, executor)]
+    return headers, parts
+
+
+async def respond(
+    request: web.Request, executor: Executor, header: bytes, blobs: Sequence[Any]
+) -> web.StreamResponse:
+    """The aiohttp response for encoded parts; large bodies are written part by part."""
+    headers, parts = await response_parts(
+        header, blobs, request.headers.get("Accept-Encoding"), executor
+    )
+    if len(parts) == 1:
+        return web.Response(body=parts[0], headers=headers)
     total = sum(len(p) for p in parts)
     if total < STREAM_BYTES:
         return web.Response(body=b"".join(parts), headers=headers)

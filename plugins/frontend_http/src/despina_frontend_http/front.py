@@ -1,0 +1,419 @@
+"""The HTTP/1.1 front (``--http-stack despina``, the default): the port's listener.
+
+aiohttp's request machinery costs ~70 µs of the event loop per request on the 2-core
+development host, more than the whole inference path of a small model. The front parses
+every connection with httptools (llhttp) and serves the endpoint that carries the load,
+``POST /v2/models/{m}[/versions/{v}]/infer`` without ``Content-Encoding``, itself through
+:func:`~despina_frontend_http.routes_infer.run_infer`. Every other request is handed,
+re-framed with a ``Content-Length``, to the aiohttp application listening on a Unix socket
+inside the same process, and its response is relayed byte for byte. So every endpoint
+keeps one implementation, and the hot one skips aiohttp.
+
+A connection's requests are answered in order (pipelining works); reading pauses while
+requests wait. Bodies are bounded by ``--http-max-input-size`` as they arrive (413).
+A client that disconnects cancels its running inference at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import http
+import logging
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import httptools
+import orjson
+from aiohttp import web
+
+from despina_frontend_http.body import too_large
+from despina_frontend_http.context import Context
+from despina_frontend_http.responses import failure
+from despina_frontend_http.routes_infer import forwarded_headers, response_parts, run_infer
+
+log = logging.getLogger("despina.http")
+
+#: The inference path; anything else (and non-digit versions) goes to aiohttp.
+INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
+#: Requests a connection may have waiting before it stops reading.
+MAX_WAITING = 16
+#: Largest request line plus headers (aiohttp is configured for 64 KiB fields).
+MAX_HEAD_BYTES = 1 << 20
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_HOP_BY_HOP = frozenset({b"content-length", b"transfer-encoding", b"expect"})
+
+
+class Incoming:
+    """One request as it is parsed."""
+
+    __slots__ = (
+        "body",
+        "head_bytes",
+        "headers",
+        "keep_alive",
+        "method",
+        "over_limit",
+        "raw_headers",
+        "size",
+        "url",
+        "version",
+    )
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.headers: dict[str, str] = {}
+        self.method = b""
+        self.version = "1.1"
+        self.keep_alive = True
+        self.body: list[bytes] = []
+        self.size = 0
+        self.head_bytes = 0
+        self.over_limit = False
+
+
+class FrontConnection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, front: Front) -> None:
+        self.front = front
+        self.ctx = front.ctx
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.current = Incoming()
+        self.waiting: collections.deque[Incoming] = collections.deque()
+        self.task: asyncio.Task[None] | None = None
+        self.link: AppLink | None = None
+        self.reading_paused = False
+        self.writable: asyncio.Event | None = None
+        self.draining = False
+        self.closed = False
+
+    # --- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.front.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._close_after_answers()
+        except httptools.HttpParserError as exc:
+            self._bad_request(f"malformed HTTP request: {exc}")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.front.connections.discard(self)
+        self.waiting.clear()
+        if self.task is not None:
+            self.task.cancel()
+        if self.link is not None:
+            self.link.close()
+        if self.writable is not None:
+            self.writable.set()
+
+    def pause_writing(self) -> None:
+        self.writable = asyncio.Event()
+
+    def resume_writing(self) -> None:
+        if self.writable is not None:
+            self.writable.set()
+            self.writable = None
+
+    # --- httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self.current = Incoming()
+
+    def on_url(self, url: bytes) -> None:
+        self.current.url += url
+        self._count_head(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.current.raw_headers.append((name, value))
+        self._count_head(len(name) + len(value))
+
+    def on_headers_complete(self) -> None:
+        incoming = self.current
+        parser = self.parser
+        incoming.method = parser.get_method()
+        incoming.version = parser.get_http_version()
+        incoming.keep_alive = parser.should_keep_alive()
+        incoming.headers = headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in incoming.raw_headers
+        }
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.ctx.max_input_size:
+            incoming.over_limit = True
+            if self.task is None and not self.waiting:  # refuse before the body comes
+                self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
+                self._close()
+        elif headers.get("expect", "").lower() == "100-continue" and self.transport is not None:
+            self.transport.write(_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        incoming = self.current
+        if incoming.over_limit:
+            return
+        incoming.size += len(body)
+        if incoming.size > self.ctx.max_input_size:
+            incoming.over_limit = True
+            incoming.body.clear()
+        else:
+            incoming.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.closed:
+            return
+        self.waiting.append(self.current)
+        if len(self.waiting) >= MAX_WAITING and self.transport is not None:
+            self.transport.pause_reading()
+            self.reading_paused = True
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self._answer_waiting())
+
+    # --- answering
+
+    async def _answer_waiting(self) -> None:
+        try:
+            while self.waiting and not self.closed:
+                incoming = self.waiting.popleft()
+                if self.reading_paused and len(self.waiting) < MAX_WAITING // 2:
+                    assert self.transport is not None
+                    self.transport.resume_reading()
+                    self.reading_paused = False
+                keep_alive = await self._answer(incoming)
+                if self.writable is not None:
+                    await self.writable.wait()
+                if not keep_alive or self.draining:
+                    self._close()
+                    return
+        finally:
+            self.task = None
+
+    async def _answer(self, incoming: Incoming) -> bool:
+        """Answer one request; whether the connection stays open."""
+        if incoming.over_limit:
+            self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
+            return False
+        path = incoming.url.partition(b"?")[0].decode("latin-1")
+        match = INFER_PATH.fullmatch(path) if incoming.method == b"POST" else None
+        if match is None or "content-encoding" in incoming.headers:
+            return await self._relay(incoming)
+        await self._infer(incoming, unquote(match[1]), match[2] or "")
+        return incoming.keep_alive
+
+    async def _infer(self, incoming: Incoming, name: str, version: str) -> None:
+        ctx = self.ctx
+        headers = incoming.headers
+        try:
+            if ctx.restrictions.rules:
+                ctx.restrictions.check("inference", headers)
+            header, blobs = await run_infer(
+                ctx,
+                name,
+                version,
+                b"".join(incoming.body),
+                headers.get("inference-header-content-length"),
+                forwarded_headers(ctx, headers),
+            )
+            response_headers, parts = await response_parts(
+                header, blobs, headers.get("accept-encoding"), ctx.executor
+            )
+        except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
+            self._write_error(incoming, *failure(exc, "infer"))
+            return
+        self._write_response(incoming, 200, response_headers, parts)
+
+    async def _relay(self, incoming: Incoming) -> bool:
+        """Have the aiohttp application answer; its bytes go to the client as they come."""
+        if self.link is None or self.link.closed:
+            self.link = await self.front.open_link(self)
+        return await self.link.exchange(incoming)
+
+    # --- writing
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def _write_response(
+        self, incoming: Incoming, status: int, headers: dict[str, str], parts: list[Any]
+    ) -> None:
+        if self.transport is None or self.closed:
+            return
+        lines = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"]
+        lines += [f"{key}: {value}\r\n" for key, value in headers.items()]
+        lines.append(f"Content-Length: {sum(len(p) for p in parts)}\r\n")
+        if not incoming.keep_alive or status == 413:
+            lines.append("Connection: close\r\n")
+        elif incoming.version == "1.0":
+            lines.append("Connection: keep-alive\r\n")
+        lines.append("\r\n")
+        self.transport.writelines([("".join(lines)).encode("latin-1"), *parts])
+
+    def _write_error(self, incoming: Incoming, status: int, message: str) -> None:
+        body = orjson.dumps({"error": message})
+        self._write_response(incoming, status, {"Content-Type": "application/json"}, [body])
+
+    def _bad_request(self, message: str) -> None:
+        incoming = Incoming()
+        incoming.keep_alive = False
+        self.waiting.clear()
+        self._write_error(incoming, 400, message)
+        self._close()
+
+    def _count_head(self, size: int) -> None:
+        self.current.head_bytes += size
+        if self.current.head_bytes > MAX_HEAD_BYTES:
+            raise httptools.HttpParserError("request line and headers over 1 MiB")
+
+    def _close_after_answers(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+        if self.task is None:
+            self._close()
+        elif self.waiting:
+            self.waiting[-1].keep_alive = False
+
+    def _close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def close_when_idle(self) -> None:
+        """Close now if no request is being answered, else after the current one."""
+        self.draining = True
+        if self.task is None:
+            self._close()
+        else:
+            self.waiting.clear()
+
+
+class AppLink(asyncio.Protocol):
+    """One front connection's connection to the in-process aiohttp application."""
+
+    def __init__(self, client: FrontConnection) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.done: asyncio.Future[bool] | None = None
+        self.head_only = False
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.client.write(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self._finish(False)
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.client.front.links.discard(self)
+        self._finish(False)
+
+    def on_headers_complete(self) -> None:
+        if self.head_only:  # a response to HEAD has no body, whatever its headers say
+            self._finish(self.parser.should_keep_alive())
+
+    def on_message_complete(self) -> None:
+        self._finish(self.parser.should_keep_alive())
+
+    def _finish(self, keep_alive: bool) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(keep_alive)
+
+    async def exchange(self, incoming: Incoming) -> bool:
+        """Send one request; True when its response ended and both sides stay open."""
+        assert self.transport is not None
+        self.done = asyncio.get_running_loop().create_future()
+        self.head_only = incoming.method == b"HEAD"
+        self.parser = httptools.HttpResponseParser(self)
+        body = b"".join(incoming.body)
+        head = [b"%s %s HTTP/%s\r\n" % (incoming.method, incoming.url, incoming.version.encode())]
+        head += [
+            name + b": " + value + b"\r\n"
+            for name, value in incoming.raw_headers
+            if name.lower() not in _HOP_BY_HOP
+        ]
+        head.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        self.transport.writelines([*head, body])
+        keep_alive = await self.done
+        if not keep_alive:
+            self.close()
+        return keep_alive and incoming.keep_alive
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class Front:
+    """The listener, and the aiohttp application it relays to."""
+
+    def __init__(self, ctx: Context, app: web.Application) -> None:
+        self.ctx = ctx
+        self.app = app
+        self.connections: set[FrontConnection] = set()
+        self.links: set[AppLink] = set()
+        self.folder = Path(tempfile.mkdtemp(prefix="despina-http-"))
+        self.socket_path = str(self.folder / "app.sock")
+        self.runner: web.AppRunner | None = None
+        self.listener: asyncio.AbstractServer | None = None
+
+    async def start(self, host: str, port: int, reuse_port: bool) -> int:
+        """Serve the application on its socket, then listen; the bound port (OSError)."""
+        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        await web.UnixSite(self.runner, self.socket_path).start()
+        loop = asyncio.get_running_loop()
+        try:
+            self.listener = await loop.create_server(
+                lambda: FrontConnection(self),
+                host or None,
+                port,
+                reuse_port=reuse_port or None,
+                backlog=1024,
+            )
+        except OSError:
+            await self.stop()
+            raise
+        return int(self.listener.sockets[0].getsockname()[1])
+
+    async def open_link(self, client: FrontConnection) -> AppLink:
+        loop = asyncio.get_running_loop()
+        _, link = await loop.create_unix_connection(lambda: AppLink(client), self.socket_path)
+        self.links.add(link)
+        return link
+
+    async def stop(self) -> None:
+        """Stop listening; close idle connections, the others after their current answer."""
+        if self.listener is not None:
+            self.listener.close()
+        for connection in list(self.connections):
+            connection.close_when_idle()
+        for _ in range(100):  # their answers get 5 s; a closed link's last callback runs
+            if not self.connections and not self.links:
+                break
+            await asyncio.sleep(0.05)
+        if self.runner is not None:
+            await self.runner.cleanup()
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.folder)
