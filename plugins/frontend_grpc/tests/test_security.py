@@ -149,9 +149,7 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
-def test_tls(
-    serve: Callable[..., RunningServer], certificates: dict[str, Path], way: str
-) -> None:
+def test_tls(serve: Callable[..., RunningServer], certificates: dict[str, Path], way: str) -> None:
     running = serve(
         way,
         "--grpc-use-ssl=true",
@@ -305,9 +303,7 @@ class CountingProxy:
 def test_response_compression(
     serve: Callable[..., RunningServer], way: str, level: str, compressed: bool
 ) -> None:
-    running = serve(
-        f"--grpc-infer-response-compression-level={level}", way
-    )
+    running = serve(f"--grpc-infer-response-compression-level={level}", way)
     assert running.grpc_port is not None
     proxy = CountingProxy(running.grpc_port)
     try:

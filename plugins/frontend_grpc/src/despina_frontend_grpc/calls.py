@@ -21,7 +21,7 @@ from despina_frontend_grpc import wire
 from despina_frontend_grpc.errors import UNPARSABLE, client_text
 
 #: A stream message sink: takes serialized bytes, may return an awaitable (back-pressure).
-Send = Callable[[bytes], Awaitable[None] | None]
+Send = Callable[[bytes], Awaitable[Any] | None]
 OK = 0
 INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 

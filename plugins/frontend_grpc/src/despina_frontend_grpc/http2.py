@@ -94,7 +94,7 @@ def goaway(last_stream: int, code: int, debug: bytes = b"") -> bytes:
     return frame(GOAWAY, 0, 0, _U32.pack(last_stream) + _U32.pack(code) + debug)
 
 
-def u32(data: bytes | memoryview, offset: int = 0) -> int:
+def u32(data: bytes | bytearray | memoryview, offset: int = 0) -> int:
     """The 31-bit value at ``offset`` (the reserved high bit cleared)."""
     return int(_U32.unpack_from(data, offset)[0]) & 0x7FFF_FFFF
 

@@ -523,7 +523,7 @@ class Connection(asyncio.Protocol):
                 self._flush_soon()
                 yield data
 
-        def send(data: bytes) -> Awaitable[None] | None:
+        def send(data: bytes) -> Awaitable[Any] | None:
             if self._send_message(stream, data) is False:
                 raise calls.Aborted(
                     grpc.StatusCode.RESOURCE_EXHAUSTED, _too_large(len(data), self.limits.max_send)
