@@ -11,7 +11,10 @@ keeps one implementation, and the hot one skips aiohttp.
 
 A connection's requests are answered in order (pipelining works); reading pauses while
 requests wait. Bodies are bounded by ``--http-max-input-size`` as they arrive (413).
-A client that disconnects cancels its running inference at once.
+A client that disconnects cancels its running inference at once. A request refused before
+its body is read (413, 400) gets its answer, then the connection stops writing and drops
+what the client still sends until it closes (closing on unread bytes would reset the
+connection and lose the answer).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
 MAX_WAITING = 16
 #: Largest request line plus headers (aiohttp is configured for 64 KiB fields).
 MAX_HEAD_BYTES = 1 << 20
+#: Seconds a refused connection reads and drops what its client still sends.
+LINGER_S = 5.0
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HOP_BY_HOP = frozenset({b"content-length", b"transfer-encoding", b"expect"})
 
@@ -54,6 +59,7 @@ class Incoming:
 
     __slots__ = (
         "body",
+        "early_due",
         "head_bytes",
         "headers",
         "keep_alive",
@@ -76,6 +82,7 @@ class Incoming:
         self.size = 0
         self.head_bytes = 0
         self.over_limit = False
+        self.early_due = False
 
 
 class FrontConnection(asyncio.Protocol):
@@ -103,6 +110,8 @@ class FrontConnection(asyncio.Protocol):
         self.front.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:  # refused: dropped (see _refuse)
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -155,11 +164,11 @@ class FrontConnection(asyncio.Protocol):
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.ctx.max_input_size:
             incoming.over_limit = True
-            if self.task is None and not self.waiting:  # refuse before the body comes
-                self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
-                self._close()
-        elif headers.get("expect", "").lower() == "100-continue" and self.transport is not None:
-            self.transport.write(_CONTINUE)
+        if incoming.over_limit or headers.get("expect", "").lower() == "100-continue":
+            if self.task is None and not self.waiting:
+                self._answer_early(incoming)
+            else:  # once the requests before it are answered: responses stay in order
+                incoming.early_due = True
 
     def on_body(self, body: bytes) -> None:
         incoming = self.current
@@ -173,6 +182,7 @@ class FrontConnection(asyncio.Protocol):
             incoming.body.append(body)
 
     def on_message_complete(self) -> None:
+        self.current.early_due = False  # its body came: answered in turn
         if self.closed:
             return
         self.waiting.append(self.current)
@@ -198,8 +208,19 @@ class FrontConnection(asyncio.Protocol):
                 if not keep_alive or self.draining:
                     self._close()
                     return
+            if self.current.early_due and not self.closed:
+                self.current.early_due = False
+                self._answer_early(self.current)
         finally:
             self.task = None
+
+    def _answer_early(self, incoming: Incoming) -> None:
+        """Before the body: refuse a body over the limit (413), else send 100 Continue."""
+        if incoming.over_limit:
+            self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
+            self._refuse()
+        else:
+            self.write(_CONTINUE)
 
     async def _answer(self, incoming: Incoming) -> bool:
         """Answer one request; whether the connection stays open."""
@@ -271,7 +292,7 @@ class FrontConnection(asyncio.Protocol):
         incoming.keep_alive = False
         self.waiting.clear()
         self._write_error(incoming, 400, message)
-        self._close()
+        self._refuse()
 
     def _count_head(self, size: int) -> None:
         self.current.head_bytes += size
@@ -290,6 +311,14 @@ class FrontConnection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+    def _refuse(self) -> None:
+        """Close after an answer sent before the request was read: stop writing, drop
+        what the client still sends until it closes or LINGER_S pass."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.write_eof()
+            asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
 
     def close_when_idle(self) -> None:
         """Close now if no request is being answered, else after the current one."""
