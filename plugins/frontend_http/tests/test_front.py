@@ -311,6 +311,10 @@ def test_malformed_requests_get_400(
     assert conn.reply().status == 400
     assert_add_sub(other.send(infer([1], [2])).reply(), [1], [2])
     assert_add_sub(connect(running).send(infer([3], [2])).reply(), [3], [2])
+    pipelined = connect(running).send(infer([4], [1]) + garbage)  # answered, then the 400
+    assert_add_sub(pipelined.reply(), [4], [1])
+    assert pipelined.reply().status == 400
+    assert pipelined.closed()
 
 
 class SlowInstance(ModelInstance):

@@ -66,6 +66,7 @@ class Incoming:
         "method",
         "over_limit",
         "raw_headers",
+        "refusal",
         "size",
         "url",
         "version",
@@ -83,6 +84,8 @@ class Incoming:
         self.head_bytes = 0
         self.over_limit = False
         self.early_due = False
+        #: Why the request could not be parsed (answered 400 in its turn), else None.
+        self.refusal: str | None = None
 
 
 class FrontConnection(asyncio.Protocol):
@@ -100,6 +103,7 @@ class FrontConnection(asyncio.Protocol):
         self.reading_paused = False
         self.writable: asyncio.Event | None = None
         self.draining = False
+        self.parse_failed = False
         self.closed = False
 
     # --- asyncio.Protocol
@@ -110,7 +114,7 @@ class FrontConnection(asyncio.Protocol):
         self.front.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
-        if self.closed:  # refused: dropped (see _refuse)
+        if self.closed or self.parse_failed:  # refused: dropped (see _refuse)
             return
         try:
             self.parser.feed_data(data)
@@ -164,7 +168,8 @@ class FrontConnection(asyncio.Protocol):
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.ctx.max_input_size:
             incoming.over_limit = True
-        if incoming.over_limit or headers.get("expect", "").lower() == "100-continue":
+        expects = incoming.version == "1.1" and headers.get("expect", "").lower() == "100-continue"
+        if incoming.over_limit or expects:
             if self.task is None and not self.waiting:
                 self._answer_early(incoming)
             else:  # once the requests before it are answered: responses stay in order
@@ -205,6 +210,8 @@ class FrontConnection(asyncio.Protocol):
                 keep_alive = await self._answer(incoming)
                 if self.writable is not None:
                     await self.writable.wait()
+                if self.closed:
+                    return
                 if not keep_alive or self.draining:
                     self._close()
                     return
@@ -224,6 +231,10 @@ class FrontConnection(asyncio.Protocol):
 
     async def _answer(self, incoming: Incoming) -> bool:
         """Answer one request; whether the connection stays open."""
+        if incoming.refusal is not None:
+            self._write_error(incoming, 400, incoming.refusal)
+            self._refuse()
+            return False
         if incoming.over_limit:
             self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
             return False
@@ -288,11 +299,16 @@ class FrontConnection(asyncio.Protocol):
         self._write_response(incoming, status, {"Content-Type": "application/json"}, [body])
 
     def _bad_request(self, message: str) -> None:
+        """A request that does not parse: 400 after the answers before it, then close."""
         incoming = Incoming()
         incoming.keep_alive = False
-        self.waiting.clear()
-        self._write_error(incoming, 400, message)
-        self._refuse()
+        incoming.refusal = message
+        self.parse_failed = True
+        if self.task is None and not self.waiting:
+            self._write_error(incoming, 400, message)
+            self._refuse()
+        else:
+            self.waiting.append(incoming)
 
     def _count_head(self, size: int) -> None:
         self.current.head_bytes += size
@@ -317,6 +333,8 @@ class FrontConnection(asyncio.Protocol):
         what the client still sends until it closes or LINGER_S pass."""
         self.closed = True
         if self.transport is not None:
+            if self.reading_paused:
+                self.transport.resume_reading()
             self.transport.write_eof()
             asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
 
