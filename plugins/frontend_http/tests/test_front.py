@@ -496,6 +496,25 @@ def test_compressed_request_bodies(serve: Callable[..., RunningServer], connect:
     np.testing.assert_array_equal(outputs["OUTPUT0"], a + b)
 
 
+def test_large_relayed_response_to_a_slow_reader(
+    serve: Callable[..., RunningServer], connect: Any
+) -> None:
+    """A gzip body is relayed to aiohttp; its 32 MiB binary answer reaches a client that
+    starts reading late, intact, and the connection serves on."""
+    conn = connect(serve())
+    a = np.arange(4 * 1024 * 1024, dtype=np.float32)
+    b = np.ones_like(a)
+    raw, length = add_sub_binary(a, b)
+    headers = {"Content-Encoding": "gzip", "Inference-Header-Content-Length": str(length)}
+    conn.send(request("POST", INFER, gzip.compress(raw, compresslevel=1), headers))
+    time.sleep(0.5)  # the answer waits in buffers meanwhile
+    reply = conn.reply()
+    outputs = binary_outputs(reply.body, int(reply.headers["inference-header-content-length"]))
+    np.testing.assert_array_equal(outputs["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], a - b)
+    assert_add_sub(conn.send(infer([1], [1])).reply(), [1], [1])
+
+
 def test_restricted_inference(serve: Callable[..., RunningServer], connect: Any) -> None:
     conn = connect(serve("--http-restricted-api=inference:key=secret"))
     denied = {"error": "This API is restricted, expecting header 'key'"}

@@ -10,7 +10,8 @@ inside the same process, and its response is relayed byte for byte. So every end
 keeps one implementation, and the hot one skips aiohttp.
 
 A connection's requests are answered in order (pipelining works); reading pauses while
-requests wait. Bodies are bounded by ``--http-max-input-size`` as they arrive (413).
+requests wait; a relayed response is read from aiohttp only as fast as the client takes it.
+Bodies are bounded by ``--http-max-input-size`` as they arrive (413).
 A client that disconnects cancels its running inference at once. A request refused before
 its body is read (413, 400) gets its answer, then the connection stops writing and drops
 what the client still sends until it closes (closing on unread bytes would reset the
@@ -136,11 +137,15 @@ class FrontConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.writable = asyncio.Event()
+        if self.link is not None:
+            self.link.pause()
 
     def resume_writing(self) -> None:
         if self.writable is not None:
             self.writable.set()
             self.writable = None
+        if self.link is not None:
+            self.link.resume()
 
     # --- httptools callbacks
 
@@ -364,6 +369,8 @@ class AppLink(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.client.write(data)
+        if self.client.writable is not None:  # a slow client holds the relay back
+            self.pause()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
@@ -405,6 +412,14 @@ class AppLink(asyncio.Protocol):
         if not keep_alive:
             self.close()
         return keep_alive and incoming.keep_alive
+
+    def pause(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
 
     def close(self) -> None:
         self.closed = True
