@@ -827,8 +827,20 @@ class Http2GrpcServer:
             except TimeoutError:
                 for connection in list(self.connections):
                     connection.abort_calls()
+                await self._closed_within(1.0)
         if self.listener is not None:
             await self.listener.wait_closed()
+
+    async def _closed_within(self, seconds: float) -> None:
+        """Wait for the connections to close; drop those still open after ``seconds``
+        (a client that reads nothing would hold a closing transport open for ever)."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), seconds)
+        except TimeoutError:
+            for connection in list(self.connections):
+                if connection.transport is not None:
+                    connection.transport.abort()
+            await asyncio.sleep(0)  # their connection_lost runs before the loop may stop
 
 
 def tls_context(cert: str, key: str, root: str | None, mutual: bool) -> ssl.SSLContext:

@@ -475,6 +475,12 @@ class Front:
             if not self.connections and not self.links:
                 break
             await asyncio.sleep(0.05)
+        for transport in [c.transport for c in self.connections] + [
+            link.transport for link in self.links
+        ]:
+            if transport is not None:  # still open: answering too long, or never read
+                transport.abort()
+        await asyncio.sleep(0)  # their connection_lost runs before the loop may stop
         if self.runner is not None:
             await self.runner.cleanup()
         with contextlib.suppress(OSError):
