@@ -289,7 +289,7 @@ class FrontConnection(asyncio.Protocol):
     ) -> None:
         if self.transport is None or self.closed:
             return
-        lines = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"]
+        lines = [f"HTTP/{incoming.version} {status} {http.HTTPStatus(status).phrase}\r\n"]
         lines += [f"{key}: {value}\r\n" for key, value in headers.items()]
         lines.append(f"Content-Length: {sum(len(p) for p in parts)}\r\n")
         if not incoming.keep_alive or status == 413:
