@@ -44,7 +44,8 @@ def split_messages(buffer: bytearray, max_size: int, encoding: str | None) -> li
         end = offset + 5 + size
         if end > len(buffer):
             break
-        data = bytes(buffer[offset + 5 : end])
+        with memoryview(buffer) as view:
+            data = bytes(view[offset + 5 : end])
         messages.append(_decompress(data, encoding, max_size) if compressed else data)
         offset = end
     if offset:
@@ -68,13 +69,14 @@ def _decompress(data: bytes, encoding: str | None, max_size: int) -> bytes:
     return out
 
 
-def frame_message(data: bytes, zlib_level: int, gzip: bool) -> bytes:
-    """A response message with its prefix; gzip-compressed when ``gzip``."""
+def frame_message(data: bytes, zlib_level: int, gzip: bool) -> tuple[bytes, bytes]:
+    """A response message as (its 5-byte prefix, its bytes: gzip-compressed when
+    ``gzip``); two parts, so the message itself is never copied to prepend the prefix."""
     if gzip:
         deflater = zlib.compressobj(zlib_level, wbits=31)
         data = deflater.compress(data) + deflater.flush()
-        return b"\x01" + len(data).to_bytes(4, "big") + data
-    return b"\x00" + len(data).to_bytes(4, "big") + data
+        return b"\x01" + len(data).to_bytes(4, "big"), data
+    return b"\x00" + len(data).to_bytes(4, "big"), data
 
 
 def timeout_seconds(value: str) -> float | None:

@@ -235,7 +235,8 @@ class Connection(asyncio.Protocol):
                 break
             kind, flags = buffer[offset + 3], buffer[offset + 4]
             stream_id = http2.u32(buffer, offset + 5)
-            payload = bytes(buffer[offset + http2.FRAME_HEADER_SIZE : end])
+            with memoryview(buffer) as view:  # one copy of the payload, not two
+                payload = bytes(view[offset + http2.FRAME_HEADER_SIZE : end])
             offset = end
             self._frame(kind, flags, stream_id, payload)
         del buffer[:offset]
@@ -571,9 +572,9 @@ class Connection(asyncio.Protocol):
             block = framing.GZIP_RESPONSE_HEADERS if stream.gzip else framing.RESPONSE_HEADERS
             self._send_headers(stream.id, block, end_stream=False)
             stream.headers_sent = True
-        message = framing.frame_message(data, self.limits.zlib_level, stream.gzip)
-        stream.outbox.append(memoryview(message))
-        stream.outbox_size += len(message)
+        for part in framing.frame_message(data, self.limits.zlib_level, stream.gzip):
+            stream.outbox.append(memoryview(part))
+            stream.outbox_size += len(part)
         self._pump(stream)
         self._flush_soon()
         return None
