@@ -193,6 +193,23 @@ def test_pipelined_requests_are_answered_in_order(
     assert_add_sub(conn.reply(), [5], [5])
 
 
+@FRONT_ONLY  # aiohttp alone reads nothing more after a bodiless request offering an upgrade
+def test_upgrade_offers_are_ignored(serve: Callable[..., RunningServer], connect: Any) -> None:
+    """curl --http2 offers h2c on every request: it is answered as HTTP/1.1, body included,
+    and the connection serves on."""
+    conn = connect(serve())
+    offer = {
+        "Connection": "Upgrade, HTTP2-Settings",
+        "Upgrade": "h2c",
+        "HTTP2-Settings": "AAMAAABk",
+    }
+    conn.send(infer([1, 2], [3, 4], **offer))
+    assert_add_sub(conn.reply(), [1, 2], [3, 4])
+    conn.send(request("GET", "/v2/health/ready", headers=offer) + infer([7], [1]))
+    assert conn.reply().status == 200
+    assert_add_sub(conn.reply(), [7], [1])
+
+
 def test_chunked_request_bodies(serve: Callable[..., RunningServer], connect: Any) -> None:
     conn = connect(serve())
     te = {"Transfer-Encoding": "chunked"}

@@ -53,6 +53,7 @@ MAX_HEAD_BYTES = 1 << 20
 LINGER_S = 5.0
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HOP_BY_HOP = frozenset({b"content-length", b"transfer-encoding", b"expect"})
+_UPGRADE_TOKENS = frozenset({b"upgrade", b"http2-settings"})
 
 
 class Incoming:
@@ -119,8 +120,8 @@ class FrontConnection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._close_after_answers()
+        except httptools.HttpParserUpgrade as exc:
+            self._ignore_upgrade(data[exc.args[0] :])
         except httptools.HttpParserError as exc:
             self._bad_request(f"malformed HTTP request: {exc}")
 
@@ -320,13 +321,22 @@ class FrontConnection(asyncio.Protocol):
         if self.current.head_bytes > MAX_HEAD_BYTES:
             raise httptools.HttpParserError("request line and headers over 1 MiB")
 
-    def _close_after_answers(self) -> None:
-        if self.transport is not None:
-            self.transport.pause_reading()
-        if self.task is None:
-            self._close()
-        elif self.waiting:
-            self.waiting[-1].keep_alive = False
+    def _ignore_upgrade(self, rest: bytes) -> None:
+        """Only HTTP/1.1 is spoken here: a request offering an upgrade (curl's h2c) was
+        completed by the parser without its body; parse it again without the offer."""
+        if self.closed or not self.waiting:
+            return
+        incoming = self.waiting.pop()
+        head = [b"%s %s HTTP/%s\r\n" % (incoming.method, incoming.url, incoming.version.encode())]
+        for name, value in incoming.raw_headers:
+            lowered = name.lower()
+            if lowered == b"connection":
+                tokens = [t for t in value.split(b",") if t.strip().lower() not in _UPGRADE_TOKENS]
+                value = b",".join(tokens)
+            if value and lowered not in _UPGRADE_TOKENS:
+                head.append(name + b": " + value + b"\r\n")
+        self.parser = httptools.HttpRequestParser(self)
+        self.data_received(b"".join(head) + b"\r\n" + rest)
 
     def _close(self) -> None:
         self.closed = True
