@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from despina import __version__
+from despina.busy_poll import default_busy_poll_us, loop_factory
 from despina.plugins import Plugins, create_plugins
 from despina.triton_flags import add_inert_flags, triton_bool
 
@@ -63,6 +64,15 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         default=True,
         metavar="BOOL",
         help="ready only when every model is ready (default: true)",
+    )
+    server.add_argument(
+        "--busy-poll-us",
+        type=int,
+        default=default_busy_poll_us(),
+        metavar="INT",
+        help="microseconds the event loop polls for new events before sleeping; saves "
+        "the wake-up latency at low concurrency for CPU while traffic flows, 0 turns "
+        f"it off (default: {default_busy_poll_us()}; 0 on a single CPU)",
     )
     repo = parser.add_argument_group("model repository")
     repo.add_argument(
@@ -296,7 +306,8 @@ def cmd_serve(argv: Sequence[str]) -> int:
                 log.warning("exit timeout reached with requests still running")
         return 0
 
-    return asyncio.run(run())
+    with asyncio.Runner(loop_factory=loop_factory(settings.busy_poll_us)) as runner:
+        return runner.run(run())
 
 
 def cmd_plugins(argv: Sequence[str]) -> int:
