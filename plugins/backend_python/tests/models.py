@@ -266,7 +266,7 @@ class TritonPythonModel:
         if a[0] < 0:
             os.kill(os.getpid(), signal.SIGKILL)
         if a[0] > 100:
-            time.sleep(30)
+            time.sleep(30 if a[0] >= 1000 else float(a[0]) - 100)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy()),
                                             pb_utils.Tensor("OUTPUT1", np.full(4, os.getpid(), np.float32))])
                 for r in requests]

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from despina_backend_python.process import PIPELINE_DEPTH
 from tritonclient.utils import InferenceServerException
 
 from .helpers import infer, pair
@@ -20,6 +21,9 @@ def wait_ready(client: Any, model: str, limit_s: float = 60) -> None:
     while not client.is_model_ready(model):
         assert time.monotonic() < deadline, f"{model} did not come back"
         time.sleep(0.1)
+
+
+TWO_INSTANCES = "instance_group [ { count: 2 kind: KIND_CPU } ]"
 
 
 def instance_pid(client: Any) -> int:
@@ -76,14 +80,14 @@ def test_shared_memory_keys_are_internal(
 def test_pipelined_executions_answer_each_request(
     model_repository: Any, despina_server: Any, http_client: Any
 ) -> None:
-    """Without a batcher the server sends a child its next execution while one runs
-    (max_in_flight 2); every concurrent request still gets its own answer. A model
+    """Without a batcher the server sends a child its next executions while one runs
+    (max_in_flight PIPELINE_DEPTH); every concurrent request still gets its own answer. A model
     whose batches the dynamic batcher forms takes one execution at a time."""
     add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, "process")
     add(model_repository, "batched", BATCHED, BATCHED_IO, "process")
     running = despina_server(model_repository.root)
     models = running.server.models
-    assert models.get("add_sub").instances[0].max_in_flight == 2
+    assert models.get("add_sub").instances[0].max_in_flight == PIPELINE_DEPTH
     assert models.get("batched").instances[0].max_in_flight == 1
 
     def client_run(worker: int) -> None:
@@ -96,3 +100,20 @@ def test_pipelined_executions_answer_each_request(
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         for future in [pool.submit(client_run, w) for w in range(8)]:
             future.result()
+
+
+def test_an_idle_instance_is_chosen_before_queueing_behind_a_busy_one(
+    model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    """Two instances, each taking several executions at once: two concurrent requests
+    run in the two processes, not one after another in the first."""
+    add(model_repository, "crashy", CRASHY, ADD_SUB_IO, "process", TWO_INSTANCES)
+    running = despina_server(model_repository.root)
+    assert running.server.models.get("crashy").instances[0].max_in_flight > 1
+
+    def slow_pid(_: int) -> int:
+        return int(infer(http_client(running), "crashy", pair(100.5)).as_numpy("OUTPUT1")[0])
+
+    for _ in range(3):
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            assert len(set(pool.map(slow_pid, range(2)))) == 2

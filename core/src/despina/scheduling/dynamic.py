@@ -40,7 +40,7 @@ class DynamicBatchScheduler(QueueScheduler):
         ]
         return RequestQueue(self._reject, policies, int(batching.default_priority_level) or 1)
 
-    async def next_batch(self) -> list[InferenceRequest]:
+    async def next_batch(self, index: int) -> list[InferenceRequest]:
         config = self.model.config
         batching = config.dynamic_batching
         max_size = int(config.max_batch_size)

@@ -113,13 +113,16 @@ class RequestQueue:
         self._size += 1
         self._ready.set()
 
-    async def get(self) -> InferenceRequest:
-        """Wait for and return the next live request."""
+    async def get(self, defer: Callable[[], bool] | None = None) -> InferenceRequest:
+        """Wait for and return the next live request. A waiter for which ``defer()`` holds
+        when a request arrives lets the other waiters woken with it take it first."""
         while True:
             request = self.pop_nowait()
             if request is not None:
                 return request
             await self._ready.wait()
+            if defer is not None and defer():
+                await asyncio.sleep(0)
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a request to be queued; True if one is."""

@@ -25,6 +25,8 @@ class QueueScheduler(Scheduler):
         self._executing: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._last_turn: asyncio.Future[None] | None = None
+        #: Executions running on each instance (sized in :meth:`start`).
+        self._running: list[int] = []
 
     def make_queue(self) -> RequestQueue:
         """The queue; subclasses pass their queue policy."""
@@ -34,6 +36,7 @@ class QueueScheduler(Scheduler):
         reject(self.model, request, error)
 
     async def start(self) -> None:
+        self._running = [0] * len(self.model.instances)
         for index, instance in enumerate(self.model.instances):
             for _ in range(instance.max_in_flight):
                 self._workers.append(asyncio.create_task(self._work(index)))
@@ -52,20 +55,28 @@ class QueueScheduler(Scheduler):
         return len(self._executing)
 
     @abc.abstractmethod
-    async def next_batch(self) -> list[InferenceRequest]:
-        """Wait for and return the next requests to execute together (never empty).
+    async def next_batch(self, index: int) -> list[InferenceRequest]:
+        """Wait for and return the next requests to execute together (never empty), for a
+        worker of instance ``index``.
 
         Must be cancellation-safe: requests taken from the queue go back on cancel."""
+
+    def instance_busy(self, index: int) -> bool:
+        """Whether instance ``index`` has an execution running (its other workers, when
+        it takes several at once, then let idle instances go first)."""
+        return self._running[index] > 0
 
     async def _work(self, index: int) -> None:
         task = asyncio.current_task()
         assert task is not None
         while not self._stopping:
-            batch = await self.next_batch()
+            batch = await self.next_batch(index)
             self._executing.add(task)
+            self._running[index] += 1
             try:
                 await execute_on(self.model, index, batch, self._ordered(index))
             finally:
+                self._running[index] -= 1
                 self._executing.discard(task)
                 del batch  # the requests' arrays (shared-memory views) go now, not next turn
 
@@ -118,9 +129,10 @@ class OrderedExecution(ModelInstance):
 
 
 class DefaultScheduler(QueueScheduler):
-    """Triton's default scheduler: each request executes alone, on the next free instance."""
+    """Triton's default scheduler: each request executes alone, on the next free instance
+    (an idle one before one that is executing already)."""
 
     name = "default"
 
-    async def next_batch(self) -> list[InferenceRequest]:
-        return [await self.queue.get()]
+    async def next_batch(self, index: int) -> list[InferenceRequest]:
+        return [await self.queue.get(defer=lambda: self.instance_busy(index))]

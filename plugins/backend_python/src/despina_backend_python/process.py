@@ -35,8 +35,10 @@ TIMEOUT_KEY = "DESPINA_EXECUTE_TIMEOUT_SECONDS"
 #: How long an idle child polls its channel before sleeping (microseconds; 0: never).
 POLL_KEY = "DESPINA_CHANNEL_POLL_US"
 DEFAULT_POLL_US = 1000.0
-#: Executions sent to a synchronous child at once (it runs them one after another).
-PIPELINE_DEPTH = 2
+#: Executions sent to a synchronous child at once (it queues them and runs them one
+#: after another, so it never waits for the server between two); the scheduler still
+#: gives a request to an idle instance before queueing it behind a busy one.
+PIPELINE_DEPTH = 8
 #: How long a request waits for a restarting instance before failing.
 RESTART_WAIT_S = 60.0
 FINALIZE_TIMEOUT_S = 30.0
