@@ -96,8 +96,10 @@ def _check_shape(
             )
         shape = shape[1:]
     reshape_dims = sig.input_reshapes.get(name)
-    if shape != dims and not _matches(shape, dims) and not (
-        reshape_dims is not None and _matches(shape, reshape_dims)
+    if (
+        shape != dims
+        and not _matches(shape, dims)
+        and not (reshape_dims is not None and _matches(shape, reshape_dims))
     ):
         expected = ([-1] if sig.max_batch_size > 0 else []) + list(dims)
         raise InvalidArgument(
