@@ -6,7 +6,7 @@ PLUGINS := $(sort $(wildcard plugins/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGINS))
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench venv clean
+.PHONY: serve test lint bench compare venv clean
 
 venv: $(STAMP)
 
@@ -26,9 +26,14 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# Despina and tritonserver side by side, the same requests, the same answers (not part of
+# `make test`: it needs Triton, by default ../shared/tools/tritonserver, or $TRITONSERVER).
+compare: $(STAMP)
+	$(BIN)/python -m pytest compare $(PYTEST_ARGS)
+
 lint: $(STAMP)
-	$(BIN)/ruff check core plugins tests bench
-	$(BIN)/ruff format --check core plugins tests bench
+	$(BIN)/ruff check core plugins tests bench compare
+	$(BIN)/ruff format --check core plugins tests bench compare
 	$(BIN)/mypy core/src
 
 bench: $(STAMP)

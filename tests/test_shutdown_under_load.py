@@ -20,8 +20,8 @@ pytest.importorskip("despina_frontend_http")
 
 CLIENTS = 8
 MAX_REQUESTS_PER_CLIENT = 2000
-#: UNAVAILABLE texts for requests refused while stopping (before or after the unload).
-REFUSED_TEXTS = ("Server is stopping", "has no available versions")
+#: Requests refused while stopping: UNAVAILABLE before the unload, NOT_FOUND after it.
+REFUSED = (("503", "Server is stopping"), ("404", "has no available versions"))
 BATCHING = "instance_group [{ count: 1 kind: KIND_CPU }] dynamic_batching { }"
 
 
@@ -53,7 +53,7 @@ def test_shutdown_under_load_loses_no_request(
                 text = exc.message()
                 if "was not executed" in text:
                     outcome = "unavailable_queued"  # accepted, queued, answered at shutdown
-                elif exc.status() == "503" and any(t in text for t in REFUSED_TEXTS):
+                elif any(exc.status() == code and t in text for code, t in REFUSED):
                     outcome = "unavailable_stopping"  # refused by the stopping server
                 else:
                     outcome = "other_error"

@@ -64,6 +64,27 @@ def test_normalize_fills_triton_defaults() -> None:
     assert (group.name, group.count, group.kind) == ("net", 1, cfg.mc.ModelInstanceGroup.KIND_CPU)
 
 
+def test_normalize_fills_batching_and_pinned_memory_defaults_as_triton() -> None:
+    config = cfg.parse_text("max_batch_size: 8 dynamic_batching { }")
+    cfg.normalize(config, "net", gpu_count=0)
+    assert list(config.dynamic_batching.preferred_batch_size) == [8]
+    optimization = cfg.to_json_dict(config)["optimization"]
+    assert optimization["input_pinned_memory"] == {"enable": True}
+    assert optimization["output_pinned_memory"] == {"enable": True}
+    # what the config says stays
+    config = cfg.parse_text(
+        "max_batch_size: 8 dynamic_batching { preferred_batch_size: [ 2, 4 ] } "
+        "optimization { input_pinned_memory { enable: false } }"
+    )
+    cfg.normalize(config, "net", gpu_count=0)
+    assert list(config.dynamic_batching.preferred_batch_size) == [2, 4]
+    assert config.optimization.input_pinned_memory.enable is False
+    assert config.optimization.output_pinned_memory.enable is True
+    ensemble = cfg.parse_text('platform: "ensemble"')
+    cfg.normalize(ensemble, "ens", gpu_count=0)
+    assert not ensemble.HasField("optimization")
+
+
 def test_auto_gpu_kind_takes_every_gpu() -> None:
     config = cfg.parse_text("instance_group [ { kind: KIND_AUTO count: 2 } ]")
     cfg.normalize(config, "net", gpu_count=2)

@@ -56,10 +56,11 @@ def test_failed_model_does_not_stop_the_others(
     )
     assert states(running) == {"good": "READY", "bad": "UNAVAILABLE", "typo": "UNAVAILABLE"}
     reasons = dict(running.server.models.failures())
+    assert reasons["bad"].startswith("Internal: ")  # Triton's form: status code, message
     assert "toy model refuses to load" in reasons["bad"]
     assert "typo/config.pbtxt:2:" in reasons["typo"]
     assert running.server.ready is False  # strict readiness: a model is not ready
-    with pytest.raises(Unavailable, match="'bad' has no available versions"):
+    with pytest.raises(NotFound, match="'bad' has no available versions"):
         running.call(running.server.infer(toy_request("bad")))
     assert running.call(running.server.infer(toy_request("good"))).outputs["OUTPUT0"][0] == 2.0
 
@@ -97,7 +98,7 @@ def test_explicit_mode_loads_unloads_and_reloads(
     assert states(running)["b"] == "READY"
     running.call(manager.unload("a"))
     assert states(running)["a"] == "UNAVAILABLE"
-    with pytest.raises(Unavailable):
+    with pytest.raises(NotFound):
         running.call(running.server.infer(toy_request("a")))
     # reload with a config override: version 1 keeps serving until the new one is READY
     override = '{"backend": "toy", "max_batch_size": 4, "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}, {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}], "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}, {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}]}'
@@ -105,6 +106,14 @@ def test_explicit_mode_loads_unloads_and_reloads(
     assert manager.get("b").config.max_batch_size == 4
     with pytest.raises(NotFound):
         running.call(manager.load("missing"))
+    assert "missing" not in states(running)  # as Triton: no index row for it
+    model_repository.add("c", toy_config(), {"1/model.toy": '{"fail_load": true}'})
+    with pytest.raises(InvalidArgument) as failed:
+        running.call(manager.load("c"))
+    assert str(failed.value).startswith(
+        "load failed for model 'c': version 1 is at UNAVAILABLE state: Internal: "
+    )
+    assert str(failed.value).endswith(";\n")
 
 
 def test_reload_keeps_serving_in_flight_requests(

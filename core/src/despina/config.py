@@ -154,15 +154,25 @@ def backend_name(config: mc.ModelConfig) -> str:
 
 
 def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int) -> None:
-    """Fill Triton's defaults in place: name, platform, version policy, instance groups."""
+    """Fill Triton's defaults in place: name, platform, version policy, the dynamic
+    batcher's preferred batch size (``max_batch_size``), pinned memory on (not for
+    ensembles), instance groups."""
     if not config.name:
         config.name = model_name
     if config.backend in BACKEND_TO_PLATFORM and not config.platform:
         config.platform = BACKEND_TO_PLATFORM[config.backend]
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
+    if config.HasField("dynamic_batching") and config.max_batch_size > 0:
+        preferred = config.dynamic_batching.preferred_batch_size
+        if not preferred:
+            preferred.append(config.max_batch_size)
     if config.platform == ENSEMBLE_PLATFORM:
         return
+    optimization = config.optimization
+    for field in ("input_pinned_memory", "output_pinned_memory"):
+        if not optimization.HasField(field):
+            getattr(optimization, field).enable = True
     if not config.instance_group:
         config.instance_group.add()
     for index, group in enumerate(config.instance_group):

@@ -9,6 +9,16 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+#: How Triton names a status code where it writes a status as text ("Internal: ...").
+_TRITON_CODE_TEXT = {
+    "INTERNAL": "Internal",
+    "INVALID_ARG": "Invalid argument",
+    "NOT_FOUND": "Not found",
+    "UNAVAILABLE": "Unavailable",
+    "UNSUPPORTED": "Unsupported",
+    "ALREADY_EXISTS": "Already exists",
+}
+
 
 class DespinaError(Exception):
     """Base of every error that reaches a client; ``str(error)`` is the client's text."""
@@ -21,6 +31,12 @@ class DespinaError(Exception):
     @property
     def message(self) -> str:
         return str(self)
+
+    @property
+    def status_text(self) -> str:
+        """The error as Triton writes a status, e.g. in a model's load failure reason:
+        ``"Internal: <message>"``."""
+        return f"{_TRITON_CODE_TEXT.get(self.triton_code, 'Unknown')}: {self}"
 
 
 class InvalidArgument(DespinaError):

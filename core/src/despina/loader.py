@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from despina import config as cfg
 from despina.backend import Backend, InstanceSpec, ModelContext, ModelInstance
-from despina.errors import ConfigError, DespinaError, Unavailable
+from despina.errors import ConfigError, DespinaError, Internal, Unavailable
 from despina.rate_limiter import Needs
 from despina.scheduling.base import ScheduledModel, Scheduler
 from despina.stats import ModelStats
@@ -223,9 +223,8 @@ async def load_version(
         version.scheduler = scheduler_cls(model)
         await version.scheduler.start()
     except Exception as exc:  # noqa: BLE001 - any load failure makes the version unavailable
-        version.reason = (
-            str(exc) if isinstance(exc, DespinaError) else f"{type(exc).__name__}: {exc}"
-        )
+        error = exc if isinstance(exc, DespinaError) else Internal(f"{type(exc).__name__}: {exc}")
+        version.reason = error.status_text
         version.state = ModelState.UNAVAILABLE
         log.error(
             "failed to load '%s' version %d: %s", version.name, version.version, version.reason
@@ -291,3 +290,9 @@ def describe(version: ModelVersion) -> dict[str, Any]:
     if version.state is ModelState.READY and not version.ready:
         state, reason = str(ModelState.UNAVAILABLE), NOT_SERVING
     return {"name": version.name, "version": str(version.version), "state": state, "reason": reason}
+
+
+def load_failure_text(name: str, failed: list[ModelVersion]) -> str:
+    """Triton's text for a load of ``name`` whose ``failed`` versions did not load."""
+    states = "".join(f"version {v.version} is at {v.state} state: {v.reason};" for v in failed)
+    return f"load failed for model '{name}': {states}\n"

@@ -33,6 +33,7 @@ from despina.loader import (
     ModelState,
     ModelVersion,
     describe,
+    load_failure_text,
     load_version,
     prepare_config,
     unload_version,
@@ -133,16 +134,14 @@ class ModelManager:
                 await self._load_entry(entry, config_json)
                 failed = [v for v in entry.versions.values() if v.state is not ModelState.READY]
                 if failed:
-                    raise Unavailable(
-                        f"failed to load '{name}' version {failed[0].version}: {failed[0].reason}"
-                    )
+                    raise InvalidArgument(load_failure_text(name, failed))
             except DespinaError as exc:
                 entry.state, entry.reason = ModelState.UNAVAILABLE, str(exc)
                 log.error("failed to load '%s': %s", name, exc)
                 if keep_old:
                     log.warning("'%s' keeps serving its previous versions", name)
                     await self._retire(entry)
-                else:
+                elif entry.model_dir is not None:  # as Triton: none for a folder not found
                     self.entries[name] = entry
                 raise
             self.entries[name] = entry
@@ -220,7 +219,8 @@ class ModelManager:
             raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
 
     def get(self, name: str, version: str = "") -> ModelVersion:
-        """The READY version to serve; Triton's NotFound/Unavailable texts otherwise."""
+        """The READY version to serve; Triton's NotFound/Unavailable texts otherwise, with
+        Unavailable (not Triton's NotFound) while a loaded version cannot serve."""
         entry = self.entries.get(name)
         if entry is None:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
@@ -243,7 +243,10 @@ class ModelManager:
         for number in sorted(entry.versions, reverse=True):
             if entry.versions[number].ready:
                 return entry.versions[number]
-        raise Unavailable(f"Request for unknown model: '{name}' has no available versions")
+        text = f"Request for unknown model: '{name}' has no available versions"
+        if any(v.state is ModelState.READY for v in entry.versions.values()):
+            raise Unavailable(text)  # loaded, for now unable to serve (instance restarting...)
+        raise NotFound(text)  # none loaded: Triton's code
 
     def find(self, name: str, version: str = "") -> ModelVersion:
         """Like :meth:`get` but also returns versions that are not READY (for metadata)."""

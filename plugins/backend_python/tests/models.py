@@ -208,12 +208,13 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        family = pb_utils.MetricFamily(name="test_requests_total", description="requests seen",
-                                       kind=pb_utils.MetricFamily.COUNTER)
-        self.counter = family.Metric(labels={"model": args["model_name"]})
-        gauge = pb_utils.MetricFamily(name="test_last_value", description="last value",
-                                      kind=pb_utils.MetricFamily.GAUGE)
-        self.gauge = gauge.Metric(labels={"model": args["model_name"]})
+        # the families live as long as their metrics (Triton invalidates orphaned metrics)
+        self.family = pb_utils.MetricFamily(name="test_requests_total", description="requests seen",
+                                            kind=pb_utils.MetricFamily.COUNTER)
+        self.counter = self.family.Metric(labels={"model": args["model_name"]})
+        self.gauge_family = pb_utils.MetricFamily(name="test_last_value", description="last value",
+                                                  kind=pb_utils.MetricFamily.GAUGE)
+        self.gauge = self.gauge_family.Metric(labels={"model": args["model_name"]})
         pb_utils.Logger.log_info("metrics model initialized")
 
     def execute(self, requests):

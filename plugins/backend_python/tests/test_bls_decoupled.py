@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from .helpers import infer, pair
 from .models import (
@@ -57,6 +58,19 @@ def test_decoupled_responses_stream(
     assert [int(r.as_numpy("OUT")[0]) for r in results] == [4, 5, 6]
     assert [int(r.as_numpy("IDX")[0]) for r in results] == [0, 1, 2]
     assert stream(client, "repeat", []) == []
+
+
+def test_decoupled_model_on_the_http_infer_endpoint_is_refused(
+    model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    add(model_repository, "repeat", REPEAT, REPEAT_IO)
+    client = http_client(despina_server(model_repository.root))
+    with pytest.raises(InferenceServerException) as refused:
+        infer(client, "repeat", {"IN": np.array([1, 2], np.int32)})
+    assert refused.value.status() == "400"  # Triton: 501
+    assert refused.value.message() == (
+        "HTTP end point doesn't support models with decoupled transaction policy"
+    )
 
 
 @pytest.mark.parametrize("source", [BLS_SYNC, BLS_ASYNC], ids=["sync", "async"])

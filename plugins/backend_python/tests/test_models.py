@@ -82,9 +82,24 @@ def test_initialize_raising_makes_model_unavailable(
     client = http_client(despina_server(model_repository.root, ["--exit-on-error=false"]))
     index = {m["name"]: m for m in client.get_model_repository_index()}
     assert index["broken"]["state"] == "UNAVAILABLE"
-    assert index["broken"]["reason"].startswith("RuntimeError: cannot initialize: missing weights")
-    assert "initialize" in index["broken"]["reason"]
+    reason = index["broken"]["reason"]
+    assert reason.startswith("Internal: RuntimeError: cannot initialize: missing weights")
+    assert "initialize" in reason
     assert not client.is_model_ready("broken") and client.is_model_ready("add_sub")
+
+
+def test_model_py_that_cannot_be_imported_gives_tritons_reason(
+    mode: str, model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    add(model_repository, "no_class", "x = 1\n", ADD_SUB_IO, mode)
+    add(model_repository, "syntax", "def oops(:\n", ADD_SUB_IO, mode)
+    client = http_client(despina_server(model_repository.root, ["--exit-on-error=false"]))
+    reasons = {m["name"]: m.get("reason") for m in client.get_model_repository_index()}
+    assert reasons == {
+        "no_class": "Internal: AttributeError: module '1.model' has no attribute "
+        "'TritonPythonModel'",
+        "syntax": "Internal: SyntaxError: invalid syntax (model.py, line 1)",
+    }
 
 
 def test_bytes_tensors(

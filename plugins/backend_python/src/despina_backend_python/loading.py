@@ -11,7 +11,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-_OWN_FILES = (str(Path(__file__).parent),)
+#: Frames left out of a model's traceback: this package's and the import system's.
+_OWN_FILES = (str(Path(__file__).parent), "<frozen ")
 
 
 def load_model_class(model_file: Path, module_name: str) -> type[Any]:
@@ -33,7 +34,8 @@ def load_model_class(model_file: Path, module_name: str) -> type[Any]:
     spec.loader.exec_module(module)
     model_class = getattr(module, "TritonPythonModel", None)
     if not isinstance(model_class, type):
-        raise AttributeError(f"'{model_file.name}' must define class TritonPythonModel")
+        where = f"{model_file.parent.name}.{model_file.stem}"  # Triton's module name
+        raise AttributeError(f"module '{where}' has no attribute 'TritonPythonModel'")
     return model_class
 
 

@@ -182,7 +182,8 @@ def _from_json(
                     raise ValueError("attempt to access JSON non-boolean as boolean")
             array = np.asarray(data, dtype=dtype).reshape(-1)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise InvalidArgument(f"Unable to parse 'data': {exc}") from None
+        what = "JSON bytes array" if dtype is _OBJECT else "'data'"
+        raise InvalidArgument(f"Unable to parse {what}: {exc}") from None
     if array.size != count:
         raise InvalidArgument(
             "Unable to parse 'data': Shape does not match true shape of 'data' field"

@@ -12,6 +12,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from aiohttp import web
+from despina.errors import Unsupported
 from despina.inference import InferenceRequest
 
 from despina_frontend_http.body import accepted_encoding, compress, read_body
@@ -65,7 +66,9 @@ async def run_infer(
     that fails.
     """
     server = ctx.server
-    server.models.get(name, version)  # an unknown model/version is reported before the body
+    model = server.models.get(name, version)  # unknown model/version: before the body
+    if model.decoupled:
+        raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
     request = decode_request(body, header_length, name, version, server.shared_memory)
     if forwarded:
         for key, value in forwarded.items():

@@ -1,0 +1,150 @@
+"""gRPC: the same calls to Despina and Triton 2.51 through tritonclient, the same answers
+(results, status codes and texts), plus the decoupled stream and custom metrics."""
+
+from __future__ import annotations
+
+import queue
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from google.protobuf.json_format import MessageToDict
+from tritonclient.utils import InferenceServerException
+
+from .conftest import Pair, Served
+
+ONES = np.ones(4, np.float32)
+
+
+def _inputs(**arrays: np.ndarray) -> list[grpcclient.InferInput]:
+    inputs = []
+    for name, array in arrays.items():
+        datatype = {"float32": "FP32", "int32": "INT32", "object": "BYTES"}[array.dtype.name]
+        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def _ask(served: Served, call: Callable[[grpcclient.InferenceServerClient], Any]) -> Any:
+    """``call``'s result as plain data, or ("error", status, message)."""
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    try:
+        result = call(client)
+    except InferenceServerException as error:
+        return ("error", error.status(), error.message())
+    finally:
+        client.close()
+    if isinstance(result, grpcclient.InferResult):
+        response = result.get_response()
+        names = [output.name for output in response.outputs]
+        return response.model_name, {name: result.as_numpy(name).tolist() for name in names}
+    return MessageToDict(result) if hasattr(result, "DESCRIPTOR") else result
+
+
+def _add_sub(first: float) -> list[grpcclient.InferInput]:
+    return _inputs(INPUT0=np.array([first, 2, 3, 4], np.float32), INPUT1=ONES)
+
+
+CALLS: dict[str, Callable[[grpcclient.InferenceServerClient], Any]] = {
+    "add_sub": lambda c: c.infer("add_sub", _add_sub(1)),
+    "response with error=": lambda c: c.infer("add_sub", _add_sub(-1)),
+    "execute raises": lambda c: c.infer("add_sub", _add_sub(-2)),
+    "BYTES": lambda c: c.infer("strings", _inputs(TEXT=np.array([b"ab", b"x y"], np.object_))),
+    "BLS exec": lambda c: c.infer("bls_sync", _add_sub(1)),
+    "BLS async_exec": lambda c: c.infer("bls_async", _add_sub(1)),
+    "missing input": lambda c: c.infer("add_sub", _inputs(INPUT0=ONES)),
+    "unknown model": lambda c: c.infer("nope", _add_sub(1)),
+    "model whose initialize raised": lambda c: c.infer("broken", _add_sub(1)),
+    "decoupled model on ModelInfer": lambda c: c.infer(
+        "repeat", _inputs(IN=np.array([1], np.int32))
+    ),
+    "wrong datatype": lambda c: c.infer(
+        "add_sub", _inputs(INPUT0=np.arange(4, dtype=np.int32), INPUT1=ONES)
+    ),
+    "wrong shape": lambda c: c.infer(
+        "add_sub", _inputs(INPUT0=np.ones((2, 2), np.float32), INPUT1=ONES)
+    ),
+    "load of a model whose initialize raises": lambda c: c.load_model("broken"),
+    "load of a model missing from the repository": lambda c: c.load_model("missing"),
+    "statistics of an unknown model": lambda c: c.get_inference_statistics("nope"),
+    "model metadata": lambda c: c.get_model_metadata("strings"),
+    "config": lambda c: c.get_model_config("batched"),
+    "auto-completed config": lambda c: c.get_model_config("auto"),
+    "model ready": lambda c: c.is_model_ready("broken"),
+}
+
+
+#: (Despina's code, Triton's code) where they differ on purpose (the README's tables).
+CODES = {
+    "load of a model missing from the repository": ("StatusCode.NOT_FOUND", "StatusCode.INTERNAL"),
+}
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_same_answer(pair: Pair, name: str) -> None:
+    ours, theirs = _ask(pair.despina, CALLS[name]), _ask(pair.triton, CALLS[name])
+    if name in CODES:
+        assert (ours[1], theirs[1]) == CODES[name]
+        ours, theirs = ours[::2], theirs[::2]  # the rest must match: ("error", message)
+    assert ours == theirs
+
+
+def _stream(served: Served, values: list[int]) -> list[tuple[list[int], list[int], bool]]:
+    """The decoupled model's responses to one streamed request: (OUT, IDX, final)."""
+    answers: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    try:
+        client.async_stream_infer(
+            "repeat",
+            _inputs(IN=np.array(values, np.int32)),
+            enable_empty_final_response=True,
+        )
+        seen = []
+        while True:
+            answer = answers.get(timeout=30)
+            assert not isinstance(answer, Exception), answer
+            response = answer.get_response()
+            final = response.parameters["triton_final_response"].bool_param
+            outputs = [answer.as_numpy(n) for n in ("OUT", "IDX")] if response.outputs else []
+            seen.append((*[o.tolist() for o in outputs], final))
+            if final:
+                return seen
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def test_decoupled_stream(pair: Pair) -> None:
+    ours, theirs = _stream(pair.despina, [5, 6, 7]), _stream(pair.triton, [5, 6, 7])
+    assert ours == theirs
+    assert len(ours) == 4  # three responses, then the empty final one
+
+
+def _custom_metrics(served: Served) -> list[tuple[str, str | float]]:
+    """The custom families' lines: comments as text, samples as (series, value); values
+    are compared as numbers (Despina writes ``3.0`` where Triton writes ``3``)."""
+    url = f"http://127.0.0.1:{served.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        lines = answer.read().decode().splitlines()
+    wanted = [line for line in lines if "test_requests_total" in line or "test_last_value" in line]
+    return [
+        (line, "")
+        if line.startswith("#")
+        else (line.rsplit(" ", 1)[0], float(line.rsplit(" ", 1)[1]))
+        for line in wanted
+    ]
+
+
+def test_custom_metrics(pair: Pair) -> None:
+    for served in pair:
+        for first in (3.0, 5.0, 9.0):
+            _ask(served, lambda c, first=first: c.infer("metrics", _add_sub(first)))
+    ours = _custom_metrics(pair.despina)
+    assert ours == _custom_metrics(pair.triton)
+    assert ('test_requests_total{model="metrics"}', 3.0) in ours
+    assert ('test_last_value{model="metrics"}', 9.0) in ours
