@@ -46,6 +46,83 @@ class TritonPythonModel:
 """
 
 
+#: Every input back as the output of the same name with an ``O`` prefix (F16 is optional:
+#: Triton refuses FP16 in JSON).
+ECHO_IO = """
+max_batch_size: 0
+input [ { name: "B" data_type: TYPE_BOOL dims: [ -1 ] },
+        { name: "I8" data_type: TYPE_INT8 dims: [ -1 ] },
+        { name: "U64" data_type: TYPE_UINT64 dims: [ -1 ] },
+        { name: "F16" data_type: TYPE_FP16 dims: [ -1 ] optional: true },
+        { name: "F64" data_type: TYPE_FP64 dims: [ -1 ] },
+        { name: "S" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OB" data_type: TYPE_BOOL dims: [ -1 ] },
+         { name: "OI8" data_type: TYPE_INT8 dims: [ -1 ] },
+         { name: "OU64" data_type: TYPE_UINT64 dims: [ -1 ] },
+         { name: "OF16" data_type: TYPE_FP16 dims: [ -1 ] },
+         { name: "OF64" data_type: TYPE_FP64 dims: [ -1 ] },
+         { name: "OS" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+
+ECHO = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("O" + t.name(), t.as_numpy())
+                                            for t in request.inputs()])
+                for request in requests]
+"""
+
+#: A running sum per sequence (correlation ID), restarted by the START flag.
+ACCUMULATE_IO = """
+max_batch_size: 0
+sequence_batching { max_sequence_idle_microseconds: 5000000 }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+ACCUMULATE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            key = request.correlation_id()
+            if request.flags() & 1:
+                self.sums[key] = 0
+            self.sums[key] = self.sums.get(key, 0) + int(request.inputs()[0].as_numpy()[0])
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("SUM", np.array([self.sums[key]], np.int32))]))
+            if request.flags() & 2:
+                del self.sums[key]
+        return responses
+"""
+
+#: add_sub twice: TWICE = (a + b) + (a - b).
+ENSEMBLE = """
+name: "twice"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "TWICE" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [
+  { model_name: "add_sub" model_version: -1
+    input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
+    output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "diff" } },
+  { model_name: "add_sub" model_version: -1
+    input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "diff" }
+    output_map { key: "OUTPUT0" value: "TWICE" } } ] }
+"""
+
+
 def build(repo: RepositoryBuilder) -> None:
     """Every model the comparisons use, in process mode (Triton's only mode)."""
     m = _backend_test_models()
@@ -59,3 +136,6 @@ def build(repo: RepositoryBuilder) -> None:
     m.add(repo, "bls_async", m.BLS_ASYNC, m.BLS_IO)
     m.add(repo, "metrics", m.METRICS, m.ADD_SUB_IO)
     repo.add("auto", 'backend: "python"\n', {"1/model.py": m.AUTO_COMPLETE})
+    m.add(repo, "echo", ECHO, ECHO_IO)
+    m.add(repo, "accumulate", ACCUMULATE, ACCUMULATE_IO)
+    repo.add("twice", ENSEMBLE, {"1/.keep": ""})

@@ -61,7 +61,10 @@ def test_normalize_fills_triton_defaults() -> None:
     assert config.platform == "onnxruntime_onnx"
     assert config.version_policy.latest.num_versions == 1
     group = config.instance_group[0]
-    assert (group.name, group.count, group.kind) == ("net", 1, cfg.mc.ModelInstanceGroup.KIND_CPU)
+    assert (group.name, group.count, group.kind) == ("net_0", 1, cfg.mc.ModelInstanceGroup.KIND_CPU)
+    config = cfg.parse_text('backend: "onnxruntime"')
+    cfg.normalize(config, "net", gpu_count=0)
+    assert config.instance_group[0].name == "net"  # Triton's name for the default group
 
 
 def test_normalize_fills_batching_and_pinned_memory_defaults_as_triton() -> None:

@@ -143,7 +143,7 @@ def test_instances_of_a_group_run_concurrently(
 
     assert len(running.call(burst())) == 6
     used = {name for name, _ in toy_backend.ToyBackend.executions}
-    assert used == {"slow_0", "slow_1", "slow_2"}
+    assert used == {"slow_0_0", "slow_0_1", "slow_0_2"}
 
 
 def test_dynamic_batcher_forms_batches_from_concurrent_requests(

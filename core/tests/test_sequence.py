@@ -194,7 +194,7 @@ def test_oldest_string_ids_implicit_state_same_instance(
     routed = instances_of("CORRID")
     assert set(routed) == set(sequences)
     assert all(len(instances) == 1 for instances in routed.values())
-    assert {i for s in routed.values() for i in s} == {"oldest_0", "oldest_1"}
+    assert {i for s in routed.values() for i in s} == {"oldest_0_0", "oldest_0_1"}
     for _, requests in seq_backend.SeqBackend.batches:
         ids = [r["CORRID"] for r in requests]
         assert len(ids) == len(set(ids)), "two requests of one sequence in one batch"

@@ -174,10 +174,10 @@ def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int) -> None:
         if not optimization.HasField(field):
             getattr(optimization, field).enable = True
     if not config.instance_group:
-        config.instance_group.add()
+        config.instance_group.add(name=config.name)  # as Triton: the default group's name
     for index, group in enumerate(config.instance_group):
         if not group.name:
-            group.name = f"{config.name}_{index}" if len(config.instance_group) > 1 else config.name
+            group.name = f"{config.name}_{index}"
         if group.count < 1:
             group.count = 1
         if group.kind == mc.ModelInstanceGroup.KIND_AUTO:

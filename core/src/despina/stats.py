@@ -62,24 +62,34 @@ class ModelStats:
     batches: defaultdict[int, BatchStats] = field(default_factory=lambda: defaultdict(BatchStats))
 
     def record_execution(
-        self, batch_size: int, requests: int, input_ns: int, infer_ns: int, output_ns: int
+        self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
     ) -> None:
-        """One ``execute`` call covering ``requests`` requests of ``batch_size`` in all."""
+        """One ``execute`` call of ``batch_size`` inferences in all: the execution count and
+        the batch statistics (as Triton's Python backend, also for one that failed)."""
         self.execution_count += 1
-        self.inference_count += batch_size
         batch = self.batches[batch_size]
         batch.compute_input.add(input_ns)
         batch.compute_infer.add(infer_ns)
         batch.compute_output.add(output_ns)
-        self.compute_input.add(input_ns, requests)
-        self.compute_infer.add(infer_ns, requests)
-        self.compute_output.add(output_ns, requests)
 
-    def record_success(self, total_ns: int, queue_ns: int) -> None:
-        """A request answered successfully, ``total_ns`` after it arrived."""
+    def record_success(
+        self,
+        total_ns: int,
+        queue_ns: int,
+        batch_size: int = 0,
+        compute_ns: tuple[int, int, int] = (0, 0, 0),
+    ) -> None:
+        """A request answered successfully, ``total_ns`` after it arrived. An executed one
+        (``batch_size`` > 0) adds its inferences and its execution's (input, infer,
+        output) durations, as Triton counts per request; a cache hit adds neither."""
         self.success.add(total_ns)
         self.queue.add(queue_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
+        if batch_size:
+            self.inference_count += batch_size
+            self.compute_input.add(compute_ns[0])
+            self.compute_infer.add(compute_ns[1])
+            self.compute_output.add(compute_ns[2])
 
     def record_failure(self, total_ns: int, reason: str) -> None:
         """A request that failed; ``reason`` is one of FAILURE_REASONS."""

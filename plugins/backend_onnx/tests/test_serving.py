@@ -140,7 +140,7 @@ def test_instance_group_count_runs_instances_concurrently(
     model_repository.add("wide", config, {"1/model.onnx": model})
     client = served(despina_server(model_repository.root))
     version = client.server.models.get("wide")
-    assert [i.spec.name for i in version.instances] == ["wide_0", "wide_1", "wide_2"]
+    assert [i.spec.name for i in version.instances] == ["wide_0_0", "wide_0_1", "wide_0_2"]
     threads = {i.executor._thread_name_prefix for i in version.instances}
     assert len(threads) == 3
     requests = [

@@ -79,7 +79,7 @@ def test_triton_metrics_move_after_inferences(serve: Callable[..., RunningServer
     assert value(after, "nv_inference_request_success", **model) == 3
     assert value(after, "nv_inference_request_failure", reason="BACKEND", **model) == 1
     assert value(after, "nv_inference_request_failure", reason="REJECTED", **model) == 0
-    assert value(after, "nv_inference_count", **model) == 4
+    assert value(after, "nv_inference_count", **model) == 3  # successful ones, as Triton
     assert value(after, "nv_inference_exec_count", **model) == 4
     assert value(after, "nv_inference_request_duration_us", **model) > 0
     assert value(after, "nv_inference_compute_infer_duration_us", **model) >= 0

@@ -138,26 +138,27 @@ async def run_batch(
 ) -> None:
     """Execute ``requests`` on ``instance`` and answer each one; never raises.
 
-    Statistics: one execution of the summed batch size; per request success (with its
-    queue time) or failure. Backend errors fail the whole batch with the error's text.
+    Statistics as Triton's: one execution of the summed batch size (also when it fails);
+    per request success (its inferences, queue and compute times) or failure. Backend
+    errors fail the whole batch with the error's text.
     """
     stats = model.stats
+    batch = sum(batch_size_of(r, model.config) for r in requests)
     start = time.monotonic_ns()
     try:
         responses = await instance.execute(requests)
-    except DespinaError as exc:
+    except Exception as exc:
+        stats.record_execution(batch, 0, time.monotonic_ns() - start, 0)
+        if not isinstance(exc, DespinaError):
+            log.exception("model '%s' failed to execute", model.name)
+            exc = Internal(f"{type(exc).__name__}: {exc}")
         _fail_all(model, requests, exc, "BACKEND")
         return
-    except Exception as exc:
-        log.exception("model '%s' failed to execute", model.name)
-        _fail_all(model, requests, Internal(f"{type(exc).__name__}: {exc}"), "BACKEND")
-        return
     end = time.monotonic_ns()
-    batch = sum(batch_size_of(r, model.config) for r in requests)
-    stats.record_execution(batch, len(requests), 0, end - start, 0)
+    stats.record_execution(batch, 0, end - start, 0)
     if responses is None:
         for request in requests:
-            _record_outcome(stats, request, start, end, failed=False)
+            _record_outcome(model, request, start, end, failed=False)
         return
     if len(responses) != len(requests):
         error = Internal(
@@ -167,7 +168,7 @@ async def run_batch(
         return
     for request, response in zip(requests, responses, strict=True):
         sent = _deliver(model, request, response)
-        _record_outcome(stats, request, start, end, failed=sent.error is not None)
+        _record_outcome(model, request, start, end, failed=sent.error is not None)
 
 
 def _deliver(
@@ -194,13 +195,14 @@ def _deliver(
 
 
 def _record_outcome(
-    stats: ModelStats, request: InferenceRequest, start: int, end: int, failed: bool
+    model: ScheduledModel, request: InferenceRequest, start: int, end: int, failed: bool
 ) -> None:
     total = end - request.received_ns
     if failed:
-        stats.record_failure(total, "BACKEND")
+        model.stats.record_failure(total, "BACKEND")
     else:
-        stats.record_success(total, start - request.received_ns)
+        batch = batch_size_of(request, model.config)
+        model.stats.record_success(total, start - request.received_ns, batch, (0, end - start, 0))
 
 
 def _fail_all(

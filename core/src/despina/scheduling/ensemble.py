@@ -79,8 +79,9 @@ class EnsembleScheduler(Scheduler):
         for step in self.graph.steps:
             configs[step.model_name] = self._composing_config(step.model_name, step.model_version)
         check_composing(self.graph, self.model.config, configs)
-        if self.graph.decoupled:
-            self.model.config.model_transaction_policy.decoupled = True
+        policy = self.model.config.model_transaction_policy
+        policy.SetInParent()  # as Triton: always stated, false included
+        policy.decoupled = bool(self.graph.decoupled)
 
     async def _settle(self, name: str) -> None:
         """Wait while composing model ``name`` is loading (or still to be loaded by the

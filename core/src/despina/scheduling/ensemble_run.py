@@ -219,8 +219,9 @@ class EnsembleRun:
     def _record_success(self) -> None:
         total = time.monotonic_ns() - self.request.received_ns
         stats = self.model.stats
-        stats.record_execution(batch_size_of(self.request, self.model.config), 1, 0, total, 0)
-        stats.record_success(total, 0)
+        batch = batch_size_of(self.request, self.model.config)
+        stats.record_execution(batch, 0, total, 0)
+        stats.record_success(total, 0, batch, (0, total, 0))
 
     def _send(self, response: InferenceResponse | None, final: bool) -> None:
         if self.request.stream is not None:
