@@ -98,14 +98,17 @@ class Pair:
         return iter((self.despina, self.triton))
 
 
-@pytest.fixture(scope="session")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    """Both servers, started on one repository; stopped after the session."""
+@pytest.fixture(scope="session", params=["process", "in-process"])
+def pair(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Pair]:
+    """Both servers on one repository whose Python models Despina runs in the param's
+    execution mode; a fresh pair per mode (statistics start from zero)."""
     if shutil.which(TRITONSERVER) is None:
         pytest.skip(f"no tritonserver at {TRITONSERVER} (set TRITONSERVER)")
     root = tmp_path_factory.mktemp("compare")
     repo = RepositoryBuilder(root / "repo")
-    build(repo)
+    build(repo, request.param)
     despina = _start(
         "despina", [sys.executable, "-m", "despina", "serve"], repo.root, root / "despina.log"
     )

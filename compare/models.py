@@ -123,19 +123,20 @@ ensemble_scheduling { step [
 """
 
 
-def build(repo: RepositoryBuilder) -> None:
-    """Every model the comparisons use, in process mode (Triton's only mode)."""
+def build(repo: RepositoryBuilder, mode: str) -> None:
+    """Every model the comparisons use, in Despina's execution ``mode`` (Triton ignores
+    the parameter and runs them as it always does)."""
     m = _backend_test_models()
-    m.add(repo, "add_sub", ADD_SUB, m.ADD_SUB_IO)
-    m.add(repo, "strings", m.STRINGS, m.STRINGS_IO)
-    m.add(repo, "batched", m.BATCHED, m.BATCHED_IO)
-    m.add(repo, "broken", m.RAISE_INIT, m.ADD_SUB_IO)
-    m.add(repo, "wrong_return", m.WRONG_RETURN, m.ADD_SUB_IO)
-    m.add(repo, "repeat", m.REPEAT, m.REPEAT_IO)
-    m.add(repo, "bls_sync", m.BLS_SYNC, m.BLS_IO)
-    m.add(repo, "bls_async", m.BLS_ASYNC, m.BLS_IO)
-    m.add(repo, "metrics", m.METRICS, m.ADD_SUB_IO)
+    m.add(repo, "add_sub", ADD_SUB, m.ADD_SUB_IO, mode)
+    m.add(repo, "strings", m.STRINGS, m.STRINGS_IO, mode)
+    m.add(repo, "batched", m.BATCHED, m.BATCHED_IO, mode)
+    m.add(repo, "broken", m.RAISE_INIT, m.ADD_SUB_IO, mode)
+    m.add(repo, "wrong_return", m.WRONG_RETURN, m.ADD_SUB_IO, mode)
+    m.add(repo, "repeat", m.REPEAT, m.REPEAT_IO, mode)
+    m.add(repo, "bls_sync", m.BLS_SYNC, m.BLS_IO, mode)
+    m.add(repo, "bls_async", m.BLS_ASYNC, m.BLS_IO, mode)
+    m.add(repo, "metrics", m.METRICS, m.ADD_SUB_IO, mode)
     repo.add("auto", 'backend: "python"\n', {"1/model.py": m.AUTO_COMPLETE})
-    m.add(repo, "echo", ECHO, ECHO_IO)
-    m.add(repo, "accumulate", ACCUMULATE, ACCUMULATE_IO)
+    m.add(repo, "echo", ECHO, ECHO_IO, mode)
+    m.add(repo, "accumulate", ACCUMULATE, ACCUMULATE_IO, mode)
     repo.add("twice", ENSEMBLE, {"1/.keep": ""})

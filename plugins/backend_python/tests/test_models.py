@@ -64,6 +64,8 @@ def test_response_error_and_execute_exception(
         "ValueError: execute exploded\n\nAt:\n"
     )
     assert "model.py" in text and error.value.status() == "500"
+    frames = text.split("\n\nAt:\n", 1)[1].splitlines()
+    assert len(frames) == 1 and frames[0].endswith("): execute")  # the model's, no server's
     with pytest.raises(InferenceServerException) as error:
         infer(client, "wrong_return", pair())
     assert (

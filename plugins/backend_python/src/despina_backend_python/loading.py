@@ -7,12 +7,25 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import sysconfig
 import traceback
 from pathlib import Path
 from typing import Any
 
 #: Frames left out of a model's traceback: this package's and the import system's.
 _OWN_FILES = (str(Path(__file__).parent), "<frozen ")
+
+
+def _server_files() -> tuple[str, ...]:
+    """Where the code that calls into a model lives: this package, the import system,
+    the standard library (threads, asyncio) and, where installed, the despina core."""
+    core = importlib.util.find_spec("despina")
+    origins = [] if core is None or core.origin is None else [str(Path(core.origin).parent)]
+    return (*_OWN_FILES, sysconfig.get_paths()["stdlib"], *origins)
+
+
+#: The outermost frames, up to the model's own, are the server's way in: left out.
+_CALLER_FILES = _server_files()
 
 
 def load_model_class(model_file: Path, module_name: str) -> type[Any]:
@@ -61,11 +74,14 @@ def initialize_args(
 
 
 def describe_exception(exc: BaseException) -> str:
-    """``Type: message`` then ``At:`` and the model's frames, innermost first (Triton's form)."""
+    """``Type: message`` then ``At:`` and the model's frames, innermost first (Triton's form):
+    from the first frame outside the server's calling code, without this package's."""
     text = f"{type(exc).__name__}: {exc}"
+    stack = traceback.extract_tb(exc.__traceback__)
+    first = next((i for i, f in enumerate(stack) if not f.filename.startswith(_CALLER_FILES)), 0)
     frames = [
         f"  {frame.filename}({frame.lineno}): {frame.name}\n"
-        for frame in traceback.extract_tb(exc.__traceback__)
+        for frame in stack[first:]
         if not frame.filename.startswith(_OWN_FILES)
     ]
     if frames:
