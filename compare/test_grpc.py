@@ -19,10 +19,22 @@ from .conftest import Pair, Served
 ONES = np.ones(4, np.float32)
 
 
+DATATYPES = {
+    "float32": "FP32",
+    "float16": "FP16",
+    "float64": "FP64",
+    "int8": "INT8",
+    "int32": "INT32",
+    "uint64": "UINT64",
+    "bool": "BOOL",
+    "object": "BYTES",
+}
+
+
 def _inputs(**arrays: np.ndarray) -> list[grpcclient.InferInput]:
     inputs = []
     for name, array in arrays.items():
-        datatype = {"float32": "FP32", "int32": "INT32", "object": "BYTES"}[array.dtype.name]
+        datatype = DATATYPES[array.dtype.name]
         tensor = grpcclient.InferInput(name, list(array.shape), datatype)
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
@@ -71,6 +83,22 @@ CALLS: dict[str, Callable[[grpcclient.InferenceServerClient], Any]] = {
     "load of a model whose initialize raises": lambda c: c.load_model("broken"),
     "load of a model missing from the repository": lambda c: c.load_model("missing"),
     "statistics of an unknown model": lambda c: c.get_inference_statistics("nope"),
+    "every datatype": lambda c: c.infer(
+        "echo",
+        _inputs(
+            B=np.array([True, False]),
+            I8=np.array([-128, 127], np.int8),
+            U64=np.array([0, 2**64 - 1], np.uint64),
+            F16=np.array([0.1, 65504, -0.0], np.float16),
+            F64=np.array([0.1, 1e300]),
+            S=np.array([b"a", "\u00e9 z".encode(), b""], np.object_),
+        ),
+    ),
+    "ensemble": lambda c: c.infer("twice", _add_sub(1)),
+    "ensemble with a failing step": lambda c: c.infer("twice", _add_sub(-1)),
+    "sequence without a correlation ID": lambda c: c.infer(
+        "accumulate", _inputs(X=np.array([1], np.int32))
+    ),
     "model metadata": lambda c: c.get_model_metadata("strings"),
     "config": lambda c: c.get_model_config("batched"),
     "auto-completed config": lambda c: c.get_model_config("auto"),
@@ -84,13 +112,55 @@ CODES = {
 }
 
 
+#: (Despina's text, Triton's text) where Despina's message says more (the README's list).
+TEXTS = {
+    "ensemble with a failing step": (
+        "in ensemble 'twice', step 'add_sub': negative first element",
+        "in ensemble 'twice', negative first element",
+    ),
+}
+
+
 @pytest.mark.parametrize("name", list(CALLS))
 def test_same_answer(pair: Pair, name: str) -> None:
     ours, theirs = _ask(pair.despina, CALLS[name]), _ask(pair.triton, CALLS[name])
     if name in CODES:
         assert (ours[1], theirs[1]) == CODES[name]
         ours, theirs = ours[::2], theirs[::2]  # the rest must match: ("error", message)
+    if name in TEXTS:
+        assert (ours[-1], theirs[-1]) == TEXTS[name]
+        ours, theirs = ours[:-1], theirs[:-1]
     assert ours == theirs
+
+
+def test_sequence(pair: Pair) -> None:
+    """Two interleaved sequences over gRPC: START/END flags and correlation IDs."""
+    steps = [
+        (3, 1, True, False),
+        (4, 10, True, False),
+        (3, 2, False, False),
+        (4, 20, False, True),
+        (3, 3, False, True),
+    ]
+    answers = []
+    for served in pair:
+        answers.append(
+            [
+                _ask(
+                    served,
+                    lambda c, sid=sid, value=value, start=start, end=end: c.infer(
+                        "accumulate",
+                        _inputs(X=np.array([value], np.int32)),
+                        sequence_id=sid,
+                        sequence_start=start,
+                        sequence_end=end,
+                    ),
+                )
+                for sid, value, start, end in steps
+            ]
+        )
+    assert answers[0] == answers[1]
+    assert [answer[1]["SUM"] for answer in answers[0]] == [[1], [10], [3], [30], [6]]
 
 
 def _stream(served: Served, values: list[int]) -> list[tuple[list[int], list[int], bool]]:
