@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from despina.server import Server
+from despina.server import Server, StartupError
 
 T = TypeVar("T")
 
@@ -99,13 +99,31 @@ class RunningServer:
             self.thread.join(30)
 
 
+#: Start-ups tried when a port picked by :func:`free_port` was taken before the bind.
+PORT_ATTEMPTS = 3
+
+
 def start_server(
     repository: Path | Sequence[Path] | None,
     args: Sequence[str] = (),
     plugins: Sequence[object] = (),
 ) -> RunningServer:
     """Start a real server on free ports (HTTP, gRPC, metrics flags are set when the
-    plugins that own them are installed) and return once it serves."""
+    plugins that own them are installed) and return once it serves. A port taken between
+    picking and binding (another process's ephemeral port) gets fresh ports."""
+    attempt = 1
+    while True:
+        try:
+            return _start_once(repository, args, plugins)
+        except StartupError as exc:
+            if attempt == PORT_ATTEMPTS or "address already in use" not in str(exc):
+                raise
+        attempt += 1
+
+
+def _start_once(
+    repository: Path | Sequence[Path] | None, args: Sequence[str], plugins: Sequence[object]
+) -> RunningServer:
     from despina.cli import parse_settings
     from despina.plugins import create_plugins
 
