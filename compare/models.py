@@ -123,6 +123,38 @@ ensemble_scheduling { step [
 """
 
 
+#: What execute sees of a request, as JSON in a BYTES output.
+REQUEST_INFO_IO = """
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] },
+         { name: "UNUSED" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+REQUEST_INFO = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.config = json.loads(args["model_config"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            info = {"parameters": request.parameters(), "id": request.request_id(),
+                    "config": self.config,
+                    "correlation_id": request.correlation_id(), "flags": request.flags(),
+                    "outputs": sorted(request.requested_output_names()),
+                    "inputs": [t.name() for t in request.inputs()]}
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("INFO", np.array([json.dumps(info)], np.object_)),
+                pb_utils.Tensor("UNUSED", np.zeros(1, np.int32))]))
+        return responses
+"""
+
+
 def build(repo: RepositoryBuilder, mode: str) -> None:
     """Every model the comparisons use, in Despina's execution ``mode`` (Triton ignores
     the parameter and runs them as it always does)."""
@@ -140,3 +172,4 @@ def build(repo: RepositoryBuilder, mode: str) -> None:
     m.add(repo, "echo", ECHO, ECHO_IO, mode)
     m.add(repo, "accumulate", ACCUMULATE, ACCUMULATE_IO, mode)
     repo.add("twice", ENSEMBLE, {"1/.keep": ""})
+    m.add(repo, "request_info", REQUEST_INFO, REQUEST_INFO_IO, mode)

@@ -156,6 +156,23 @@ CASES = [
             [4, 9, 1, 7], ONES, outputs=[{"name": "OUTPUT0", "parameters": {"classification": 2}}]
         ),
     ),
+    Case(
+        "what execute sees of a request",
+        "POST",
+        "/v2/models/request_info/infer",
+        _infer(
+            ("X", "INT32", [1], [1]),
+            id="req-9",
+            parameters={"text": "v", "number": 3, "flag": True, "priority": 0},
+            outputs=[{"name": "INFO"}],
+        ),
+    ),
+    Case(
+        "what execute sees of a request without parameters",
+        "POST",
+        "/v2/models/request_info/infer",
+        _infer(("X", "INT32", [1], [1])),
+    ),
     Case("ensemble metadata", "GET", "/v2/models/twice"),
     Case("ensemble config", "GET", "/v2/models/twice/config"),
     Case("ensemble", "POST", "/v2/models/twice/infer", _add_sub(OK, ONES)),
@@ -261,6 +278,17 @@ def test_statistics_count_the_same_requests(pair: Pair) -> None:
         ours, theirs = _call(pair.despina, case), _call(pair.triton, case)
         assert ours[0] == theirs[0] == 200, model
         assert counts(ours[1]) == counts(theirs[1]), model
+
+
+@pytest.mark.parametrize("model", ["add_sub", "batched", "accumulate", "auto", "repeat"])
+def test_config_bytes(pair: Pair, model: str) -> None:
+    """The config JSON byte for byte (key order and number forms included)."""
+    answers = []
+    for served in pair:
+        url = f"http://{served.http_url}/v2/models/{model}/config"
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            answers.append(answer.read())
+    assert answers[0] == answers[1]
 
 
 def test_fp16_as_json(pair: Pair) -> None:

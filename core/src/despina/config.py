@@ -96,20 +96,22 @@ def read_model_config(model_dir: Path) -> tuple[mc.ModelConfig, bool]:
 def to_json_dict(config: mc.ModelConfig) -> dict[str, Any]:
     """The config as Triton's model-configuration JSON (proto field names, defaults shown).
 
-    Triton prints 64-bit integers as JSON numbers, unlike protobuf's JSON mapping, so
-    they are converted back here.
+    Triton prints 64-bit integers as JSON numbers, unlike protobuf's JSON mapping, and
+    every message's keys in the proto's declaration order; both are restored here.
     """
     as_dict = json_format.MessageToDict(
         config,
         preserving_proto_field_name=True,
         always_print_fields_with_no_presence=True,
     )
-    result: dict[str, Any] = _int64_strings_to_numbers(config, as_dict)
+    result: dict[str, Any] = _as_triton_prints(config, as_dict)
     return result
 
 
-def _int64_strings_to_numbers(message: Any, data: Any) -> Any:
-    """Walk a MessageToDict result, turning int64 fields (strings) into numbers."""
+def _as_triton_prints(message: Any, data: Any) -> Any:
+    """Walk a MessageToDict result: int64 fields (strings) become numbers, and each
+    message's keys follow the proto's declaration order (MessageToDict puts the fields
+    with no presence last)."""
     from google.protobuf.descriptor import FieldDescriptor
 
     int64_types = {
@@ -131,14 +133,17 @@ def _int64_strings_to_numbers(message: Any, data: Any) -> Any:
                 value_field = field.message_type.fields_by_name["value"]
                 if value_field.type == FieldDescriptor.TYPE_MESSAGE:
                     for map_key, item in value.items():
-                        _int64_strings_to_numbers(item, data[key][str(map_key)])
+                        _as_triton_prints(item, data[key][str(map_key)])
                 elif value_field.type in int64_types:
                     data[key] = {k: int(v) for k, v in data[key].items()}
             elif _is_repeated(field):
                 for item, item_data in zip(value, data[key], strict=True):
-                    _int64_strings_to_numbers(item, item_data)
+                    _as_triton_prints(item, item_data)
             else:
-                _int64_strings_to_numbers(value, data[key])
+                _as_triton_prints(value, data[key])
+    ordered = {f.name: data[f.name] for f in message.DESCRIPTOR.fields if f.name in data}
+    data.clear()
+    data.update(ordered)
     return data
 
 

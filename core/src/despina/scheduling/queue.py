@@ -114,15 +114,16 @@ class RequestQueue:
         self._ready.set()
 
     async def get(self, defer: Callable[[], bool] | None = None) -> InferenceRequest:
-        """Wait for and return the next live request. A waiter for which ``defer()`` holds
-        when a request arrives lets the other waiters woken with it take it first."""
+        """Wait for and return the next live request. A caller for which ``defer()`` holds
+        yields one loop turn before taking a queued request, so waiters woken by its
+        arrival (idle instances) take it first."""
         while True:
+            if defer is not None and self._size and defer():
+                await asyncio.sleep(0)
             request = self.pop_nowait()
             if request is not None:
                 return request
             await self._ready.wait()
-            if defer is not None and defer():
-                await asyncio.sleep(0)
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a request to be queued; True if one is."""

@@ -135,4 +135,7 @@ class DefaultScheduler(QueueScheduler):
     name = "default"
 
     async def next_batch(self, index: int) -> list[InferenceRequest]:
-        return [await self.queue.get(defer=lambda: self.instance_busy(index))]
+        several = len(self.model.instances) > 1
+        return [
+            await self.queue.get(defer=(lambda: self.instance_busy(index)) if several else None)
+        ]

@@ -58,7 +58,8 @@ def model_parameters_json(parameters: dict[str, Any]) -> str:
     """A request's parameters as the model sees them (JSON, protocol keys removed)."""
     if not parameters:
         return "{}"
-    return json.dumps({k: v for k, v in parameters.items() if k not in PROTOCOL_PARAMETERS})
+    kept = {k: v for k, v in parameters.items() if k not in PROTOCOL_PARAMETERS}
+    return json.dumps(kept, separators=(",", ":"))  # compact, as Triton writes it
 
 
 def output_array(array: np.ndarray) -> np.ndarray:

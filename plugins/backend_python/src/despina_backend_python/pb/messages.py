@@ -61,7 +61,7 @@ def _parameters_json(parameters: dict[str, Any] | str | None) -> str:
             raise TritonModelException(
                 f"parameter '{key}' must have a bool, int or str value, got {type(value).__name__}"
             )
-    return json.dumps(parameters)
+    return json.dumps(parameters, separators=(",", ":"))
 
 
 class InferenceResponse:
