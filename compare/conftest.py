@@ -109,9 +109,8 @@ def pair(
     root = tmp_path_factory.mktemp("compare")
     repo = RepositoryBuilder(root / "repo")
     build(repo, request.param)
-    despina = _start(
-        "despina", [sys.executable, "-m", "despina", "serve"], repo.root, root / "despina.log"
-    )
+    command = [sys.executable, "-m", "despina", "serve", "--allow-client-shm=true"]
+    despina = _start("despina", command, repo.root, root / "despina.log")
     triton = _start("triton", [TRITONSERVER], repo.root, root / "triton.log")
     both = Pair(despina, triton)
     try:

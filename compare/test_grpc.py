@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import urllib.request
 from collections.abc import Callable
@@ -218,3 +219,33 @@ def test_custom_metrics(pair: Pair) -> None:
     assert ours == _custom_metrics(pair.triton)
     assert ('test_requests_total{model="metrics"}', 3.0) in ours
     assert ('test_last_value{model="metrics"}', 9.0) in ours
+
+
+def test_system_shared_memory(pair: Pair) -> None:
+    """Register, infer with inputs and an output in the region, status, unregister."""
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/compare_grpc_{os.getpid()}"
+    region = shm.create_shared_memory_region("compare_grpc", key, 64)
+    try:
+        shm.set_shared_memory_region(region, [np.arange(4, dtype=np.float32), ONES])
+        answers = []
+        for served in pair:
+            client = grpcclient.InferenceServerClient(served.grpc_url)
+            client.register_system_shared_memory("g1", key, 64)
+            inputs = [grpcclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
+            inputs[0].set_shared_memory("g1", 16, 0)
+            inputs[1].set_shared_memory("g1", 16, 16)
+            output = grpcclient.InferRequestedOutput("OUTPUT0")
+            output.set_shared_memory("g1", 16, 32)
+            result = client.infer("add_sub", inputs, outputs=[output])
+            status = MessageToDict(client.get_system_shared_memory_status("g1"))
+            client.unregister_system_shared_memory("g1")
+            answers.append((MessageToDict(result.get_response()), status))
+            client.close()
+        assert answers[0] == answers[1]
+        np.testing.assert_array_equal(
+            shm.get_contents_as_numpy(region, np.float32, [4], offset=32), np.arange(4) + 1
+        )
+    finally:
+        shm.destroy_shared_memory_region(region)

@@ -7,6 +7,7 @@ README's tables), the case names both answers, so a change on either side shows 
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -172,6 +173,65 @@ CASES = [
         "POST",
         "/v2/models/request_info/infer",
         _infer(("X", "INT32", [1], [1])),
+    ),
+    Case("versioned metadata", "GET", "/v2/models/add_sub/versions/1"),
+    Case("unknown version", "GET", "/v2/models/add_sub/versions/7"),
+    Case("version that is not a number", "GET", "/v2/models/add_sub/versions/x1"),
+    Case("versioned infer", "POST", "/v2/models/add_sub/versions/1/infer", _add_sub(OK, ONES)),
+    Case(
+        "infer on an unknown version",
+        "POST",
+        "/v2/models/add_sub/versions/3/infer",
+        _add_sub(OK, ONES),
+    ),
+    Case("versioned ready", "GET", "/v2/models/add_sub/versions/1/ready"),
+    Case("statistics of an unknown model", "GET", "/v2/models/nope/stats"),
+    Case("log settings", "GET", "/v2/logging"),
+    Case("trace settings", "GET", "/v2/trace/setting"),
+    Case("model trace settings", "GET", "/v2/models/add_sub/trace/setting"),
+    Case(
+        "binary_data_output as a parameter",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _add_sub(OK, ONES, outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": False}}]),
+    ),
+    Case(
+        "bad priority",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _add_sub(OK, ONES, parameters={"priority": "high"}),
+        statuses=(400, 500),
+    ),
+    Case(
+        "bad timeout",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _add_sub(OK, ONES, parameters={"timeout": "soon"}),
+        statuses=(400, 500),
+    ),
+    Case(
+        "sequence_id on a model without sequence batching",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _add_sub(OK, ONES, parameters={"sequence_id": 5}),
+    ),
+    Case(
+        "JSON BYTES output that is not UTF-8",
+        "POST",
+        "/v2/models/echo/infer",
+        _infer(
+            ("B", "BOOL", [0], []),
+            ("I8", "INT8", [0], []),
+            ("U64", "UINT64", [0], []),
+            ("F64", "FP64", [0], []),
+            ("S", "BYTES", [1], ["plain"]),
+        ),
+    ),
+    Case(
+        "unload of a model that is not loaded",
+        "POST",
+        "/v2/repository/models/never_loaded/unload",
+        {},
     ),
     Case("ensemble metadata", "GET", "/v2/models/twice"),
     Case("ensemble config", "GET", "/v2/models/twice/config"),
@@ -342,3 +402,85 @@ def test_binary_tensors(pair: Pair) -> None:
     assert ours == theirs
     np.testing.assert_array_equal(our0, their0)
     np.testing.assert_array_equal(our1, their1)
+
+
+def test_system_shared_memory(pair: Pair) -> None:
+    """Register a region, read an input from it and write an output into it, status,
+    the usual mistakes, unregister: the same answers (Despina runs with
+    ``--allow-client-shm=true``; without it registering is refused, as the README says)."""
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/compare_{os.getpid()}"
+    region = shm.create_shared_memory_region("compare_region", key, 64)
+    try:
+        shm.set_shared_memory_region(
+            region, [np.arange(4, dtype=np.float32), np.ones(4, np.float32)]
+        )
+        register = {"key": key, "offset": 0, "byte_size": 64}
+        steps = [
+            Case("register", "POST", "/v2/systemsharedmemory/region/r1/register", register),
+            Case("register again", "POST", "/v2/systemsharedmemory/region/r1/register", register),
+            Case("status", "GET", "/v2/systemsharedmemory/region/r1/status"),
+            Case("status of an unknown region", "GET", "/v2/systemsharedmemory/region/r9/status"),
+            Case(
+                "inputs and an output in the region",
+                "POST",
+                "/v2/models/add_sub/infer",
+                {
+                    "inputs": [
+                        {
+                            "name": n,
+                            "datatype": "FP32",
+                            "shape": [4],
+                            "parameters": {
+                                "shared_memory_region": "r1",
+                                "shared_memory_byte_size": 16,
+                                "shared_memory_offset": offset,
+                            },
+                        }
+                        for n, offset in (("INPUT0", 0), ("INPUT1", 16))
+                    ],
+                    "outputs": [
+                        {
+                            "name": "OUTPUT0",
+                            "parameters": {
+                                "shared_memory_region": "r1",
+                                "shared_memory_byte_size": 16,
+                                "shared_memory_offset": 32,
+                            },
+                        }
+                    ],
+                },
+            ),
+            Case(
+                "an input past the region's end",
+                "POST",
+                "/v2/models/add_sub/infer",
+                _infer(("INPUT1", "FP32", [4], ONES))
+                | {
+                    "inputs": [
+                        {
+                            "name": "INPUT0",
+                            "datatype": "FP32",
+                            "shape": [4],
+                            "parameters": {
+                                "shared_memory_region": "r1",
+                                "shared_memory_byte_size": 16,
+                                "shared_memory_offset": 56,
+                            },
+                        },
+                        {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": ONES},
+                    ]
+                },
+            ),
+            Case("unregister", "POST", "/v2/systemsharedmemory/region/r1/unregister", {}),
+            Case("status after unregister", "GET", "/v2/systemsharedmemory/status"),
+        ]
+        for step in steps:
+            ours, theirs = _call(pair.despina, step), _call(pair.triton, step)
+            assert ours == theirs, step.name
+        np.testing.assert_array_equal(
+            shm.get_contents_as_numpy(region, np.float32, [4], offset=32), np.arange(4) + 1
+        )
+    finally:
+        shm.destroy_shared_memory_region(region)

@@ -74,7 +74,7 @@ class Unsupported(DespinaError):
 class AlreadyExists(DespinaError):
     """The thing to create exists already (e.g. a shared-memory region name)."""
 
-    http_status = 409
+    http_status = 400  # Triton's HTTP status for ALREADY_EXISTS
     grpc_code = "ALREADY_EXISTS"
     triton_code = "ALREADY_EXISTS"
 

@@ -73,8 +73,7 @@ def _output(
                 f"({size} bytes) should be at least {len(data)} bytes to hold the results"
             )
         window[: len(data)] = data
-        entry["parameters"] = {"shared_memory_region": region, "shared_memory_byte_size": len(data)}
-        return entry
+        return entry  # as Triton: no "data" and no parameters for an output in shared memory
     if params.get("binary_data", binary_default) is True:
         data = _raw(array, datatype)
         entry["parameters"] = {"binary_data_size": len(data)}
