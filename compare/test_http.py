@@ -174,6 +174,12 @@ CASES = [
         "/v2/models/request_info/infer",
         _infer(("X", "INT32", [1], [1])),
     ),
+    Case(
+        "outputs requested in the reverse of the model's order",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _add_sub(OK, ONES, outputs=[{"name": "OUTPUT1"}, {"name": "OUTPUT0"}]),
+    ),
     Case("versioned metadata", "GET", "/v2/models/add_sub/versions/1"),
     Case("unknown version", "GET", "/v2/models/add_sub/versions/7"),
     Case("version that is not a number", "GET", "/v2/models/add_sub/versions/x1"),

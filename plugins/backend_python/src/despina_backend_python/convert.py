@@ -80,9 +80,10 @@ def response_to_core(response: pb.InferenceResponse, wanted: list[str] | None) -
     error = response.error()
     if error is not None:
         return CoreResponse(error=error_to_core(error), parameters=params)
-    outputs = {t.name(): output_array(t.as_numpy()) for t in response.output_tensors()}
-    if wanted is not None:
-        outputs = {name: outputs[name] for name in wanted if name in outputs}
+    tensors = response.output_tensors()
+    if wanted is not None:  # in the model's order, as Triton answers
+        tensors = [t for t in tensors if t.name() in wanted]
+    outputs = {t.name(): output_array(t.as_numpy()) for t in tensors}
     return CoreResponse(outputs=outputs, parameters=params)
 
 

@@ -271,21 +271,19 @@ def encode_response(
     requested: Sequence[RequestedOutput] | None,
     shm: SharedMemoryRegistry,
 ) -> Any:
-    """The ModelInferResponse of ``response`` (outputs in the requested order)."""
+    """The ModelInferResponse of ``response`` (outputs in the model's order, as Triton;
+    only the requested ones when ``requested`` is given)."""
     message = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     if response.parameters:
         params.fill(message.parameters, response.parameters)
-    chosen: list[tuple[str, np.ndarray, RequestedOutput | None]]
-    if requested is None:
-        chosen = [(name, array, None) for name, array in response.outputs.items()]
-    else:
-        chosen = [
-            (o.name, response.outputs[o.name], o) for o in requested if o.name in response.outputs
-        ]
+    wanted = None if requested is None else {o.name: o for o in requested}
     raw: list[bytes] = []
-    for name, array, output in chosen:
+    for name, array in response.outputs.items():
+        output = None if wanted is None else wanted.get(name)
+        if wanted is not None and output is None:
+            continue
         message.outputs.add(name=name, datatype=datatype_of(array), shape=array.shape)
         data = raw_bytes(array)
         if output is not None and SHM_REGION in output.parameters:

@@ -28,16 +28,13 @@ def encode_response(
 ) -> tuple[bytes, list[memoryview | bytes]]:
     """Return the JSON header and the binary buffers that follow it (maybe none)."""
     binary_default = request.parameters.get("binary_data_output") is True
-    wanted = request.outputs
-    if wanted is None:
-        wanted = [RequestedOutput(name) for name in response.outputs]
+    wanted = None if request.outputs is None else {o.name: o for o in request.outputs}
     outputs: list[dict[str, Any]] = []
     blobs: list[memoryview | bytes] = []
-    for output in wanted:
-        array = response.outputs.get(output.name)
-        if array is None:
-            continue
-        outputs.append(_output(output.name, array, output.parameters, binary_default, shm, blobs))
+    for name, array in response.outputs.items():  # in the model's order, as Triton
+        output = RequestedOutput(name) if wanted is None else wanted.get(name)
+        if output is not None:
+            outputs.append(_output(name, array, output.parameters, binary_default, shm, blobs))
     body: dict[str, Any] = {}
     if response.id:
         body["id"] = response.id
