@@ -155,6 +155,33 @@ class TritonPythonModel:
 """
 
 
+#: An error response whose TritonError code is the CODE input's index into CODES.
+CODED_ERROR_IO = """
+max_batch_size: 0
+input [ { name: "CODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "UNUSED" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+CODED_ERROR = """
+import triton_python_backend_utils as pb_utils
+
+CODES = ["UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
+         "ALREADY_EXISTS"]
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            name = CODES[int(request.inputs()[0].as_numpy()[0])]
+            error = pb_utils.TritonError("coded " + name, getattr(pb_utils.TritonError, name))
+            responses.append(pb_utils.InferenceResponse(error=error))
+        return responses
+"""
+
+#: How many codes CODED_ERROR knows.
+ERROR_CODES = 7
+
+
 def build(repo: RepositoryBuilder, mode: str) -> None:
     """Every model the comparisons use, in Despina's execution ``mode`` (Triton ignores
     the parameter and runs them as it always does)."""
@@ -173,3 +200,4 @@ def build(repo: RepositoryBuilder, mode: str) -> None:
     m.add(repo, "accumulate", ACCUMULATE, ACCUMULATE_IO, mode)
     repo.add("twice", ENSEMBLE, {"1/.keep": ""})
     m.add(repo, "request_info", REQUEST_INFO, REQUEST_INFO_IO, mode)
+    m.add(repo, "coded_error", CODED_ERROR, CODED_ERROR_IO, mode)

@@ -16,6 +16,7 @@ from google.protobuf.json_format import MessageToDict
 from tritonclient.utils import InferenceServerException
 
 from .conftest import Pair, Served
+from .models import ERROR_CODES
 
 ONES = np.ones(4, np.float32)
 
@@ -63,6 +64,12 @@ def _add_sub(first: float) -> list[grpcclient.InferInput]:
 
 
 CALLS: dict[str, Callable[[grpcclient.InferenceServerClient], Any]] = {
+    **{
+        f"TritonError code {code}": lambda c, code=code: c.infer(
+            "coded_error", _inputs(CODE=np.array([code], np.int32))
+        )
+        for code in range(ERROR_CODES)
+    },
     "add_sub": lambda c: c.infer("add_sub", _add_sub(1)),
     "response with error=": lambda c: c.infer("add_sub", _add_sub(-1)),
     "execute raises": lambda c: c.infer("add_sub", _add_sub(-2)),

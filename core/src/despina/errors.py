@@ -11,6 +11,7 @@ from typing import ClassVar
 
 #: How Triton names a status code where it writes a status as text ("Internal: ...").
 _TRITON_CODE_TEXT = {
+    "UNKNOWN": "Unknown",
     "INTERNAL": "Internal",
     "INVALID_ARG": "Invalid argument",
     "NOT_FOUND": "Not found",
@@ -66,7 +67,7 @@ class Unavailable(DespinaError):
 class Unsupported(DespinaError):
     """The request asks for something this server or model does not support."""
 
-    http_status = 400
+    http_status = 501  # Triton's HTTP status for UNSUPPORTED
     grpc_code = "UNIMPLEMENTED"
     triton_code = "UNSUPPORTED"
 
@@ -101,6 +102,14 @@ class DeadlineExceeded(DespinaError):
     http_status = 504
     grpc_code = "DEADLINE_EXCEEDED"
     triton_code = "UNAVAILABLE"
+
+
+class Unknown(DespinaError):
+    """An error a model reported with Triton's UNKNOWN code."""
+
+    http_status = 400  # Triton's HTTP status for UNKNOWN
+    grpc_code = "UNKNOWN"
+    triton_code = "UNKNOWN"
 
 
 class Internal(DespinaError):

@@ -67,7 +67,7 @@ def test_decoupled_model_on_the_http_infer_endpoint_is_refused(
     client = http_client(despina_server(model_repository.root))
     with pytest.raises(InferenceServerException) as refused:
         infer(client, "repeat", {"IN": np.array([1, 2], np.int32)})
-    assert refused.value.status() == "400"  # Triton: 501
+    assert refused.value.status() == "501"  # as Triton
     assert refused.value.message() == (
         "HTTP end point doesn't support models with decoupled transaction policy"
     )

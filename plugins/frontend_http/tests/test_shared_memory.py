@@ -153,7 +153,7 @@ def test_registration_is_opt_in_and_internal_keys_are_refused(
     )
     expect_error(
         lambda: allowed.register_cuda_shared_memory("g", b"AAAA", 0, SIZE),
-        400,
+        501,
         "CUDA shared memory is not supported",
     )
     assert allowed.get_cuda_shared_memory_status() == []

@@ -41,6 +41,7 @@ _CODE_TO_ERROR: dict[int, type[errors.DespinaError]] = {
     TritonError.UNSUPPORTED: errors.Unsupported,
     TritonError.ALREADY_EXISTS: errors.AlreadyExists,
     TritonError.CANCELLED: errors.Cancelled,
+    TritonError.UNKNOWN: errors.Unknown,
 }
 
 
