@@ -178,6 +178,40 @@ class TritonPythonModel:
         return responses
 """
 
+#: Outputs that disagree with the config: FP64 for an FP32 output, a shape of its own,
+#: and one the config does not declare.
+SLOPPY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("OUTPUT0", np.arange(4, dtype=np.float64)),
+            pb_utils.Tensor("OUTPUT1", np.zeros((2, 3), np.float32)),
+            pb_utils.Tensor("EXTRA", np.ones(2, np.int32))]) for _ in requests]
+"""
+
+#: A decoupled model that answers with an error response, then raises on the next.
+DECOUPLED_ERRORS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            sender = request.get_response_sender()
+            if values[0] < 0:
+                raise ValueError("negative input")
+            sender.send(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", np.array([values[0]], np.int32)),
+                pb_utils.Tensor("IDX", np.array([0], np.uint32))]))
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("second failed")),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
 #: How many codes CODED_ERROR knows.
 ERROR_CODES = 7
 
@@ -201,3 +235,5 @@ def build(repo: RepositoryBuilder, mode: str) -> None:
     repo.add("twice", ENSEMBLE, {"1/.keep": ""})
     m.add(repo, "request_info", REQUEST_INFO, REQUEST_INFO_IO, mode)
     m.add(repo, "coded_error", CODED_ERROR, CODED_ERROR_IO, mode)
+    m.add(repo, "sloppy", SLOPPY, m.ADD_SUB_IO, mode)
+    m.add(repo, "decoupled_errors", DECOUPLED_ERRORS, m.REPEAT_IO, mode)

@@ -209,6 +209,37 @@ def _stream(served: Served, values: list[int]) -> list[tuple[list[int], list[int
         client.close()
 
 
+def _stream_answers(served: Served, model: str, values: list[int]) -> list[Any]:
+    """Every callback of one streamed request, until the final flag or an error."""
+    answers: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    seen: list[Any] = []
+    try:
+        client.async_stream_infer(model, _inputs(IN=np.array(values, np.int32)))
+        while True:
+            try:
+                answer = answers.get(timeout=3)
+            except queue.Empty:
+                return seen
+            if isinstance(answer, InferenceServerException):
+                seen.append(("error", answer.status(), answer.message()))
+                continue
+            response = answer.get_response()
+            seen.append([(o.name, answer.as_numpy(o.name).tolist()) for o in response.outputs])
+            if response.parameters["triton_final_response"].bool_param:
+                return seen
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+@pytest.mark.parametrize("first", [3, -1], ids=["error response", "execute raises"])
+def test_decoupled_errors(pair: Pair, first: int) -> None:
+    ours = _stream_answers(pair.despina, "decoupled_errors", [first])
+    assert ours == _stream_answers(pair.triton, "decoupled_errors", [first])
+
+
 def test_decoupled_stream(pair: Pair) -> None:
     ours, theirs = _stream(pair.despina, [5, 6, 7]), _stream(pair.triton, [5, 6, 7])
     assert ours == theirs

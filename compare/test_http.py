@@ -191,6 +191,12 @@ CASES = [
         "/v2/models/add_sub/infer",
         _add_sub(OK, ONES, outputs=[{"name": "OUTPUT1"}, {"name": "OUTPUT0"}]),
     ),
+    Case(
+        "outputs that disagree with the config",
+        "POST",
+        "/v2/models/sloppy/infer",
+        _add_sub(OK, ONES),
+    ),
     Case("versioned metadata", "GET", "/v2/models/add_sub/versions/1"),
     Case("unknown version", "GET", "/v2/models/add_sub/versions/7"),
     Case("version that is not a number", "GET", "/v2/models/add_sub/versions/x1"),

@@ -104,6 +104,19 @@ def test_model_py_that_cannot_be_imported_gives_tritons_reason(
     }
 
 
+def test_outputs_the_config_does_not_declare_are_dropped(
+    model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    extra = ADD_SUB.replace(
+        'pb_utils.Tensor("OUTPUT1", a - b)]',
+        'pb_utils.Tensor("OUTPUT1", a - b), pb_utils.Tensor("EXTRA", a)]',
+    )
+    assert extra != ADD_SUB
+    add(model_repository, "add_sub", extra, ADD_SUB_IO)
+    result = infer(http_client(despina_server(model_repository.root)), "add_sub", pair())
+    assert [o["name"] for o in result.get_response()["outputs"]] == ["OUTPUT0", "OUTPUT1"]
+
+
 def test_bytes_tensors(
     mode: str, model_repository: Any, despina_server: Any, grpc_client: Any
 ) -> None:

@@ -53,6 +53,11 @@ class ScheduledModel:
     #: needs in ``instances`` order (None: the instance is not rate limited).
     limiter: RateLimiter | None = None
     needs: list[Needs | None] = field(default_factory=list)
+    #: The outputs the config declares: what a request that names none receives.
+    output_names: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.output_names = frozenset(output.name for output in self.config.output)
 
 
 class Scheduler(abc.ABC):
@@ -174,14 +179,16 @@ async def run_batch(
 def _deliver(
     model: ScheduledModel, request: InferenceRequest, response: InferenceResponse
 ) -> InferenceResponse:
-    """Send a backend's response: only the requested outputs, classified where asked,
-    stored in the cache; return what was sent."""
+    """Send a backend's response: only the requested outputs (all the config declares
+    when none is named), classified where asked, stored in the cache; return what was
+    sent."""
     response.model_name = model.name
     response.model_version = model.version
     response.id = response.id or request.id
     wanted = request.requested_output_names
-    if wanted is not None and response.outputs.keys() - set(wanted):
-        response.outputs = {n: a for n, a in response.outputs.items() if n in wanted}
+    allowed = model.output_names if wanted is None else set(wanted)  # as Triton
+    if response.outputs.keys() - allowed:
+        response.outputs = {n: a for n, a in response.outputs.items() if n in allowed}
     if response.error is None and request.outputs:
         try:
             classify_outputs(request, response, model.config, model.model_dir)
