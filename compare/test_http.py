@@ -400,6 +400,15 @@ def test_fp16_as_json(pair: Pair) -> None:
     )
 
 
+def test_statistics_of_every_model_list_the_same_models(pair: Pair) -> None:
+    case = Case("all statistics", "GET", "/v2/models/stats")
+    listed = []
+    for served in pair:
+        status, body = _call(served, case)
+        listed.append((status, [(m["name"], m["version"]) for m in body["model_stats"]]))
+    assert listed[0] == listed[1]
+
+
 def test_repository_index(pair: Pair) -> None:
     index = Case("index", "POST", "/v2/repository/index", {})
     assert _call(pair.despina, index) == _call(pair.triton, index)

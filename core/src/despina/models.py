@@ -263,8 +263,13 @@ class ModelManager:
         return entry.versions[max(entry.versions)]
 
     def ready_versions(self) -> list[ModelVersion]:
-        """Every READY version of every model."""
-        return [v for e in self.entries.values() for v in e.versions.values() if v.ready]
+        """Every READY version of every model, by name then version (Triton's order)."""
+        return [
+            version
+            for name in sorted(self.entries)
+            for _, version in sorted(self.entries[name].versions.items())
+            if version.ready
+        ]
 
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """The repository index: every model (and version) with state and reason."""
