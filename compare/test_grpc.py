@@ -240,6 +240,30 @@ def test_decoupled_errors(pair: Pair, first: int) -> None:
     assert ours == _stream_answers(pair.triton, "decoupled_errors", [first])
 
 
+def test_plain_model_on_the_stream(pair: Pair) -> None:
+    """ModelStreamInfer on a model that is not decoupled: one response per request."""
+    answers = []
+    for served in pair:
+        results: queue.Queue[Any] = queue.Queue()
+        client = grpcclient.InferenceServerClient(served.grpc_url)
+        client.start_stream(callback=lambda result, error, into=results: into.put(error or result))
+        try:
+            for first in (1.0, -1.0, 3.0):
+                client.async_stream_infer("add_sub", _add_sub(first), request_id=str(first))
+            seen = []
+            for _ in range(3):
+                answer = results.get(timeout=30)
+                if isinstance(answer, InferenceServerException):
+                    seen.append(("error", answer.status(), answer.message()))
+                else:
+                    seen.append(MessageToDict(answer.get_response()))
+            answers.append(seen)
+        finally:
+            client.stop_stream()
+            client.close()
+    assert answers[0] == answers[1]
+
+
 def test_decoupled_stream(pair: Pair) -> None:
     ours, theirs = _stream(pair.despina, [5, 6, 7]), _stream(pair.triton, [5, 6, 7])
     assert ours == theirs

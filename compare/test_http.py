@@ -141,6 +141,18 @@ CASES = [
         _infer(("INPUT0", "FP32", [1, 4], OK)),
     ),
     Case("BLS exec", "POST", "/v2/models/bls_sync/infer", _add_sub(OK, ONES)),
+    Case(
+        "BLS exec whose callee answers an error",
+        "POST",
+        "/v2/models/bls_sync/infer",
+        _add_sub([-1, 2, 3, 4], ONES),
+    ),
+    Case(
+        "BLS exec whose callee raises",
+        "POST",
+        "/v2/models/bls_sync/infer",
+        _add_sub([-2, 2, 3, 4], ONES),
+    ),
     Case("BLS async_exec", "POST", "/v2/models/bls_async/infer", _add_sub(OK, ONES)),
     Case(
         "decoupled model on the infer endpoint",
