@@ -251,7 +251,7 @@ CASES = [
         _add_sub(OK, ONES, parameters={"sequence_id": 5}),
     ),
     Case(
-        "JSON BYTES output that is not UTF-8",
+        "empty tensors of every JSON datatype",
         "POST",
         "/v2/models/echo/infer",
         _infer(

@@ -13,7 +13,7 @@ import enum
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +156,22 @@ class InferenceRequest:
     def requested_output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for "all outputs"."""
         return None if self.outputs is None else [o.name for o in self.outputs]
+
+    def selected_outputs(
+        self, response: InferenceResponse
+    ) -> Iterator[tuple[str, np.ndarray, dict[str, Any]]]:
+        """(name, array, the request's parameters for it) of each output of ``response``
+        this request asked for (every one when it named none), in the response's order,
+        which is the model's, as Triton answers."""
+        if self.outputs is None:
+            for name, array in response.outputs.items():
+                yield name, array, {}
+            return
+        wanted = {o.name: o.parameters for o in self.outputs}
+        for name, array in response.outputs.items():
+            parameters = wanted.get(name)
+            if parameters is not None:
+                yield name, array, parameters
 
     def cancel(self) -> None:
         """Flag the request cancelled (client gone); the scheduler drops it if still queued."""

@@ -148,7 +148,8 @@ async def run_batch(
     errors fail the whole batch with the error's text.
     """
     stats = model.stats
-    batch = sum(batch_size_of(r, model.config) for r in requests)
+    sizes = [batch_size_of(r, model.config) for r in requests]
+    batch = sum(sizes)
     start = time.monotonic_ns()
     try:
         responses = await instance.execute(requests)
@@ -162,8 +163,8 @@ async def run_batch(
     end = time.monotonic_ns()
     stats.record_execution(batch, 0, end - start, 0)
     if responses is None:
-        for request in requests:
-            _record_outcome(model, request, start, end, failed=False)
+        for request, size in zip(requests, sizes, strict=True):
+            _record_outcome(stats, request, size, start, end, failed=False)
         return
     if len(responses) != len(requests):
         error = Internal(
@@ -171,9 +172,9 @@ async def run_batch(
         )
         _fail_all(model, requests, error, "BACKEND")
         return
-    for request, response in zip(requests, responses, strict=True):
+    for request, response, size in zip(requests, responses, sizes, strict=True):
         sent = _deliver(model, request, response)
-        _record_outcome(model, request, start, end, failed=sent.error is not None)
+        _record_outcome(stats, request, size, start, end, failed=sent.error is not None)
 
 
 def _deliver(
@@ -202,14 +203,14 @@ def _deliver(
 
 
 def _record_outcome(
-    model: ScheduledModel, request: InferenceRequest, start: int, end: int, failed: bool
+    stats: ModelStats, request: InferenceRequest, size: int, start: int, end: int, failed: bool
 ) -> None:
+    """One request's statistics; ``size`` is its batch size."""
     total = end - request.received_ns
     if failed:
-        model.stats.record_failure(total, "BACKEND")
+        stats.record_failure(total, "BACKEND")
     else:
-        batch = batch_size_of(request, model.config)
-        model.stats.record_success(total, start - request.received_ns, batch, (0, end - start, 0))
+        stats.record_success(total, start - request.received_ns, size, (0, end - start, 0))
 
 
 def _fail_all(

@@ -10,7 +10,7 @@ into the requested shared-memory region, leaving an empty raw entry so indices l
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -267,27 +267,21 @@ def raw_bytes(array: np.ndarray) -> bytes:
 
 
 def encode_response(
-    response: InferenceResponse,
-    requested: Sequence[RequestedOutput] | None,
-    shm: SharedMemoryRegistry,
+    response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry
 ) -> Any:
-    """The ModelInferResponse of ``response`` (outputs in the model's order, as Triton;
-    only the requested ones when ``requested`` is given)."""
+    """The ModelInferResponse of ``response``: the outputs ``request`` asked for, in the
+    model's order (:meth:`InferenceRequest.selected_outputs`)."""
     message = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     if response.parameters:
         params.fill(message.parameters, response.parameters)
-    wanted = None if requested is None else {o.name: o for o in requested}
     raw: list[bytes] = []
-    for name, array in response.outputs.items():
-        output = None if wanted is None else wanted.get(name)
-        if wanted is not None and output is None:
-            continue
+    for name, array, parameters in request.selected_outputs(response):
         message.outputs.add(name=name, datatype=datatype_of(array), shape=array.shape)
         data = raw_bytes(array)
-        if output is not None and SHM_REGION in output.parameters:
-            _write_shared_memory(shm, name, output.parameters, data)
+        if SHM_REGION in parameters:
+            _write_shared_memory(shm, name, parameters, data)
             data = b""
         raw.append(data)
     message.raw_output_contents.extend(raw)

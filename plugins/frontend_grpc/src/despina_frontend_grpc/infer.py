@@ -63,7 +63,7 @@ class Inference:
         except asyncio.CancelledError:
             request.cancel()
             raise
-        return encode_response(response, request.outputs, self.shm)
+        return encode_response(response, request, self.shm)
 
     async def stream(
         self, messages: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -125,7 +125,7 @@ class Inference:
         if response.error is not None:
             return _error(request.id, response.error)
         try:
-            encoded = encode_response(response, request.outputs, self.shm)
+            encoded = encode_response(response, request, self.shm)
         except DespinaError as exc:
             return _error(request.id, exc)
         encoded.parameters[params.FINAL_FLAG].bool_param = response.final

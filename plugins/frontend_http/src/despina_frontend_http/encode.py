@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import orjson
 from despina.errors import InvalidArgument
-from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput
+from despina.inference import InferenceRequest, InferenceResponse
 from despina.shared_memory import SharedMemoryRegistry
 from despina.tensors import datatype_of, serialize_bytes
 
@@ -28,13 +28,10 @@ def encode_response(
 ) -> tuple[bytes, list[memoryview | bytes]]:
     """Return the JSON header and the binary buffers that follow it (maybe none)."""
     binary_default = request.parameters.get("binary_data_output") is True
-    wanted = None if request.outputs is None else {o.name: o for o in request.outputs}
     outputs: list[dict[str, Any]] = []
     blobs: list[memoryview | bytes] = []
-    for name, array in response.outputs.items():  # in the model's order, as Triton
-        output = RequestedOutput(name) if wanted is None else wanted.get(name)
-        if output is not None:
-            outputs.append(_output(name, array, output.parameters, binary_default, shm, blobs))
+    for name, array, parameters in request.selected_outputs(response):
+        outputs.append(_output(name, array, parameters, binary_default, shm, blobs))
     body: dict[str, Any] = {}
     if response.id:
         body["id"] = response.id
