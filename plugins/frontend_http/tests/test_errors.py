@@ -244,3 +244,30 @@ def test_bad_restricted_api_flag_fails_startup(serve: Callable[..., RunningServe
 
     with pytest.raises(StartupError, match="unknown API 'everything'"):
         serve("--http-restricted-api=everything:k=v")
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data", "message"),
+    [
+        ("INT32", [1.5], "attempt to access JSON non-signed-integer as signed-integer"),
+        ("INT64", ["1"], "attempt to access JSON non-signed-integer as signed-integer"),
+        ("UINT8", [-1], "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        ("UINT8", [256], "a value is above the range of UINT8"),
+        ("INT8", [-129], "a value is below the range of INT8"),
+        ("FP32", [True], "attempt to access JSON non-number as double"),
+        ("FP64", [None], "attempt to access JSON non-number as double"),
+        ("BOOL", [1], "attempt to access JSON non-boolean as boolean"),
+    ],
+)
+def test_json_data_of_the_wrong_type_is_refused(
+    server: RunningServer, datatype: str, data: list[Any], message: str
+) -> None:
+    """Triton's texts; never a silent conversion (1.5 truncated, 256 wrapped, True as 1.0)."""
+    model = f"/v2/models/echo_{datatype.lower()}/infer"
+    tensors = [json_input(f"INPUT{i}", [1, 1], data, datatype) for i in range(2)]
+    status, answer = raw(server, model, json.dumps({"inputs": tensors}).encode())
+    assert (status, answer) == (400, {"error": f"Unable to parse 'data': {message}"})
+    good = [True, False] if datatype == "BOOL" else [0, 1]
+    tensors = [json_input(f"INPUT{i}", [1, 2], good, datatype) for i in range(2)]
+    status, answer = raw(server, model, json.dumps({"inputs": tensors}).encode())
+    assert status == 200 and answer["outputs"][0]["data"] == good

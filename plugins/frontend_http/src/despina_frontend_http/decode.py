@@ -132,7 +132,7 @@ def _decode_input(
         # A copy: the model must not see the client rewrite the region mid-request, and a
         # region can be unregistered while a model still holds its inputs.
         return name, array.reshape(shape).copy(), offset
-    return name, _from_json(data, dtype, datatype, shape, count, name), offset
+    return name, tensor_from_json(data, dtype, datatype, shape, count, name), offset
 
 
 def _count(shape: Any) -> int:
@@ -164,23 +164,31 @@ def _from_buffer(
     return np.frombuffer(view, dtype=dtype, count=count)
 
 
-def _from_json(
+#: numpy kind of a tensor's datatype -> (kinds of parsed JSON data it takes, Triton's text).
+_JSON_KINDS = {
+    "b": ("b", "attempt to access JSON non-boolean as boolean"),
+    "u": ("iu", "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    "i": ("i", "attempt to access JSON non-signed-integer as signed-integer"),
+    "f": ("iuf", "attempt to access JSON non-number as double"),
+    "V": ("iuf", "attempt to access JSON non-number as double"),  # BF16 (ml_dtypes)
+}
+
+
+def tensor_from_json(
     data: Any, dtype: np.dtype[Any], datatype: str, shape: Any, count: int, name: str
 ) -> np.ndarray:
+    """A JSON value (scalar, flat or nested array) as a tensor of ``shape``; InvalidArgument
+    when a value has the wrong JSON type (Triton's texts), is out of the datatype's range,
+    or the element count is not ``count``."""
     if not isinstance(data, list):
         data = [data]
     try:
         if dtype is _OBJECT:
             flat = np.array(data, dtype=np.object_).reshape(-1)
-            out = np.empty(flat.size, dtype=np.object_)
-            out[:] = [_to_bytes(v) for v in flat]
-            array = out
+            array = np.empty(flat.size, dtype=np.object_)
+            array[:] = [_to_bytes(v) for v in flat]
         else:
-            if datatype == "BOOL":
-                flat_check = np.asarray(data)
-                if flat_check.size and flat_check.dtype != np.bool_:
-                    raise ValueError("attempt to access JSON non-boolean as boolean")
-            array = np.asarray(data, dtype=dtype).reshape(-1)
+            array = _numbers(np.asarray(data).reshape(-1), dtype, datatype)
     except (ValueError, TypeError, OverflowError) as exc:
         what = "JSON bytes array" if dtype is _OBJECT else "'data'"
         raise InvalidArgument(f"Unable to parse {what}: {exc}") from None
@@ -189,6 +197,24 @@ def _from_json(
             "Unable to parse 'data': Shape does not match true shape of 'data' field"
         )
     return array.reshape(shape)
+
+
+def _numbers(parsed: np.ndarray, dtype: np.dtype[Any], datatype: str) -> np.ndarray:
+    """Parsed JSON numbers as ``dtype``; ValueError for a wrong JSON type or range."""
+    if parsed.size == 0:
+        return parsed.astype(dtype)
+    kinds, text = _JSON_KINDS[dtype.kind]
+    if parsed.dtype.kind not in kinds:
+        raise ValueError(text)
+    if dtype.kind in "iu":
+        limits = np.iinfo(dtype)
+        if parsed.min() < limits.min:
+            raise ValueError(
+                text if dtype.kind == "u" else f"a value is below the range of {datatype}"
+            )
+        if parsed.max() > limits.max:
+            raise ValueError(f"a value is above the range of {datatype}")
+    return parsed.astype(dtype)
 
 
 def _to_bytes(value: Any) -> bytes:

@@ -73,7 +73,7 @@ def _output(
         entry["parameters"] = {"binary_data_size": len(data)}
         blobs.append(data)
         return entry
-    entry["data"] = _json_data(array, datatype)
+    entry["data"] = json_data(array, datatype)
     return entry
 
 
@@ -84,7 +84,8 @@ def _raw(array: np.ndarray, datatype: str) -> memoryview | bytes:
     return contiguous.reshape(-1).view(np.uint8).data
 
 
-def _json_data(array: np.ndarray, datatype: str) -> Any:
+def json_data(array: np.ndarray, datatype: str) -> Any:
+    """The flat JSON data of ``array`` (strings for BYTES; BF16 as float32 values)."""
     if datatype == "BYTES":
         return [
             v.decode(errors="replace") if isinstance(v, bytes) else str(v)

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 from aiohttp import web
 
-from despina_frontend_http import routes_admin, routes_infer, routes_meta, routes_shm
+from despina_frontend_http import (
+    routes_admin,
+    routes_generate,
+    routes_infer,
+    routes_meta,
+    routes_shm,
+)
 from despina_frontend_http.context import Context
 from despina_frontend_http.front import Front
 from despina_frontend_http.responses import endpoint
@@ -30,6 +36,7 @@ def build_app(context: Context) -> web.Application:
     )
     table = [
         *routes_infer.routes(context),
+        *routes_generate.routes(context),
         *routes_meta.routes(context),
         *routes_admin.routes(context),
         *routes_shm.routes(context),

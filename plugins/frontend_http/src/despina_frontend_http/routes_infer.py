@@ -28,22 +28,26 @@ DISCONNECT_POLL_S = 0.1
 
 
 class DisconnectWatch:
-    """Cancels ``request`` (:meth:`InferenceRequest.cancel`) once ``alive()`` turns false,
-    checking every :data:`DISCONNECT_POLL_S` until :meth:`close`."""
+    """Once ``alive()`` turns false, cancels ``request`` (:meth:`InferenceRequest.cancel`)
+    and the task that created the watch (it stops waiting for a model that may never
+    answer a cancelled request); checks every :data:`DISCONNECT_POLL_S` until :meth:`close`."""
 
-    __slots__ = ("alive", "handle", "loop", "request")
+    __slots__ = ("alive", "handle", "loop", "request", "task")
 
     def __init__(self, request: InferenceRequest, alive: Callable[[], bool]) -> None:
         self.request = request
         self.alive = alive
+        self.task = asyncio.current_task()
         self.loop = asyncio.get_running_loop()
         self.handle = self.loop.call_later(DISCONNECT_POLL_S, self._check)
 
     def _check(self) -> None:
         if self.alive():
             self.handle = self.loop.call_later(DISCONNECT_POLL_S, self._check)
-        else:
-            self.request.cancel()
+            return
+        self.request.cancel()
+        if self.task is not None:
+            self.task.cancel()
 
     def close(self) -> None:
         self.handle.cancel()

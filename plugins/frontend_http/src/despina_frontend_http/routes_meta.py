@@ -68,12 +68,17 @@ def routes(ctx: Context) -> list[Route]:
 
 
 def fallback(ctx: Context) -> list[Route]:
-    """Last route: anything unmatched is Triton's ``{"error": "Not Found"}`` 404."""
+    """Last route: a known path with a method it does not serve is Triton's 405
+    ``{"error": "Method Not Allowed"}``; anything else its 404 ``{"error": "Not Found"}``."""
 
-    async def not_found(request: web.Request) -> web.StreamResponse:
+    async def unmatched(request: web.Request) -> web.StreamResponse:
+        for resource in request.app.router.resources():
+            match, allowed = await resource.resolve(request)
+            if match is None and allowed:
+                return error_response(405, "Method Not Allowed")
         return error_response(404, "Not Found")
 
-    return [("*", "/{tail:.*}", "", not_found)]
+    return [("*", "/{tail:.*}", "", unmatched)]
 
 
 def _stats(ctx: Context, name: str, version: str) -> list[dict[str, Any]]:

@@ -38,6 +38,8 @@ _HOP = {
     "content-encoding",
 }
 _BACK = ("content-type", "content-encoding", "inference-header-content-length")
+#: Answers of this type (``/generate_stream``) are relayed as they arrive, not buffered.
+_EVENT_STREAM = "text/event-stream"
 
 
 class ServerLink(asyncio.Protocol):
@@ -127,9 +129,19 @@ def build_worker_app(
         async with session.request(
             request.method, request.rel_url, headers=headers, data=body
         ) as answer:
-            payload = await answer.read()
             back = {k: v for k, v in answer.headers.items() if k.lower() in _BACK}
-            return web.Response(status=answer.status, body=payload, headers=back)
+            if not answer.headers.get("Content-Type", "").startswith(_EVENT_STREAM):
+                payload = await answer.read()
+                return web.Response(status=answer.status, body=payload, headers=back)
+            stream = web.StreamResponse(status=answer.status, headers=back)
+            await stream.prepare(request)
+            try:
+                async for chunk in answer.content.iter_any():  # events reach the client as sent
+                    await stream.write(chunk)
+                await stream.write_eof()
+            except ConnectionError:  # the client left: closing the answer tells the server
+                pass
+            return stream
 
     app = web.Application(client_max_size=limit)
     for path in versioned("/infer"):

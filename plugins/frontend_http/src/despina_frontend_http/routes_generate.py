@@ -1,0 +1,101 @@
+"""``POST /v2/models/{m}[/versions/{v}]/generate`` and ``.../generate_stream``: Triton's
+generate extension (conversions in :mod:`despina_frontend_http.generate`).
+
+``/generate`` answers one JSON object, and needs the model to answer exactly once.
+``/generate_stream`` answers ``text/event-stream``: one ``data: {...}\\n\\n`` event per
+response of the model (decoupled models stream), an error response as
+``data: {"error": ...}``; the status is the first response's (200, or its error's), and
+a model that answers nothing gives an empty 200 stream. A request refused before it runs
+gets a plain JSON error. A client that disconnects cancels its request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from despina.errors import InvalidArgument
+from despina.inference import InferenceRequest, InferenceResponse
+
+from despina_frontend_http.body import read_body
+from despina_frontend_http.context import Context, Route, versioned
+from despina_frontend_http.generate import (
+    NOT_ONE_RESPONSE,
+    error_body,
+    generate_body,
+    generate_request,
+    input_shapes,
+)
+from despina_frontend_http.routes_infer import JSON_HEADERS, DisconnectWatch, connected
+
+EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}
+
+
+async def _responses(
+    ctx: Context, request: InferenceRequest, http: web.Request
+) -> AsyncIterator[InferenceResponse]:
+    """The model's responses to ``request``, cancelled when ``http``'s client goes away or
+    the consumer stops early."""
+    watch = DisconnectWatch(request, lambda: connected(http))
+    try:
+        async for response in ctx.server.infer_stream(request):
+            yield response
+    finally:  # also on CancelledError and when the consumer stops (a failed write)
+        watch.close()
+        if not request.stream or not request.stream.done:
+            request.cancel()
+
+
+def _event(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+def routes(ctx: Context) -> list[Route]:
+    limit = ctx.max_input_size
+
+    async def parse(http: web.Request) -> InferenceRequest:
+        info = http.match_info
+        name, version = info["model"], info.get("version", "")
+        shapes = input_shapes(ctx.server.model_metadata(name, version))
+        return generate_request(await read_body(http, limit), name, version, shapes)
+
+    async def generate(http: web.Request) -> web.StreamResponse:
+        request = await parse(http)
+        responses = _responses(ctx, request, http)
+        try:
+            answers = [r async for r in responses]
+        finally:
+            await responses.aclose()  # cancels the request when this handler is cancelled
+        if len(answers) != 1:
+            raise InvalidArgument(NOT_ONE_RESPONSE)
+        if answers[0].error is not None:
+            raise answers[0].error
+        return web.Response(body=generate_body(request, answers[0]), headers=JSON_HEADERS)
+
+    async def generate_stream(http: web.Request) -> web.StreamResponse:
+        request = await parse(http)
+        stream: web.StreamResponse | None = None
+        responses = _responses(ctx, request, http)
+        try:
+            async for response in responses:
+                error = response.error
+                if stream is None:
+                    status = 200 if error is None else error.http_status
+                    stream = web.StreamResponse(status=status, headers=EVENT_STREAM_HEADERS)
+                    await stream.prepare(http)
+                payload = error_body(str(error)) if error else generate_body(request, response)
+                await stream.write(_event(payload))
+        except ConnectionError:  # the client is gone: nothing left to answer
+            return stream or web.StreamResponse()
+        finally:
+            await responses.aclose()  # cancels the request unless it ended
+        if stream is None:
+            stream = web.StreamResponse(headers=EVENT_STREAM_HEADERS)
+            await stream.prepare(http)
+        await stream.write_eof()
+        return stream
+
+    return [
+        *(("POST", path, "inference", generate) for path in versioned("/generate")),
+        *(("POST", path, "inference", generate_stream) for path in versioned("/generate_stream")),
+    ]
