@@ -192,7 +192,8 @@ class TritonPythonModel:
             pb_utils.Tensor("EXTRA", np.ones(2, np.int32))]) for _ in requests]
 """
 
-#: A decoupled model that answers with an error response, then raises on the next.
+#: A decoupled model that answers (with an output its config does not declare), then
+#: with an error response; raises for a negative input.
 DECOUPLED_ERRORS = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -206,7 +207,8 @@ class TritonPythonModel:
                 raise ValueError("negative input")
             sender.send(pb_utils.InferenceResponse([
                 pb_utils.Tensor("OUT", np.array([values[0]], np.int32)),
-                pb_utils.Tensor("IDX", np.array([0], np.uint32))]))
+                pb_utils.Tensor("IDX", np.array([0], np.uint32)),
+                pb_utils.Tensor("UNDECLARED", np.array([1], np.int32))]))
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("second failed")),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None

@@ -33,8 +33,9 @@ class TritonPythonModel:
     def stream(self, sender, text, params):
         for word in text.split():
             if sender.is_cancelled():
-                with open(params["cancelled_marker"], "w") as marker:
+                with open(params["cancelled_marker"] + ".tmp", "w") as marker:
                     marker.write("cancelled")
+                os.replace(params["cancelled_marker"] + ".tmp", params["cancelled_marker"])
                 return
             if word == b"boom":
                 error = pb_utils.TritonError("boom: no such word", pb_utils.TritonError.INVALID_ARG)
@@ -45,8 +46,10 @@ class TritonPythonModel:
                 continue
             if params.get("upper"):
                 word = word.upper()
+            # "debug" is not in the config: no client sees it (the request named no outputs)
             sender.send(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("text_output", np.array([word], dtype=np.object_))]))
+                [pb_utils.Tensor("text_output", np.array([word], dtype=np.object_)),
+                 pb_utils.Tensor("debug", np.array([len(word)], dtype=np.int32))]))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 

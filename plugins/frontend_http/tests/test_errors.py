@@ -271,3 +271,13 @@ def test_json_data_of_the_wrong_type_is_refused(
     tensors = [json_input(f"INPUT{i}", [1, 2], good, datatype) for i in range(2)]
     status, answer = raw(server, model, json.dumps({"inputs": tensors}).encode())
     assert status == 200 and answer["outputs"][0]["data"] == good
+
+
+def test_json_integers_past_int64_are_exact(server: RunningServer) -> None:
+    """numpy alone would read [0, 2**64 - 1] as float64 and lose the last digits."""
+    values = [0, 2**64 - 1]
+    tensors = [json_input(f"INPUT{i}", [1, 2], values, "UINT64") for i in range(2)]
+    status, answer = raw(
+        server, "/v2/models/echo_uint64/infer", json.dumps({"inputs": tensors}).encode()
+    )
+    assert status == 200 and answer["outputs"][0]["data"] == values

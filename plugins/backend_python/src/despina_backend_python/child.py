@@ -101,8 +101,9 @@ class ChildProcess(asyncio.Protocol):
         self.incoming = incoming
         self.on_exit = on_exit
         self.executions: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        #: Requests whose responses the child still sends (token -> request).
-        self.open: dict[int, CoreRequest] = {}
+        #: Requests whose responses the child still sends: token -> (request, the outputs
+        #: execute was told it asks for; a response sends no others).
+        self.open: dict[int, tuple[CoreRequest, list[str]]] = {}
         loop = asyncio.get_running_loop()
         #: The answer to the first message.
         self.answer: asyncio.Future[dict[str, Any]] = loop.create_future()
@@ -176,9 +177,10 @@ class ChildProcess(asyncio.Protocol):
 
     def _deliver(self, message: dict[str, Any]) -> None:
         final = bool(message["final"])
-        request = self.open.pop(message["token"]) if final else self.open.get(message["token"])
-        if request is None or request.stream is None:
+        entry = self.open.pop(message["token"]) if final else self.open.get(message["token"])
+        if entry is None or entry[0].stream is None:
             return
+        request, outputs = entry
         items = wire.unpack_responses(message, self.incoming)
         if not items:
             request.stream.send(None, final)
@@ -186,7 +188,7 @@ class ChildProcess(asyncio.Protocol):
         item = items[0]
         if isinstance(item, str):
             raise TritonModelException(f"send() expects an InferenceResponse, got {item}")
-        request.respond(convert.response_to_core(item, request.requested_output_names), final)
+        request.respond(convert.response_to_core(item, outputs), final)
 
     async def _serve_bls(self, op: str, call_id: int, request: Any) -> None:
         """Run a BLS request of the model and send back its response(s)."""
@@ -212,8 +214,8 @@ class ChildProcess(asyncio.Protocol):
                     message["action"], **message["fields"]
                 )
             elif op == "is_cancelled":
-                request = self.open.get(message["token"])
-                reply["value"] = bool(request is not None and request.cancelled)
+                entry = self.open.get(message["token"])
+                reply["value"] = bool(entry is not None and entry[0].cancelled)
         except TritonModelException as exc:
             reply["error"] = str(exc)
         self.send(reply)

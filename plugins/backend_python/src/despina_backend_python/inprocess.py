@@ -37,9 +37,10 @@ class CoreResponder(Responder):
 
     __slots__ = ("request", "wanted")
 
-    def __init__(self, request: CoreRequest) -> None:
+    def __init__(self, request: CoreRequest, wanted: list[str]) -> None:
+        """``wanted``: the outputs execute was told the request asks for (none other is sent)."""
         self.request = request
-        self.wanted = request.requested_output_names
+        self.wanted = wanted
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         stream = self.request.stream
@@ -112,16 +113,19 @@ class SharedModel:
 
     def pb_requests(self, requests: Sequence[CoreRequest]) -> list[InferenceRequest]:
         ctx = self.context
-        return [
-            InferenceRequest.incoming(
-                CoreResponder(r),
-                [Tensor(name, array) for name, array in r.inputs.items()],
-                model_name=ctx.name,
-                model_version=ctx.version,
-                **convert.request_fields(r, self.output_names),
+        incoming = []
+        for r in requests:
+            fields = convert.request_fields(r, self.output_names)
+            incoming.append(
+                InferenceRequest.incoming(
+                    CoreResponder(r, fields["outputs"]),
+                    [Tensor(name, array) for name, array in r.inputs.items()],
+                    model_name=ctx.name,
+                    model_version=ctx.version,
+                    **fields,
+                )
             )
-            for r in requests
-        ]
+        return incoming
 
 
 def _convert(item: Any, request: CoreRequest) -> CoreResponse:

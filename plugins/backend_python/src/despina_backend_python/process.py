@@ -130,7 +130,7 @@ class ProcessInstance(ModelInstance):
         if self._closing or child is not self.child:
             return
         self._back.clear()
-        for request in child.open.values():
+        for request, _ in child.open.values():
             request.fail(self._died_error(child))
         child.open.clear()
         self.host.logger.error(
@@ -210,9 +210,9 @@ class ProcessInstance(ModelInstance):
         tensors: list[tuple[str, Any]] = []
         fields: list[dict[str, Any]] = []
         for request, token in zip(requests, tokens, strict=True):
-            child.open[token] = request
-            tensors.extend(request.inputs.items())
             scalar = convert.request_fields(request, self.output_names)
+            child.open[token] = (request, scalar["outputs"])
+            tensors.extend(request.inputs.items())
             corr = scalar["correlation_id"]
             fields.append(
                 {

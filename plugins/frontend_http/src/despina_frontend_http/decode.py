@@ -7,6 +7,7 @@ Every size is checked before anything is allocated. Messages follow Triton's.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -188,7 +189,7 @@ def tensor_from_json(
             array = np.empty(flat.size, dtype=np.object_)
             array[:] = [_to_bytes(v) for v in flat]
         else:
-            array = _numbers(np.asarray(data).reshape(-1), dtype, datatype)
+            array = _numbers(data, dtype, datatype)
     except (ValueError, TypeError, OverflowError) as exc:
         what = "JSON bytes array" if dtype is _OBJECT else "'data'"
         raise InvalidArgument(f"Unable to parse {what}: {exc}") from None
@@ -199,22 +200,40 @@ def tensor_from_json(
     return array.reshape(shape)
 
 
-def _numbers(parsed: np.ndarray, dtype: np.dtype[Any], datatype: str) -> np.ndarray:
-    """Parsed JSON numbers as ``dtype``; ValueError for a wrong JSON type or range."""
+def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray:
+    """JSON numbers (nested lists) as a flat ``dtype`` array; ValueError for a value of
+    the wrong JSON type or outside the datatype's range."""
+    parsed = np.asarray(data).reshape(-1)
     if parsed.size == 0:
         return parsed.astype(dtype)
     kinds, text = _JSON_KINDS[dtype.kind]
+    if dtype.kind not in "iu":
+        if parsed.dtype.kind not in kinds:
+            raise ValueError(text)
+        return parsed.astype(dtype)
     if parsed.dtype.kind not in kinds:
-        raise ValueError(text)
-    if dtype.kind in "iu":
-        limits = np.iinfo(dtype)
-        if parsed.min() < limits.min:
-            raise ValueError(
-                text if dtype.kind == "u" else f"a value is below the range of {datatype}"
-            )
-        if parsed.max() > limits.max:
-            raise ValueError(f"a value is above the range of {datatype}")
-    return parsed.astype(dtype)
+        # numpy reads integers past int64 mixed with others as float64 (or object): check
+        # the JSON values themselves on this rare path, exactly.
+        values = list(_flat(data))
+        if any(type(v) is not int for v in values):
+            raise ValueError(text)
+        low, high = min(values), max(values)
+    else:
+        values, low, high = parsed, parsed.min(), parsed.max()
+    limits = np.iinfo(dtype)
+    if low < limits.min:
+        raise ValueError(text if dtype.kind == "u" else f"a value is below the range of {datatype}")
+    if high > limits.max:
+        raise ValueError(f"a value is above the range of {datatype}")
+    return np.asarray(values, dtype=dtype)
+
+
+def _flat(data: list[Any]) -> Iterator[Any]:
+    for value in data:
+        if isinstance(value, list):
+            yield from _flat(value)
+        else:
+            yield value
 
 
 def _to_bytes(value: Any) -> bytes:
