@@ -65,7 +65,8 @@ class BlockingChannel:
         self.sock = sock
         self._lock = threading.Lock()
         self._buffer = bytearray()
-        #: How long a read polls (yielding the CPU) before it blocks; see :meth:`_wait`.
+        #: How long a read polls (yielding the CPU) before it blocks; see :meth:`_wait`
+        #: (the stub sets it for each execute message).
         self.poll_s = 0.0
         self._turn = threading.Condition()
         self._reading = False

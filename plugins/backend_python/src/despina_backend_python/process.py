@@ -225,7 +225,13 @@ class ProcessInstance(ModelInstance):
                     "params": scalar["parameters_json"],
                 }
             )
-        return {"op": "execute", "id": exec_id, "requests": fields, **child.arena.pack(tensors)}
+        return {
+            "op": "execute",
+            "id": exec_id,
+            "requests": fields,
+            "poll": not child.executions,  # see the stub's route
+            **child.arena.pack(tensors),
+        }
 
     def _convert(self, item: Any, request: CoreRequest) -> CoreResponse:
         if isinstance(item, str):

@@ -181,6 +181,9 @@ class Stub:
         self.work: deque[tuple[int, list[InferenceRequest]] | None] = deque()
         self.model: Any = None
         self.is_async = False
+        #: The configured poll window (DESPINA_CHANNEL_POLL_US), used while the server
+        #: says it pays (see ``route``).
+        self.poll_s = float(hello.get("poll_us", 0)) / 1e6
 
     def wait_for(self, done: Callable[[], bool]) -> None:
         """Block until ``done()``, reading and routing messages meanwhile."""
@@ -225,6 +228,10 @@ class Stub:
         if op in ("reply", "stream", "stream_end"):
             self.runtime.route(message)
         elif op == "execute":
+            # Poll for the next message only while the server had nothing else in flight
+            # here: under load the next message is queued anyway, and polling would take
+            # the CPU the server needs to produce it.
+            self.channel.poll_s = self.poll_s if message["poll"] else 0.0
             requests = self._requests(message)
             if self.is_async:
                 self.loop.call_soon_threadsafe(self._start_async, message["id"], requests)
@@ -357,7 +364,6 @@ def main(argv: list[str]) -> int:
     hello = channel.recv()
     if hello is None:
         return 0
-    channel.poll_s = float(hello.get("poll_us", 0)) / 1e6
     stub = Stub(channel, hello)
     if hello["op"] == "auto_complete":
         channel.send(auto_complete(stub, hello))
