@@ -78,10 +78,14 @@ def element_count(shape: Sequence[int]) -> int:
     return count
 
 
+#: A BYTES element's length prefix.
+_LENGTH = struct.Struct("<I")
+
+
 def serialize_bytes(array: np.ndarray) -> bytes:
     """Encode a BYTES tensor as Triton does: each element a 4-byte LE length + bytes."""
     parts: list[bytes] = []
-    pack = struct.Struct("<I").pack
+    pack = _LENGTH.pack
     for item in array.reshape(-1):
         data = item if isinstance(item, bytes) else str(item).encode()
         parts.append(pack(len(data)))
@@ -93,20 +97,23 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> n
     """Decode length-prefixed BYTES elements into a 1-D object array.
 
     Raises InvalidArgument when a length runs past the buffer or, with ``count``, when
-    the number of elements differs.
+    the number of elements differs. One pass of bytes slicing (~0.25 µs per element).
     """
-    view = memoryview(buffer).cast("B")
+    data = bytes(buffer)  # slicing bytes is cheaper than slicing a memoryview and copying
     items: list[bytes] = []
-    offset, end = 0, len(view)
+    append = items.append
+    unpack = _LENGTH.unpack_from
+    offset, end = 0, len(data)
     while offset < end:
         if offset + 4 > end:
             raise InvalidArgument("unexpected end of BYTES tensor data: incomplete length prefix")
-        (length,) = struct.unpack_from("<I", view, offset)
+        (length,) = unpack(data, offset)
         offset += 4
-        if offset + length > end:
+        following = offset + length
+        if following > end:
             raise InvalidArgument("unexpected end of BYTES tensor data: element past the buffer")
-        items.append(bytes(view[offset : offset + length]))
-        offset += length
+        append(data[offset:following])
+        offset = following
     if count is not None and len(items) != count:
         raise InvalidArgument(f"expected {count} BYTES elements, got {len(items)}")
     out = np.empty(len(items), dtype=np.object_)

@@ -8,7 +8,8 @@ boolean or number). A tensor is a JSON scalar or array; its shape is the input's
 shape (batch dimension included) with the element count distributed as Triton does: fixed
 dimensions must divide it, the innermost variable dimension takes what remains, the other
 variable dimensions are 1. Protocol parameters of ``/infer`` (priority, timeout, sequence,
-binary data) have no meaning here: they reach the model as plain parameters, as in Triton.
+binary data) have no meaning here: they are plain parameters, as in Triton (the Python
+backend still leaves them out of ``request.parameters()``, as it does for ``/infer``).
 
 Response: ``id`` (when set), ``model_name``, ``model_version``, each response parameter and
 each output as JSON data (a one-element output as its scalar), keys in sorted order.

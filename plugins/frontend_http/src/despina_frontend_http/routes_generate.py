@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from aiohttp import web
-from despina.errors import InvalidArgument
+from despina.errors import DespinaError, InvalidArgument
 from despina.inference import InferenceRequest, InferenceResponse
 
 from despina_frontend_http.body import read_body
@@ -46,8 +46,16 @@ async def _responses(
             request.cancel()
 
 
-def _event(payload: bytes) -> bytes:
-    return b"data: " + payload + b"\n\n"
+def _event(request: InferenceRequest, response: InferenceResponse) -> bytes:
+    """One server-sent event: the response, or its error (also one met converting it: the
+    stream has started, so an error can only be an event)."""
+    error = response.error
+    if error is None:
+        try:
+            return b"data: " + generate_body(request, response) + b"\n\n"
+        except DespinaError as exc:
+            error = exc
+    return b"data: " + error_body(str(error)) + b"\n\n"
 
 
 def routes(ctx: Context) -> list[Route]:
@@ -78,13 +86,13 @@ def routes(ctx: Context) -> list[Route]:
         responses = _responses(ctx, request, http)
         try:
             async for response in responses:
-                error = response.error
+                event = _event(request, response)
                 if stream is None:
+                    error = response.error
                     status = 200 if error is None else error.http_status
                     stream = web.StreamResponse(status=status, headers=EVENT_STREAM_HEADERS)
                     await stream.prepare(http)
-                payload = error_body(str(error)) if error else generate_body(request, response)
-                await stream.write(_event(payload))
+                await stream.write(event)
         except ConnectionError:  # the client is gone: nothing left to answer
             return stream or web.StreamResponse()
         finally:
