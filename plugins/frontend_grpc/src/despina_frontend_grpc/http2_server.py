@@ -31,6 +31,7 @@ import hpack
 from despina_frontend_grpc import calls, http2, wire
 from despina_frontend_grpc import grpc_framing as framing
 from despina_frontend_grpc.errors import INTERNAL_TEXT
+from despina_frontend_grpc.header_cache import CachingDecoder
 
 log = logging.getLogger("despina.frontend.grpc")
 
@@ -133,8 +134,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.preface_seen = False
-        self.decoder = hpack.Decoder()
-        self.decoder.max_header_list_size = MAX_HEADER_BLOCK
+        self.decoder = CachingDecoder(MAX_HEADER_BLOCK)
         self.streams: dict[int, Stream] = {}
         self.blocked: set[Stream] = set()
         self.last_stream = 0
@@ -342,7 +342,7 @@ class Connection(asyncio.Protocol):
         if self.goaway_sent:
             self._write(http2.rst_stream(stream_id, http2.REFUSED_STREAM))
             return
-        self._open(stream_id, [(str(k), str(v)) for k, v in headers], end_stream)
+        self._open(stream_id, headers, end_stream)
 
     def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id:
