@@ -83,14 +83,19 @@ _LENGTH = struct.Struct("<I")
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:
-    """Encode a BYTES tensor as Triton does: each element a 4-byte LE length + bytes."""
-    parts: list[bytes] = []
-    pack = _LENGTH.pack
-    for item in array.reshape(-1):
-        data = item if isinstance(item, bytes) else str(item).encode()
-        parts.append(pack(len(data)))
-        parts.append(data)
-    return b"".join(parts)
+    """Encode a BYTES tensor as Triton does: each element a 4-byte LE length + bytes
+    (elements that are not ``bytes`` as their ``str`` in UTF-8). In bulk: the elements
+    are joined once and the length prefixes inserted by numpy."""
+    items = array.reshape(-1).tolist()
+    if not items:
+        return b""
+    if not set(map(type, items)) <= {bytes}:
+        items = [x if isinstance(x, bytes) else str(x).encode() for x in items]
+    lengths = np.fromiter(map(len, items), dtype="<u4", count=len(items))
+    starts = np.zeros(len(items), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    data = np.frombuffer(b"".join(items), dtype=np.uint8)
+    return np.insert(data, np.repeat(starts, 4), lengths.view(np.uint8)).tobytes()
 
 
 def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> np.ndarray:
