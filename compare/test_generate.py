@@ -3,12 +3,12 @@ Despina and Triton 2.51; status, Content-Type and body bytes compared (both sort
 
 from __future__ import annotations
 
-import http.client
 import json
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from despina.testing import http_post
 
 from .conftest import Pair, Served
 from .models import ERROR_CODES
@@ -85,13 +85,7 @@ CASES = [
 
 
 def _post(served: Served, path: str, body: Any) -> tuple[int, str, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", served.http_port, timeout=60)
-    try:
-        connection.request("POST", f"/v2/models/{path}", body=json.dumps(body))
-        answer = connection.getresponse()
-        return answer.status, answer.getheader("Content-Type", ""), answer.read()
-    finally:
-        connection.close()
+    return http_post(served.http_port, f"/v2/models/{path}", json.dumps(body))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from despina.testing import RepositoryBuilder, RunningServer
+from despina.testing import RepositoryBuilder, RunningServer, http_post
 
 pytest.importorskip("despina_backend_python")
 
@@ -82,13 +82,7 @@ def server(
 
 
 def post(server: RunningServer, path: str, body: dict[str, object]) -> tuple[int, str, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
-    try:
-        connection.request("POST", f"/v2/models/streamer/{path}", body=json.dumps(body))
-        response = connection.getresponse()
-        return response.status, response.getheader("Content-Type", ""), response.read()
-    finally:
-        connection.close()
+    return http_post(server.http_port, f"/v2/models/streamer/{path}", json.dumps(body))
 
 
 def events(raw: bytes) -> list[dict[str, object]]:

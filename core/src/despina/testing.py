@@ -6,11 +6,13 @@
 - ``http_client`` / ``grpc_client``: helpers returning real ``tritonclient`` clients for a
   running server.
 - ``served``: helper returning a numpy :class:`~despina.testing_client.ModelClient` (HTTP).
+- :func:`http_post`: one raw POST, for answers a client library would not show as sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -23,6 +25,19 @@ import pytest
 from despina.server import Server, StartupError
 
 T = TypeVar("T")
+
+
+def http_post(
+    port: int, path: str, body: bytes | str, timeout: float = 60
+) -> tuple[int, str, bytes]:
+    """POST ``body`` to ``path`` on 127.0.0.1:``port``: (status, Content-Type, raw body)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("POST", path, body=body)
+        answer = connection.getresponse()
+        return answer.status, answer.getheader("Content-Type", ""), answer.read()
+    finally:
+        connection.close()
 
 
 def free_port() -> int:

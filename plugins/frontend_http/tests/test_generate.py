@@ -9,19 +9,12 @@ import json
 
 import pytest
 from despina.errors import InvalidArgument
-from despina.testing import RunningServer
+from despina.testing import RunningServer, http_post
 from despina_frontend_http.generate import generate_shape
 
 
 def post(server: RunningServer, path: str, body: bytes) -> tuple[int, str, bytes]:
-    """(status, Content-Type, raw body) of a POST."""
-    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
-    try:
-        connection.request("POST", path, body=body)
-        response = connection.getresponse()
-        return response.status, response.getheader("Content-Type", ""), response.read()
-    finally:
-        connection.close()
+    return http_post(server.http_port, path, body)
 
 
 @pytest.mark.parametrize(
