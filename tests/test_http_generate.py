@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,7 +64,13 @@ output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
 parameters { key: "DESPINA_EXECUTION_MODE" value { string_value: "%s" } }
 """
 
-LOCAL = ["--http-address=127.0.0.1", "--allow-grpc=false", "--allow-metrics=false"]
+#: Shutdown waits half the exit timeout for open streams (see test_shutdown_...).
+LOCAL = [
+    "--http-address=127.0.0.1",
+    "--allow-grpc=false",
+    "--allow-metrics=false",
+    "--exit-timeout-secs=4",
+]
 
 
 @pytest.fixture(
@@ -150,3 +157,22 @@ def test_a_client_leaving_a_stream_cancels_its_request(
     assert marker.read_text() == "cancelled"
     status, _, raw = post(server, "generate", {"text_input": "still"})
     assert (status, json.loads(raw)) == (200, word("still"))
+
+
+def test_shutdown_ends_an_open_stream_with_an_error(server: RunningServer) -> None:
+    """The model would stream for ~20 s; shutdown waits half of --exit-timeout-secs for it,
+    then ends the stream with an error event (not a cut connection) and stops."""
+    text = " ".join(["w", "wait"] * 400)
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
+    connection.request(
+        "POST", "/v2/models/streamer/generate_stream", json.dumps({"text_input": text})
+    )
+    response = connection.getresponse()
+    assert response.readline().startswith(b"data: ")
+    stopping = threading.Thread(target=server.stop)
+    stopping.start()
+    rest = events(response.read().split(b"\n", 1)[1])  # the rest, after the first event's line
+    stopping.join(60)
+    connection.close()
+    assert rest[-1] == {"error": "model 'streamer' was unloaded before the request completed"}
+    assert all(e == word("w") for e in rest[:-1])

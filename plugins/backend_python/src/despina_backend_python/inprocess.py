@@ -35,15 +35,27 @@ from despina_backend_python.server_runtime import ServerRuntime
 class CoreResponder(Responder):
     """Sends a model's responses straight to the server request's stream."""
 
-    __slots__ = ("request", "wanted")
+    __slots__ = ("open", "request", "wanted")
 
-    def __init__(self, request: CoreRequest, wanted: list[str]) -> None:
-        """``wanted``: the outputs execute was told the request asks for (none other is sent)."""
+    def __init__(
+        self,
+        request: CoreRequest,
+        wanted: list[str],
+        open_requests: dict[int, CoreRequest] | None,
+    ) -> None:
+        """``wanted``: the outputs execute was told the request asks for (none other is
+        sent); ``open_requests``: where a decoupled model's request stays (by ``id``) until
+        its final response (None for other models)."""
         self.request = request
         self.wanted = wanted
+        self.open = open_requests
+        if open_requests is not None:
+            open_requests[id(request)] = request
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         stream = self.request.stream
+        if final and self.open is not None:
+            self.open.pop(id(self.request), None)
         if stream is None:
             return
         if response is None:
@@ -72,6 +84,8 @@ class SharedModel:
         )
         #: Where synchronous ``execute`` calls run (shared: the instances share the model).
         self.placement = CallPlacement(self.executor, inline_budget(context.config))
+        #: A decoupled model's requests still waiting for their final response, by ``id``.
+        self.open: dict[int, CoreRequest] = {}
 
     def _in_host(self, call: Any, *args: Any) -> Any:
         token = pb_runtime.activate(self.host)
@@ -100,8 +114,14 @@ class SharedModel:
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
 
     async def finalize(self) -> None:
-        """Run ``finalize`` (if the model has one) and stop the worker threads."""
+        """Let a decoupled model's open streams end (see ``settle_streams``), run
+        ``finalize`` (if the model has one) and stop the worker threads."""
         loop = asyncio.get_running_loop()
+        if self.decoupled:
+            await responses.settle_streams(
+                lambda: list(self.open.values()), self.host.unload_wait_s, self.context.name
+            )
+            self.open.clear()
         try:
             if self.model is not None and hasattr(self.model, "finalize"):
                 await loop.run_in_executor(self.executor, self._in_host, self.model.finalize)
@@ -118,7 +138,7 @@ class SharedModel:
             fields = convert.request_fields(r, self.output_names)
             incoming.append(
                 InferenceRequest.incoming(
-                    CoreResponder(r, fields["outputs"]),
+                    CoreResponder(r, fields["outputs"], self.open if self.decoupled else None),
                     [Tensor(name, array) for name, array in r.inputs.items()],
                     model_name=ctx.name,
                     model_version=ctx.version,

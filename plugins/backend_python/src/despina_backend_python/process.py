@@ -242,12 +242,20 @@ class ProcessInstance(ModelInstance):
         return convert.response_to_core(item, request.requested_output_names)
 
     async def close(self) -> None:
-        """``finalize`` in the child, then wait for it to exit."""
+        """Let a decoupled model's open streams end (see ``settle_streams``), ``finalize``
+        in the child, then wait for it to exit."""
         self._closing = True
         if self._restarter is not None:
             self._restarter.cancel()
-        if self.child is not None and self.child.alive:
-            error = await self.child.stop(FINALIZE_TIMEOUT_S)
+        child = self.child
+        if child is not None and child.alive:
+            if self.decoupled:
+                await responses.settle_streams(
+                    lambda: [request for request, _ in child.open.values()],
+                    self.host.unload_wait_s,
+                    self.hello["model_name"],
+                )
+            error = await child.stop(FINALIZE_TIMEOUT_S)
             if error:
                 self.host.logger.error("finalize of '%s' failed: %s", self.spec.name, error)
         self.child = None

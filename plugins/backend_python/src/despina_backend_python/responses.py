@@ -1,11 +1,14 @@
-"""Checking what ``execute`` returned and turning it into server responses (both modes)."""
+"""Checking what ``execute`` returned and turning it into server responses, and ending
+the response streams a decoupled model left open at unload (both modes)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from despina.errors import Internal
+from despina.errors import Internal, Unavailable
 from despina.inference import InferenceRequest as CoreRequest
 from despina.inference import InferenceResponse as CoreResponse
 
@@ -58,3 +61,27 @@ def collect(
             f"size is:{len(result)}\n",
         )
     return [convert(item, request) for item, request in zip(result, requests, strict=True)]
+
+
+#: How often :func:`settle_streams` looks whether the open streams have ended.
+SETTLE_POLL_S = 0.05
+
+
+async def settle_streams(
+    open_requests: Callable[[], Iterable[CoreRequest]], wait_s: float, model: str
+) -> None:
+    """At unload: wait up to ``wait_s`` for a decoupled model's open requests to get their
+    final response (a request whose client is gone is not waited for), then end every
+    one still open with UNAVAILABLE, so no client is left with a stream that never ends.
+    ``open_requests()`` lists the requests whose final response has not been sent."""
+
+    def still_open() -> list[CoreRequest]:
+        return [r for r in open_requests() if r.stream is not None and not r.stream.done]
+
+    deadline = time.monotonic() + wait_s
+    try:
+        while any(not r.cancelled for r in still_open()) and time.monotonic() < deadline:
+            await asyncio.sleep(SETTLE_POLL_S)
+    finally:
+        for request in still_open():
+            request.fail(Unavailable(f"model '{model}' was unloaded before the request completed"))

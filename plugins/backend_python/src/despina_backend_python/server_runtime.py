@@ -39,6 +39,12 @@ class ServerRuntime(Runtime):
         self.model_name = model_name
         self.logger = logging.getLogger(f"despina.model.{model_name}")
 
+    @property
+    def unload_wait_s(self) -> float:
+        """How long an unload waits for a decoupled model's open response streams: half of
+        ``--exit-timeout-secs`` (at shutdown the rest delivers the errors of those left)."""
+        return float(self.server.settings.exit_timeout_secs) / 2
+
     def _off_loop(self, what: str) -> None:
         """Raise when a call that waits for the loop is made on it: NeedsThread for a
         synchronous ``execute`` running inline (re-run in a thread), else the model's error."""
