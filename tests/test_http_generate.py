@@ -74,8 +74,13 @@ LOCAL = [
 
 
 @pytest.fixture(
-    params=[("process", ()), ("in-process", ()), ("process", ("--http-worker-processes=1",))],
-    ids=["process", "in-process", "http-worker"],
+    params=[
+        ("process", ()),
+        ("in-process", ()),
+        ("process", ("--http-worker-processes=1",)),
+        ("in-process", ("--http-stack=aiohttp",)),
+    ],
+    ids=["process", "in-process", "http-worker", "aiohttp"],
 )
 def server(
     request: pytest.FixtureRequest,
