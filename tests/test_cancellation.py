@@ -50,15 +50,20 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 30) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.parametrize("stack", ["despina", "aiohttp"])
 def test_http_disconnect_drops_the_queued_request(
-    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
+    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer], stack: str
 ) -> None:
     import tritonclient.http as httpclient
 
     model_repository.add(
         "slow", toy_config(mbs=1, extra=ONE_INSTANCE), {"1/model.toy": '{"delay_s": 1.5}'}
     )
-    running = despina_server(model_repository.root, ["--allow-grpc=false"], plugins=[toy_backend])
+    running = despina_server(
+        model_repository.root,
+        ["--allow-grpc=false", f"--http-stack={stack}"],
+        plugins=[toy_backend],
+    )
     port = int(running.http_url.rsplit(":", 1)[1])
     stats = running.server.models.get("slow").stats
     toy_backend.ToyBackend.order.clear()
