@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Sequence
+import weakref
+from collections.abc import MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -41,7 +42,7 @@ class CoreResponder(Responder):
         self,
         request: CoreRequest,
         wanted: list[str],
-        open_requests: dict[int, CoreRequest] | None,
+        open_requests: MutableMapping[int, CoreRequest] | None,
     ) -> None:
         """``wanted``: the outputs execute was told the request asks for (none other is
         sent); ``open_requests``: where a decoupled model's request stays (by ``id``) until
@@ -84,8 +85,10 @@ class SharedModel:
         )
         #: Where synchronous ``execute`` calls run (shared: the instances share the model).
         self.placement = CallPlacement(self.executor, inline_budget(context.config))
-        #: A decoupled model's requests still waiting for their final response, by ``id``.
-        self.open: dict[int, CoreRequest] = {}
+        #: A decoupled model's requests still waiting for their final response, by ``id``;
+        #: weak, so one the model dropped without a final response (execute raised, a
+        #: cancelled request abandoned) does not stay here until unload.
+        self.open: weakref.WeakValueDictionary[int, CoreRequest] = weakref.WeakValueDictionary()
 
     def _in_host(self, call: Any, *args: Any) -> Any:
         token = pb_runtime.activate(self.host)
@@ -119,7 +122,7 @@ class SharedModel:
         loop = asyncio.get_running_loop()
         if self.decoupled:
             await responses.settle_streams(
-                lambda: list(self.open.values()), self.host.unload_wait_s, self.context.name
+                self._open_requests, self.host.unload_wait_s, self.context.name
             )
             self.open.clear()
         try:
@@ -130,6 +133,10 @@ class SharedModel:
         finally:
             self.executor.shutdown(wait=False)
             pb_runtime.forget(self.host)
+
+    def _open_requests(self) -> list[CoreRequest]:
+        # valuerefs() copies in one step: model threads may add or finish requests meanwhile
+        return [r for ref in self.open.valuerefs() if (r := ref()) is not None]
 
     def pb_requests(self, requests: Sequence[CoreRequest]) -> list[InferenceRequest]:
         ctx = self.context

@@ -194,6 +194,9 @@ class ProcessInstance(ModelInstance):
             if not self.decoupled:
                 for token in tokens:
                     child.open.pop(token, None)
+        if "exception" in reply or "invalid_result" in reply:
+            for token in tokens:  # failed (final) by the scheduler: no stream stays open
+                child.open.pop(token, None)
         if "exception" in reply:
             raise responses.execute_failed(self.spec.name, reply["exception"])
         if "invalid_result" in reply:
