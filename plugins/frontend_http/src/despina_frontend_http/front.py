@@ -52,6 +52,26 @@ MAX_HEAD_BYTES = 1 << 20
 #: Seconds a refused connection reads and drops what its client still sends.
 LINGER_S = 5.0
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
+#: Request targets already parsed by :func:`infer_target` (clients repeat one or a few).
+_TARGETS: dict[bytes, tuple[str, str] | None] = {}
+_TARGETS_KEPT = 256
+
+
+def infer_target(url: bytes) -> tuple[str, str] | None:
+    """(model, version) when ``url`` is the inference path, else None; remembered for
+    the few URLs a client repeats."""
+    try:
+        return _TARGETS[url]
+    except KeyError:
+        pass
+    match = INFER_PATH.fullmatch(url.partition(b"?")[0].decode("latin-1"))
+    target = (unquote(match[1]), match[2] or "") if match else None
+    if len(_TARGETS) < _TARGETS_KEPT:
+        _TARGETS[url] = target
+    return target
+
+
 _HOP_BY_HOP = frozenset({b"content-length", b"transfer-encoding", b"expect"})
 _UPGRADE_TOKENS = frozenset({b"upgrade", b"http2-settings"})
 
@@ -244,11 +264,10 @@ class FrontConnection(asyncio.Protocol):
         if incoming.over_limit:
             self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
             return False
-        path = incoming.url.partition(b"?")[0].decode("latin-1")
-        match = INFER_PATH.fullmatch(path) if incoming.method == b"POST" else None
-        if match is None or "content-encoding" in incoming.headers:
+        target = infer_target(incoming.url) if incoming.method == b"POST" else None
+        if target is None or "content-encoding" in incoming.headers:
             return await self._relay(incoming)
-        await self._infer(incoming, unquote(match[1]), match[2] or "")
+        await self._infer(incoming, *target)
         return incoming.keep_alive
 
     async def _infer(self, incoming: Incoming, name: str, version: str) -> None:
@@ -290,7 +309,7 @@ class FrontConnection(asyncio.Protocol):
     ) -> None:
         if self.transport is None or self.closed:
             return
-        lines = [f"HTTP/{incoming.version} {status} {http.HTTPStatus(status).phrase}\r\n"]
+        lines = [f"HTTP/{incoming.version} {status} {_PHRASES[status]}\r\n"]
         lines += [f"{key}: {value}\r\n" for key, value in headers.items()]
         lines.append(f"Content-Length: {sum(len(p) for p in parts)}\r\n")
         if not incoming.keep_alive or status == 413:
