@@ -152,7 +152,8 @@ def bytes_array(items: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
     return out.reshape(shape)
 
 
-_PACK_LENGTH = struct.Struct("<I").pack
+_LENGTH = struct.Struct("<I")
+_PACK_LENGTH = _LENGTH.pack
 
 
 def serialize_byte_tensor(input_tensor: np.ndarray) -> bytes | tuple[()] | None:
@@ -171,13 +172,16 @@ def serialize_byte_tensor(input_tensor: np.ndarray) -> bytes | tuple[()] | None:
 
 
 def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
-    """Decode Triton's BYTES wire encoding into a 1-D object array."""
-    view = memoryview(encoded_tensor).cast("B")
+    """Decode Triton's BYTES wire encoding into a 1-D object array (one pass of bytes
+    slicing; a truncated buffer raises ``struct.error``)."""
+    data = bytes(encoded_tensor)
     items: list[bytes] = []
-    offset = 0
-    while offset < len(view):
-        (length,) = struct.unpack_from("<I", view, offset)
+    append = items.append
+    unpack = _LENGTH.unpack_from
+    offset, end = 0, len(data)
+    while offset < end:
+        (length,) = unpack(data, offset)
         offset += 4
-        items.append(bytes(view[offset : offset + length]))
+        append(data[offset : offset + length])
         offset += length
     return bytes_array(items, (len(items),))
