@@ -44,12 +44,12 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     content = request.content
     try:
         first = await content.readany()
+        size = len(first)
+        if size > limit:
+            raise too_large(limit)
         if not first or content.at_eof():
-            if len(first) > limit:
-                raise too_large(limit)
             return first
         chunks = [first]
-        size = len(first)
         while chunk := await content.readany():
             size += len(chunk)
             if size > limit:
