@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from despina.config import ModelConfig, parameters_of
 from despina.inference import InferenceRequest, InferenceResponse
+from despina.placement import NeedsThread
 
 if TYPE_CHECKING:
     from despina.server import Server
@@ -93,6 +94,22 @@ class ModelInstance(abc.ABC):
         request itself through ``request.respond`` (decoupled models). Raising fails every
         request of the batch with the exception's text; the instance stays in service.
         """
+
+    @property
+    def runs_now(self) -> bool:
+        """True when :meth:`execute_now` would run the next batch on the event loop (a
+        cheap model whose calls run inline, see :mod:`despina.placement`). The default
+        scheduler then runs a request that finds the queue empty and this instance idle
+        at once, within ``submit``, instead of waking a worker for it."""
+        return False
+
+    def execute_now(
+        self, requests: Sequence[InferenceRequest]
+    ) -> Sequence[InferenceResponse] | None:
+        """:meth:`execute`, synchronously on the event loop; called only while
+        :attr:`runs_now` is true. Raise :class:`~despina.placement.NeedsThread` before
+        answering any request to have the batch scheduled as usual."""
+        raise NeedsThread
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release the instance (on unload and shutdown)."""

@@ -20,6 +20,7 @@ several instances that does not set it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import time
 from collections.abc import Callable
@@ -90,18 +91,26 @@ class CallPlacement:
         """Run every later call in the executor."""
         self.allowed = False
 
+    def call_inline(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on the loop, timed like any inline call (for a caller that saw
+        :attr:`inline`); its exceptions propagate, NeedsThread after inline calls were
+        forbidden (the caller runs the call again in the executor)."""
+        token = _inline.set(True)
+        start = time.perf_counter()
+        try:
+            return call(*args)
+        except NeedsThread:
+            self.forbid_inline()
+            raise
+        finally:
+            _inline.reset(token)
+            self._observe(time.perf_counter() - start, inline=True)
+
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         """``call(*args)``, inline or in the executor; its exceptions propagate."""
         if self.inline:
-            token = _inline.set(True)
-            start = time.perf_counter()
-            try:
-                return call(*args)
-            except NeedsThread:
-                self.forbid_inline()
-            finally:
-                _inline.reset(token)
-                self._observe(time.perf_counter() - start, inline=True)
+            with contextlib.suppress(NeedsThread):
+                return self.call_inline(call, *args)
         loop = asyncio.get_running_loop()
         result, seconds = await loop.run_in_executor(self.executor, _timed, call, args)
         self._observe(seconds, inline=False)

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from despina.inference import InferenceRequest as CoreRequest
+from despina.placement import FIRST_STREAK
 from tritonclient.utils import InferenceServerException
 
 from .helpers import infer, pair
@@ -194,3 +196,30 @@ def test_speed_parameters(
     index = {m["name"]: m for m in client.get_model_repository_index()}
     assert index["bad"]["state"] == "UNAVAILABLE"
     assert f"parameter {key} must be a number of microseconds >= 0" in index["bad"]["reason"]
+
+
+@pytest.mark.parametrize(("budget_us", "at_once"), [("1e6", True), ("0", False)])
+def test_an_idle_inline_model_answers_within_submit(
+    budget_us: str, at_once: bool, model_repository: Any, despina_server: Any
+) -> None:
+    """Once an in-process model's calls run inline, a request that finds the queue empty
+    and the instance idle executes within ``submit`` (no worker hand-off), and counts in
+    the statistics like any other; a model kept in its thread is answered by a worker."""
+    budget = (
+        f'parameters {{ key: "DESPINA_INLINE_EXECUTE_US" value {{ string_value: "{budget_us}" }} }}'
+    )
+    add(model_repository, "add_sub", ADD_SUB, ADD_SUB_IO, "in-process", budget)
+    running = despina_server(model_repository.root)
+
+    async def scenario() -> tuple[bool, Any]:
+        for _ in range(FIRST_STREAK):  # the streak after which calls move inline
+            await running.server.infer(CoreRequest("add_sub", pair()))
+        _, stream = running.server.submit(CoreRequest("add_sub", pair(5.0)))
+        answered = stream.done
+        return answered, await stream.last()
+
+    answered, response = running.call(scenario())
+    assert answered is at_once
+    np.testing.assert_array_equal(response.outputs["OUTPUT0"], [6, 3, 4, 5])
+    stats = running.server.models.get("add_sub").stats
+    assert stats.execution_count == stats.success.count == FIRST_STREAK + 1

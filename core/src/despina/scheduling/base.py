@@ -21,6 +21,7 @@ from despina.classification import classify_outputs
 from despina.config import ModelConfig
 from despina.errors import DespinaError, Internal, Unavailable
 from despina.inference import InferenceRequest, InferenceResponse
+from despina.placement import NeedsThread
 from despina.rate_limiter import Needs, RateLimiter
 from despina.response_cache import ResponseCache
 from despina.stats import ModelStats
@@ -147,21 +148,54 @@ async def run_batch(
     per request success (its inferences, queue and compute times) or failure. Backend
     errors fail the whole batch with the error's text.
     """
-    stats = model.stats
-    sizes = [batch_size_of(r, model.config) for r in requests]
-    batch = sum(sizes)
     start = time.monotonic_ns()
     try:
         responses = await instance.execute(requests)
-    except Exception as exc:
-        stats.record_execution(batch, 0, time.monotonic_ns() - start, 0)
-        if not isinstance(exc, DespinaError):
-            log.exception("model '%s' failed to execute", model.name)
-            exc = Internal(f"{type(exc).__name__}: {exc}")
-        _fail_all(model, requests, exc, "BACKEND")
+    except Exception as exc:  # noqa: BLE001 - any backend failure answers the batch
+        _answer_failed(model, requests, exc, start)
         return
+    _answer(model, requests, responses, start)
+
+
+def run_batch_now(
+    model: ScheduledModel, instance: ModelInstance, requests: Sequence[InferenceRequest]
+) -> bool:
+    """:func:`run_batch` through ``instance.execute_now``, synchronously; False, with
+    nothing answered, when the instance declined (NeedsThread)."""
+    start = time.monotonic_ns()
+    try:
+        responses = instance.execute_now(requests)
+    except NeedsThread:
+        return False
+    except Exception as exc:  # noqa: BLE001 - any backend failure answers the batch
+        _answer_failed(model, requests, exc, start)
+        return True
+    _answer(model, requests, responses, start)
+    return True
+
+
+def _answer_failed(
+    model: ScheduledModel, requests: Sequence[InferenceRequest], exc: Exception, start: int
+) -> None:
+    batch = sum(batch_size_of(r, model.config) for r in requests)
+    model.stats.record_execution(batch, 0, time.monotonic_ns() - start, 0)
+    if not isinstance(exc, DespinaError):
+        log.error("model '%s' failed to execute", model.name, exc_info=exc)
+        exc = Internal(f"{type(exc).__name__}: {exc}")
+    _fail_all(model, requests, exc, "BACKEND")
+
+
+def _answer(
+    model: ScheduledModel,
+    requests: Sequence[InferenceRequest],
+    responses: Sequence[InferenceResponse] | None,
+    start: int,
+) -> None:
+    """Deliver what an execution that began at ``start`` returned, with its statistics."""
     end = time.monotonic_ns()
-    stats.record_execution(batch, 0, end - start, 0)
+    stats = model.stats
+    sizes = [batch_size_of(r, model.config) for r in requests]
+    stats.record_execution(sum(sizes), 0, end - start, 0)
     if responses is None:
         for request, size in zip(requests, sizes, strict=True):
             _record_outcome(stats, request, size, start, end, failed=False)

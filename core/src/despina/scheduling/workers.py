@@ -10,7 +10,14 @@ from collections.abc import Sequence
 from despina.backend import ModelInstance
 from despina.errors import DespinaError
 from despina.inference import InferenceRequest, InferenceResponse
-from despina.scheduling.base import ScheduledModel, Scheduler, execute_on, reject, stopping_error
+from despina.scheduling.base import (
+    ScheduledModel,
+    Scheduler,
+    execute_on,
+    reject,
+    run_batch_now,
+    stopping_error,
+)
 from despina.scheduling.queue import RequestQueue
 
 
@@ -130,9 +137,30 @@ class OrderedExecution(ModelInstance):
 
 class DefaultScheduler(QueueScheduler):
     """Triton's default scheduler: each request executes alone, on the next free instance
-    (an idle one before one that is executing already)."""
+    (an idle one before one that is executing already).
+
+    A request that finds the queue empty and an instance idle whose calls run on the loop
+    (:attr:`~despina.backend.ModelInstance.runs_now`) executes within :meth:`submit`:
+    waking a worker for it would cost more than a small model's execution.
+    """
 
     name = "default"
+
+    def submit(self, request: InferenceRequest) -> None:
+        if not self.queue and self.model.limiter is None and not self._stopping:
+            for index, instance in enumerate(self.model.instances):
+                if not self._running[index] and instance.runs_now:
+                    if self._run_now(index, instance, request):
+                        return
+                    break
+        super().submit(request)
+
+    def _run_now(self, index: int, instance: ModelInstance, request: InferenceRequest) -> bool:
+        self._running[index] += 1
+        try:
+            return run_batch_now(self.model, instance, [request])
+        finally:
+            self._running[index] -= 1
 
     async def next_batch(self, index: int) -> list[InferenceRequest]:
         several = len(self.model.instances) > 1

@@ -179,12 +179,31 @@ class InProcessInstance(ModelInstance):
             raise responses.exception_failed(self.spec.name, exc) from None
         return responses.collect(self.spec.name, result, requests, shared.decoupled, _convert)
 
+    @property
+    def runs_now(self) -> bool:
+        return self.shared.placement.inline
+
+    def execute_now(self, requests: Sequence[CoreRequest]) -> Sequence[CoreResponse] | None:
+        shared = self.shared
+        pb_requests = shared.pb_requests(requests)
+        try:
+            result = shared.placement.call_inline(
+                shared._in_host, shared.model.execute, pb_requests
+            )
+        except Exception as exc:  # noqa: BLE001 - model code may raise anything
+            raise responses.exception_failed(self.spec.name, exc) from None
+        return responses.collect(self.spec.name, result, requests, shared.decoupled, _convert)
+
 
 class AsyncInProcessInstance(InProcessInstance):
     """An instance of a model whose ``execute`` is ``async def``: runs on the server's
     loop, many requests at once."""
 
     max_in_flight = CONCURRENT_EXECUTIONS
+
+    @property
+    def runs_now(self) -> bool:
+        return False
 
     async def execute(self, requests: Sequence[CoreRequest]) -> Sequence[CoreResponse] | None:
         shared = self.shared
