@@ -24,7 +24,7 @@ from despina.backend import ModelInstance
 from despina.batching import batch_sizes, concat_inputs, select_outputs, split_outputs
 from despina.errors import DespinaError
 from despina.inference import InferenceRequest, InferenceResponse
-from despina.placement import CallPlacement
+from despina.placement import CallPlacement, NeedsThread
 from despina.ragged import RaggedBatch
 
 
@@ -63,14 +63,39 @@ class ThreadedInstance(ModelInstance):
         """One response per request; unbatched models run their requests one by one."""
         if len(requests) > 1 and not self.batched:
             return [r for request in requests for r in await self.execute([request])]
-        ragged = self.ragged
-        inputs = ragged.join(requests) if ragged is not None else concat_inputs(requests)
+        inputs = self._join(requests)
         try:
             outputs = await self.placement.run(self.run, inputs, self.wanted(requests))
         except DespinaError as error:
             if len(requests) > 1:
                 return [r for request in requests for r in await self.execute([request])]
             return [InferenceResponse(error=error)]
+        return self._responses(outputs, requests)
+
+    @property
+    def runs_now(self) -> bool:
+        return self.placement.inline
+
+    def execute_now(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        """One request (what the default scheduler runs at once), inline on the loop."""
+        if len(requests) != 1:
+            raise NeedsThread
+        inputs = self._join(requests)
+        try:
+            outputs = self.placement.call_inline(self.run, inputs, self.wanted(requests))
+        except DespinaError as error:
+            return [InferenceResponse(error=error)]
+        return self._responses(outputs, requests)
+
+    def _join(self, requests: Sequence[InferenceRequest]) -> dict[str, np.ndarray]:
+        ragged = self.ragged
+        return ragged.join(requests) if ragged is not None else concat_inputs(requests)
+
+    def _responses(
+        self, outputs: dict[str, np.ndarray], requests: Sequence[InferenceRequest]
+    ) -> list[InferenceResponse]:
+        """The framework's outputs for a batch, split back per request."""
+        ragged = self.ragged
         if ragged is not None:
             parts = ragged.split(outputs, requests)
         elif self.batched:

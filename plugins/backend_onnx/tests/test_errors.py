@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from despina.inference import InferenceRequest, InferenceResponse
+from despina.placement import FIRST_STREAK
 from despina.testing import RepositoryBuilder, RunningServer
 from tritonclient.utils import InferenceServerException
 
@@ -129,3 +131,36 @@ def test_bytes_that_are_not_utf8_are_rejected(
         client.infer("text", {"IN_BYTES": bad})
     ok = np.array([[b"fine"]], dtype=object)
     assert client.infer("text", {"IN_BYTES": ok})["OUT_BYTES"].tolist() == [[b"fine"]]
+
+
+def test_failures_of_a_model_running_inline_answer_within_submit(
+    model_repository: RepositoryBuilder, despina_server: Start, onnx_models
+) -> None:
+    """A cheap model whose calls moved inline runs a request that finds it idle within
+    ``submit``; onnxruntime's error for bad data is that request's answer, and the
+    next request is served."""
+    text = """backend: "onnxruntime"
+input [ { name: "DATA" data_type: TYPE_FP32 dims: [ -1, 4 ] },
+        { name: "INDEX" data_type: TYPE_INT64 dims: [ -1, 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1, 2 ] } ]
+parameters { key: "DESPINA_INLINE_EXECUTE_US" value { string_value: "1e6" } }
+"""
+    model_repository.add("gather", text, {"1/model.onnx": onnx_models["gather"]()})
+    running = despina_server(model_repository.root, [*KEEP_GOING, "--disable-auto-complete-config"])
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+    good = {"DATA": data, "INDEX": np.array([[0, 3], [1, 2]], np.int64)}
+    bad = {"DATA": data, "INDEX": np.array([[0, 9], [1, 2]], np.int64)}
+
+    async def scenario() -> list[tuple[bool, InferenceResponse | None]]:
+        for _ in range(FIRST_STREAK):  # the streak after which calls move inline
+            await running.server.infer(InferenceRequest("gather", dict(good)))
+        answers = []
+        for inputs in (bad, good):
+            _, stream = running.server.submit(InferenceRequest("gather", dict(inputs)))
+            answers.append((stream.done, await stream.last()))
+        return answers
+
+    (bad_at_once, failed), (good_at_once, served) = running.call(scenario())
+    assert bad_at_once and good_at_once
+    assert failed is not None and "Out of range value in index tensor" in str(failed.error)
+    assert served is not None and served.outputs["OUT"].tolist() == [[0.0, 3.0], [5.0, 6.0]]
