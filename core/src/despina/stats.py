@@ -67,10 +67,13 @@ class ModelStats:
         """One ``execute`` call of ``batch_size`` inferences in all: the execution count and
         the batch statistics (as Triton's Python backend, also for one that failed)."""
         self.execution_count += 1
-        batch = self.batches[batch_size]
-        batch.compute_input.add(input_ns)
-        batch.compute_infer.add(infer_ns)
-        batch.compute_output.add(output_ns)
+        batch = self.batches[batch_size]  # the adds written out: this runs per execution
+        batch.compute_input.count += 1
+        batch.compute_input.ns += input_ns
+        batch.compute_infer.count += 1
+        batch.compute_infer.ns += infer_ns
+        batch.compute_output.count += 1
+        batch.compute_output.ns += output_ns
 
     def record_success(
         self,
@@ -82,14 +85,19 @@ class ModelStats:
         """A request answered successfully, ``total_ns`` after it arrived. An executed one
         (``batch_size`` > 0) adds its inferences and its execution's (input, infer,
         output) durations, as Triton counts per request; a cache hit adds neither."""
-        self.success.add(total_ns)
-        self.queue.add(queue_ns)
+        self.success.count += 1  # the adds written out: this runs per request
+        self.success.ns += total_ns
+        self.queue.count += 1
+        self.queue.ns += queue_ns
         self.last_inference_ms = time.time_ns() // 1_000_000
         if batch_size:
             self.inference_count += batch_size
-            self.compute_input.add(compute_ns[0])
-            self.compute_infer.add(compute_ns[1])
-            self.compute_output.add(compute_ns[2])
+            self.compute_input.count += 1
+            self.compute_input.ns += compute_ns[0]
+            self.compute_infer.count += 1
+            self.compute_infer.ns += compute_ns[1]
+            self.compute_output.count += 1
+            self.compute_output.ns += compute_ns[2]
 
     def record_failure(self, total_ns: int, reason: str) -> None:
         """A request that failed; ``reason`` is one of FAILURE_REASONS."""

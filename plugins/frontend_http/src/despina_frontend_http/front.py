@@ -51,6 +51,7 @@ MAX_WAITING = 16
 MAX_HEAD_BYTES = 1 << 20
 #: Seconds a refused connection reads and drops what its client still sends.
 LINGER_S = 5.0
+_HEAD_TOO_LARGE = "request line and headers over 1 MiB"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 #: Request targets already parsed by :func:`infer_target` (clients repeat one or a few).
@@ -178,8 +179,11 @@ class FrontConnection(asyncio.Protocol):
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.current.raw_headers.append((name, value))
-        self._count_head(len(name) + len(value))
+        current = self.current
+        current.raw_headers.append((name, value))
+        current.head_bytes += len(name) + len(value)
+        if current.head_bytes > MAX_HEAD_BYTES:
+            raise httptools.HttpParserError(_HEAD_TOO_LARGE)
 
     def on_headers_complete(self) -> None:
         incoming = self.current
@@ -338,7 +342,7 @@ class FrontConnection(asyncio.Protocol):
     def _count_head(self, size: int) -> None:
         self.current.head_bytes += size
         if self.current.head_bytes > MAX_HEAD_BYTES:
-            raise httptools.HttpParserError("request line and headers over 1 MiB")
+            raise httptools.HttpParserError(_HEAD_TOO_LARGE)
 
     def _ignore_upgrade(self, rest: bytes) -> None:
         """Only HTTP/1.1 is spoken here: a request offering an upgrade (curl's h2c) was

@@ -207,7 +207,7 @@ class InferenceRequest:
 
     def get_input_tensor_by_name(self, name: str) -> Tensor | None:
         for tensor in self._inputs:
-            if tensor.name() == name:
+            if tensor._name == name:  # the attribute, not name(): runs for every input read
                 return tensor
         return None
 
