@@ -109,6 +109,20 @@ class ResponseStream:
         while (item := await self._next()) is not None:
             yield item
 
+    @property
+    def ended(self) -> bool:
+        """True once the final flag reached the loop: :meth:`last_now` may be called."""
+        return self._ended
+
+    def last_now(self) -> InferenceResponse | None:
+        """:meth:`last` of an :attr:`ended` stream, without waiting."""
+        if not self._ended:
+            raise RuntimeError("last_now() before the stream ended")
+        last = None
+        while self._items:
+            last = self._items.popleft()
+        return last
+
     async def last(self) -> InferenceResponse | None:
         """Wait for the end of the stream; return its last response (None if none)."""
         last = None

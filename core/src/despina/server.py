@@ -260,7 +260,11 @@ class Server:
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run a request on a non-decoupled model; return its response or raise its error."""
         model, stream = self.submit(request, streaming=False)
-        response = await stream.last()
+        return self.outcome(model, await stream.last())
+
+    def outcome(self, model: ModelVersion, response: InferenceResponse | None) -> InferenceResponse:
+        """The last response of a request submitted to ``model`` (not decoupled): returned,
+        named after the model, or its error raised."""
         if response is None:
             raise Internal(f"model '{model.name}' sent no response")
         if response.error is not None:

@@ -22,9 +22,12 @@ LOOPBACK = ("--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-a
 
 
 def build_repository(repo: RepositoryBuilder) -> None:
-    """add_sub (FP32 [-1]), one echo model per datatype, a batching and a labelled model."""
+    """add_sub (FP32 [-1]; add_sub_now the same, run within submit), one echo model per
+    datatype, a batching and a labelled model."""
     marker = {"1/model.httptest": ""}
     repo.add("add_sub", http_test_backend.config(mode="add_sub"), marker)
+    now = 'parameters { key: "now" value { string_value: "true" } }'
+    repo.add("add_sub_now", http_test_backend.config(mode="add_sub", extra=now), marker)
     for datatype in DATATYPES:
         repo.add(f"echo_{datatype.lower()}", http_test_backend.config(datatype, "-1, -1"), marker)
     repo.add(

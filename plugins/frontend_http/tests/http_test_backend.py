@@ -2,6 +2,7 @@
 
 Model parameter ``mode``: ``echo`` (default) answers ``OUTPUTn = INPUTn`` for every input,
 ``add_sub`` answers ``OUTPUT0 = INPUT0 + INPUT1`` and ``OUTPUT1 = INPUT0 - INPUT1``.
+Parameter ``now: "true"`` makes the instance run requests at once (``runs_now``).
 Request parameters whose names start with ``echo`` or ``x-`` come back as response
 parameters, so tests can see what reached the model.
 """
@@ -16,10 +17,18 @@ from despina.inference import InferenceRequest, InferenceResponse
 
 
 class HttpTestInstance(ModelInstance):
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, now: bool) -> None:
         self.mode = mode
+        self.now = now
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        return [self._one(r) for r in requests]
+
+    @property
+    def runs_now(self) -> bool:
+        return self.now
+
+    def execute_now(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
         return [self._one(r) for r in requests]
 
     def _one(self, request: InferenceRequest) -> InferenceResponse:
@@ -38,7 +47,8 @@ class HttpTestBackend(Backend):
     default_model_filename = "model.httptest"
 
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
-        return HttpTestInstance(self.context.parameters.get("mode", "echo"))
+        parameters = self.context.parameters
+        return HttpTestInstance(parameters.get("mode", "echo"), parameters.get("now") == "true")
 
 
 @hookimpl

@@ -193,6 +193,41 @@ def test_pipelined_requests_are_answered_in_order(
     assert_add_sub(conn.reply(), [5], [5])
 
 
+@FRONT_ONLY
+def test_requests_answered_at_once_keep_their_order(
+    serve: Callable[..., RunningServer], connect: Any
+) -> None:
+    """A model that runs requests within submit is answered inside the parser's callback:
+    pipelined requests around it, errors, upgrade offers and HTTP/1.0 keep their order and
+    framing."""
+    now = "/v2/models/add_sub_now/infer"
+    conn = connect(serve())
+    offer = {
+        "Connection": "Upgrade, HTTP2-Settings",
+        "Upgrade": "h2c",
+        "HTTP2-Settings": "AAMAAABk",
+    }
+    conn.send(infer([5], [6], now, **offer))  # on an idle connection
+    assert_add_sub(conn.reply(), [5], [6])
+    conn.send(
+        infer([1], [2], now)
+        + infer([3], [4])  # add_sub: answered by a worker, in turn
+        + request("POST", now, b"{not json")
+        + request("GET", "/v2/health/ready")
+        + infer([7], [8], now)
+    )
+    assert_add_sub(conn.reply(), [1], [2])
+    assert_add_sub(conn.reply(), [3], [4])
+    error = conn.reply()
+    assert error.status == 400 and "failed to parse the request JSON" in error.json()["error"]
+    assert conn.reply().status == 200
+    assert_add_sub(conn.reply(), [7], [8])
+    old = connect(serve())
+    old.send(request("POST", now, add_sub_json([1], [1]), version="1.0"))
+    assert_add_sub(old.reply(), [1], [1])
+    assert old.closed()
+
+
 @FRONT_ONLY  # aiohttp alone reads nothing more after a bodiless request offering an upgrade
 def test_upgrade_offers_are_ignored(serve: Callable[..., RunningServer], connect: Any) -> None:
     """curl --http2 offers h2c on every request: it is answered as HTTP/1.1, body included,

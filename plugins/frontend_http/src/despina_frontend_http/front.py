@@ -9,7 +9,10 @@ re-framed with a ``Content-Length``, to the aiohttp application listening on a U
 inside the same process, and its response is relayed byte for byte. So every endpoint
 keeps one implementation, and the hot one skips aiohttp.
 
-A connection's requests are answered in order (pipelining works); reading pauses while
+An inference request with nothing ahead of it on its connection is submitted from the
+parser's callback; when its model ran it within ``submit`` (a cheap model, see
+:class:`~despina.scheduling.workers.DefaultScheduler`) it is answered there too, without a
+task. A connection's requests are answered in order (pipelining works); reading pauses while
 requests wait; a relayed response is read from aiohttp only as fast as the client takes it.
 Bodies are bounded by ``--http-max-input-size`` as they arrive (413).
 A client that disconnects cancels its running inference at once. A request refused before
@@ -39,7 +42,15 @@ from aiohttp import web
 from despina_frontend_http.body import too_large
 from despina_frontend_http.context import Context
 from despina_frontend_http.responses import failure
-from despina_frontend_http.routes_infer import forwarded_headers, response_parts, run_infer
+from despina_frontend_http.routes_infer import (
+    Started,
+    encode_outcome,
+    finish_infer,
+    forwarded_headers,
+    plain_parts,
+    response_parts,
+    start_infer,
+)
 
 log = logging.getLogger("despina.http")
 
@@ -217,10 +228,16 @@ class FrontConnection(asyncio.Protocol):
             incoming.body.append(body)
 
     def on_message_complete(self) -> None:
-        self.current.early_due = False  # its body came: answered in turn
+        incoming = self.current
+        incoming.early_due = False  # its body came: answered in turn
         if self.closed:
             return
-        self.waiting.append(self.current)
+        if self.task is None and not self.waiting and self.writable is None:
+            target = self._at_once_target(incoming)
+            if target is not None:
+                self._infer_at_once(incoming, *target)
+                return
+        self.waiting.append(incoming)
         if len(self.waiting) >= MAX_WAITING and self.transport is not None:
             self.transport.pause_reading()
             self.reading_paused = True
@@ -229,15 +246,24 @@ class FrontConnection(asyncio.Protocol):
 
     # --- answering
 
-    async def _answer_waiting(self) -> None:
+    async def _answer_waiting(self, started: tuple[Incoming, Started] | None = None) -> None:
+        """Answer ``started`` (submitted already), then the waiting requests in order."""
         try:
-            while self.waiting and not self.closed:
-                incoming = self.waiting.popleft()
-                if self.reading_paused and len(self.waiting) < MAX_WAITING // 2:
-                    assert self.transport is not None
-                    self.transport.resume_reading()
-                    self.reading_paused = False
-                keep_alive = await self._answer(incoming)
+            while not self.closed:
+                if started is not None:
+                    incoming = started[0]
+                    await self._finish_infer(*started)
+                    keep_alive = incoming.keep_alive
+                    started = None
+                elif self.waiting:
+                    incoming = self.waiting.popleft()
+                    if self.reading_paused and len(self.waiting) < MAX_WAITING // 2:
+                        assert self.transport is not None
+                        self.transport.resume_reading()
+                        self.reading_paused = False
+                    keep_alive = await self._answer(incoming)
+                else:
+                    break
                 if self.writable is not None:
                     await self.writable.wait()
                 if self.closed:
@@ -274,13 +300,50 @@ class FrontConnection(asyncio.Protocol):
         await self._infer(incoming, *target)
         return incoming.keep_alive
 
+    def _at_once_target(self, incoming: Incoming) -> tuple[str, str] | None:
+        """(model, version) of a request :meth:`_infer_at_once` takes: an inference
+        request needing no compression either way."""
+        if incoming.refusal is not None or incoming.over_limit or incoming.method != b"POST":
+            return None
+        if self.parser.should_upgrade():  # parsed again without the offer: _ignore_upgrade
+            return None
+        headers = incoming.headers
+        if "content-encoding" in headers or "accept-encoding" in headers:
+            return None
+        return infer_target(incoming.url)
+
+    def _infer_at_once(self, incoming: Incoming, name: str, version: str) -> None:
+        """Answer within this callback when the model ran the request within ``submit``
+        (no task for it); otherwise a task waits for the answer, then serves the requests
+        that came meanwhile."""
+        started = self._start_infer(incoming, name, version)
+        if started is not None and not started[2].ended:
+            task = self._answer_waiting((incoming, started))
+            self.task = asyncio.get_running_loop().create_task(task)
+            return
+        if started is not None:
+            try:
+                header, blobs = encode_outcome(self.ctx, started, started[2].last_now())
+            except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
+                self._write_error(incoming, *failure(exc, "infer"))
+            else:
+                self._write_response(incoming, 200, *plain_parts(header, blobs))
+        if not incoming.keep_alive or self.draining:
+            self._close()
+
     async def _infer(self, incoming: Incoming, name: str, version: str) -> None:
+        started = self._start_infer(incoming, name, version)
+        if started is not None:
+            await self._finish_infer(incoming, started)
+
+    def _start_infer(self, incoming: Incoming, name: str, version: str) -> Started | None:
+        """Submit the request; None once its error is written."""
         ctx = self.ctx
         headers = incoming.headers
         try:
             if ctx.restrictions.rules:
                 ctx.restrictions.check("inference", headers)
-            header, blobs = await run_infer(
+            return start_infer(
                 ctx,
                 name,
                 version,
@@ -288,8 +351,16 @@ class FrontConnection(asyncio.Protocol):
                 headers.get("inference-header-content-length"),
                 forwarded_headers(ctx, headers),
             )
+        except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
+            self._write_error(incoming, *failure(exc, "infer"))
+            return None
+
+    async def _finish_infer(self, incoming: Incoming, started: Started) -> None:
+        ctx = self.ctx
+        try:
+            header, blobs = await finish_infer(ctx, started)
             response_headers, parts = await response_parts(
-                header, blobs, headers.get("accept-encoding"), ctx.executor
+                header, blobs, incoming.headers.get("accept-encoding"), ctx.executor
             )
         except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
             self._write_error(incoming, *failure(exc, "infer"))

@@ -13,7 +13,8 @@ from typing import Any
 
 from aiohttp import web
 from despina.errors import Unsupported
-from despina.inference import InferenceRequest
+from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
+from despina.loader import ModelVersion
 
 from despina_frontend_http.body import accepted_encoding, compress, read_body
 from despina_frontend_http.context import Context, Route, versioned
@@ -53,6 +54,62 @@ class DisconnectWatch:
         self.handle.cancel()
 
 
+#: A submitted inference: the request, its model and the stream its answer comes on.
+Started = tuple[InferenceRequest, ModelVersion, ResponseStream]
+
+
+def start_infer(
+    ctx: Context,
+    name: str,
+    version: str,
+    body: bytes | memoryview,
+    header_length: str | None,
+    forwarded: Mapping[str, str] | None,
+) -> Started:
+    """Decode and submit a request (a cheap model may have answered it already: its
+    stream has then :attr:`~despina.inference.ResponseStream.ended`). Raises DespinaError
+    with Triton's status and text for a request that cannot run."""
+    server = ctx.server
+    model = server.models.get(name, version)  # unknown model/version: before the body
+    if model.decoupled:
+        raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
+    request = decode_request(body, header_length, name, version, server.shared_memory)
+    if forwarded:
+        for key, value in forwarded.items():
+            request.parameters.setdefault(key, value)
+    model, stream = server.submit(request, streaming=False)
+    return request, model, stream
+
+
+def encode_outcome(
+    ctx: Context, started: Started, response: InferenceResponse | None
+) -> tuple[bytes, list[Any]]:
+    """The JSON header and binary buffers answering a started request with its last
+    response; raises its error."""
+    request, model, _ = started
+    server = ctx.server
+    return encode_response(request, server.outcome(model, response), server.shared_memory)
+
+
+async def finish_infer(
+    ctx: Context, started: Started, alive: Callable[[], bool] | None = None
+) -> tuple[bytes, list[Any]]:
+    """Wait for a started request's answer and encode it. ``alive`` tells whether the
+    client is still connected: once it is not, or if this coroutine is cancelled, the
+    request is cancelled (dropped from the queue, flagged for a running backend)."""
+    request, _, stream = started
+    watch = DisconnectWatch(request, alive) if alive is not None else None
+    try:
+        response = await stream.last()
+    except asyncio.CancelledError:
+        request.cancel()
+        raise
+    finally:
+        if watch is not None:
+            watch.close()
+    return encode_outcome(ctx, started, response)
+
+
 async def run_infer(
     ctx: Context,
     name: str,
@@ -62,31 +119,10 @@ async def run_infer(
     forwarded: Mapping[str, str] | None,
     alive: Callable[[], bool] | None = None,
 ) -> tuple[bytes, list[Any]]:
-    """Decode, infer, encode: the JSON header and the binary buffers after it.
-
-    ``alive`` tells whether the client is still connected: once it is not, or if this
-    coroutine is cancelled, the request is cancelled (dropped from the queue, flagged for
-    a running backend). Raises DespinaError with Triton's status and text for anything
-    that fails.
-    """
-    server = ctx.server
-    model = server.models.get(name, version)  # unknown model/version: before the body
-    if model.decoupled:
-        raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
-    request = decode_request(body, header_length, name, version, server.shared_memory)
-    if forwarded:
-        for key, value in forwarded.items():
-            request.parameters.setdefault(key, value)
-    watch = DisconnectWatch(request, alive) if alive is not None else None
-    try:
-        response = await server.infer(request)
-    except asyncio.CancelledError:
-        request.cancel()
-        raise
-    finally:
-        if watch is not None:
-            watch.close()
-    return encode_response(request, response, server.shared_memory)
+    """Decode, infer, encode: the JSON header and the binary buffers after it (see
+    :func:`start_infer` and :func:`finish_infer`)."""
+    started = start_infer(ctx, name, version, body, header_length, forwarded)
+    return await finish_infer(ctx, started, alive)
 
 
 def forwarded_headers(ctx: Context, headers: Mapping[str, str]) -> dict[str, str] | None:
@@ -96,11 +132,8 @@ def forwarded_headers(ctx: Context, headers: Mapping[str, str]) -> dict[str, str
     return {k.lower(): v for k, v in headers.items() if ctx.forward.search(k)}
 
 
-async def response_parts(
-    header: bytes, blobs: Sequence[Any], accept_encoding: str | None, executor: Executor
-) -> tuple[dict[str, str], list[Any]]:
-    """The headers and body parts of an inference response: JSON alone, or the JSON
-    header and binary buffers; one compressed part when the client accepts gzip/deflate."""
+def plain_parts(header: bytes, blobs: Sequence[Any]) -> tuple[dict[str, str], list[Any]]:
+    """The headers and body parts of an uncompressed inference response."""
     if blobs:
         headers = {
             "Content-Type": "application/octet-stream",
@@ -108,7 +141,15 @@ async def response_parts(
         }
     else:
         headers = dict(JSON_HEADERS)
-    parts = [header, *blobs]
+    return headers, [header, *blobs]
+
+
+async def response_parts(
+    header: bytes, blobs: Sequence[Any], accept_encoding: str | None, executor: Executor
+) -> tuple[dict[str, str], list[Any]]:
+    """The headers and body parts of an inference response: JSON alone, or the JSON
+    header and binary buffers; one compressed part when the client accepts gzip/deflate."""
+    headers, parts = plain_parts(header, blobs)
     encoding = accepted_encoding(accept_encoding)
     if encoding is not None:
         headers["Content-Encoding"] = encoding
