@@ -2,11 +2,15 @@
 
 Handing a call to a thread and its result back to the loop costs two thread wake-ups
 (50-100 µs on a small VM, more under load), often more than a small model's whole
-``execute``. :class:`CallPlacement` runs calls in its executor until it has seen
-``streak`` calls in a row finish within the budget, then runs the next ones inline on
-the loop, timing each; an inline call over budget sends calls back to the thread and
-doubles the streak needed before the next try. So a heavy model (or one that releases
-the GIL for long) stays in its threads, and a cheap one stops paying the hand-off.
+``execute``. :class:`CallPlacement` times every call and keeps a running share of the
+calls over budget. It runs calls in its executor until ``needed`` calls have been seen
+there with that share low, then runs the next ones inline on the loop; once the share
+passes :data:`LEAVE_SHARE` (a few slow calls in a row) calls go back to the thread and
+``needed`` doubles before the next try. A lone late call does not count as a slow model:
+on a busy host the loop's own thread is preempted or collects garbage now and then, and
+a call timed across that would otherwise send a cheap model to its thread for good. So a
+heavy model (or one that releases the GIL for long) stays in its threads, and a cheap
+one stops paying the hand-off.
 
 A call that must not run on the loop (it would wait for the loop, e.g. a Python BLS
 ``exec()``) raises :class:`NeedsThread` when :func:`running_inline` is true: the call is
@@ -34,9 +38,14 @@ T = TypeVar("T")
 #: The model config parameter holding the inline budget in microseconds.
 BUDGET_KEY = "DESPINA_INLINE_EXECUTE_US"
 DEFAULT_BUDGET_US = 1000.0
-#: Calls in a row within budget, in the thread, before the first inline call.
+#: Calls seen in the thread before the first inline call.
 FIRST_STREAK = 16
 MAX_STREAK = 1 << 20
+#: Weight of the latest call in the running share of calls over budget.
+SHARE_WEIGHT = 1 / 16
+#: Share of calls over budget above which calls go back to the thread (three slow calls
+#: in a row from none) and at or above which they do not go inline.
+LEAVE_SHARE = 0.15
 
 _inline: contextvars.ContextVar[bool] = contextvars.ContextVar("despina_inline", default=False)
 
@@ -79,17 +88,17 @@ class CallPlacement:
         self.executor = executor
         self.budget_s = budget_s
         self.allowed = budget_s > 0
+        #: Whether the next call runs inline on the loop.
+        self.inline = False
+        #: Calls seen in the executor since calls last went there.
         self.streak = 0
         self.needed = FIRST_STREAK
-
-    @property
-    def inline(self) -> bool:
-        """Whether the next call runs inline on the loop."""
-        return self.allowed and self.streak >= self.needed
+        #: Running share of calls over budget (each call weighs :data:`SHARE_WEIGHT`).
+        self.over_share = 0.0
 
     def forbid_inline(self) -> None:
         """Run every later call in the executor."""
-        self.allowed = False
+        self.allowed = self.inline = False
 
     def call_inline(self, call: Callable[..., T], *args: Any) -> T:
         """``call(*args)`` on the loop, timed like any inline call (for a caller that saw
@@ -117,9 +126,16 @@ class CallPlacement:
         return result
 
     def _observe(self, seconds: float, inline: bool) -> None:
-        if seconds <= self.budget_s:
-            self.streak += 1
-            return
+        share = self.over_share * (1 - SHARE_WEIGHT)
+        if seconds > self.budget_s:
+            share += SHARE_WEIGHT
+        self.over_share = share
         if inline:
-            self.needed = min(self.needed * 2, MAX_STREAK)
-        self.streak = 0
+            if share > LEAVE_SHARE:
+                self.inline = False
+                self.streak = 0
+                self.needed = min(self.needed * 2, MAX_STREAK)
+            return
+        self.streak += 1
+        if self.streak >= self.needed and share < LEAVE_SHARE:
+            self.inline = self.allowed

@@ -317,13 +317,13 @@ class FrontConnection(asyncio.Protocol):
         (no task for it); otherwise a task waits for the answer, then serves the requests
         that came meanwhile."""
         started = self._start_infer(incoming, name, version)
-        if started is not None and not started[2].ended:
+        if started is not None and not started.stream.ended:
             task = self._answer_waiting((incoming, started))
             self.task = asyncio.get_running_loop().create_task(task)
             return
         if started is not None:
             try:
-                header, blobs = encode_outcome(self.ctx, started, started[2].last_now())
+                header, blobs = encode_outcome(self.ctx, started, started.stream.last_now())
             except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
                 self._write_error(incoming, *failure(exc, "infer"))
             else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 from despina.errors import Unsupported
@@ -54,8 +54,12 @@ class DisconnectWatch:
         self.handle.cancel()
 
 
-#: A submitted inference: the request, its model and the stream its answer comes on.
-Started = tuple[InferenceRequest, ModelVersion, ResponseStream]
+class Started(NamedTuple):
+    """A submitted inference: the request, its model and the stream its answer comes on."""
+
+    request: InferenceRequest
+    model: ModelVersion
+    stream: ResponseStream
 
 
 def start_infer(
@@ -78,7 +82,7 @@ def start_infer(
         for key, value in forwarded.items():
             request.parameters.setdefault(key, value)
     model, stream = server.submit(request, streaming=False)
-    return request, model, stream
+    return Started(request, model, stream)
 
 
 def encode_outcome(
