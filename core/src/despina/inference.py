@@ -13,7 +13,7 @@ import enum
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,11 +56,12 @@ class ResponseStream:
     """Carries a request's responses back to its submitter, across threads if needed.
 
     ``send`` may be called from any thread; reading happens on the event loop that created
-    the stream, by ``async for`` or, for one response, :meth:`last`. After a response with
-    ``final=True`` the stream ends.
+    the stream, by ``async for``, for one response by :meth:`last`, or without waiting by
+    :meth:`last_now` once :attr:`ended` or from an :meth:`on_end` callback. After a
+    response with ``final=True`` the stream ends.
     """
 
-    __slots__ = ("_done", "_ended", "_items", "_lock", "_loop", "_waiter")
+    __slots__ = ("_done", "_ended", "_items", "_lock", "_loop", "_on_end", "_waiter")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop or asyncio.get_running_loop()
@@ -69,6 +70,7 @@ class ResponseStream:
         self._done = False  # a final response was sent (any thread)
         self._ended = False  # the final flag reached the loop
         self._lock = threading.Lock()
+        self._on_end: Callable[[], None] | None = None
 
     @property
     def done(self) -> bool:
@@ -88,6 +90,12 @@ class ResponseStream:
         else:
             self._loop.call_soon_threadsafe(self._put, response, final)
 
+    def on_end(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the loop when the final flag reaches it (for a reader that
+        does not wait: it reads with :meth:`last_now`); register it on the loop, before
+        :attr:`ended`. An exception it raises goes to the loop's exception handler."""
+        self._on_end = callback
+
     def _put(self, item: InferenceResponse | None, final: bool) -> None:
         if item is not None:
             self._items.append(item)
@@ -95,6 +103,15 @@ class ResponseStream:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        callback = self._on_end
+        if final and callback is not None:
+            self._on_end = None
+            try:
+                callback()
+            except Exception as exc:  # noqa: BLE001 - never the sender's failure
+                self._loop.call_exception_handler(
+                    {"message": "a response stream's end callback failed", "exception": exc}
+                )
 
     async def _next(self) -> InferenceResponse | None:
         """The next response, or None once the stream ended."""

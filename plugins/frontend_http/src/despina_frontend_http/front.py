@@ -11,8 +11,9 @@ keeps one implementation, and the hot one skips aiohttp.
 
 An inference request with nothing ahead of it on its connection is submitted from the
 parser's callback; when its model ran it within ``submit`` (a cheap model, see
-:class:`~despina.scheduling.workers.DefaultScheduler`) it is answered there too, without a
-task. A connection's requests are answered in order (pipelining works); reading pauses while
+:class:`~despina.scheduling.workers.DefaultScheduler`) it is answered there too, else from
+its response stream's end callback (:class:`AnswerDue`): no task either way. A task
+answers the requests that came meanwhile. A connection's requests are answered in order (pipelining works); reading pauses while
 requests wait; a relayed response is read from aiohttp only as fast as the client takes it.
 Bodies are bounded by ``--http-max-input-size`` as they arrive (413).
 A client that disconnects cancels its running inference at once. A request refused before
@@ -122,6 +123,21 @@ class Incoming:
         self.refusal: str | None = None
 
 
+class AnswerDue:
+    """An inference answered from its stream's end callback. It holds the connection's
+    turn meanwhile (:attr:`FrontConnection.task`), so the requests after it wait."""
+
+    __slots__ = ("incoming", "started")
+
+    def __init__(self, incoming: Incoming, started: Started) -> None:
+        self.incoming = incoming
+        self.started = started
+
+    def cancel(self) -> None:
+        """The client went away: cancel the inference (its answer is then dropped)."""
+        self.started.request.cancel()
+
+
 class FrontConnection(asyncio.Protocol):
     """One client connection."""
 
@@ -132,7 +148,8 @@ class FrontConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.current = Incoming()
         self.waiting: collections.deque[Incoming] = collections.deque()
-        self.task: asyncio.Task[None] | None = None
+        #: What answers this connection's requests now, if anything.
+        self.task: asyncio.Task[None] | AnswerDue | None = None
         self.link: AppLink | None = None
         self.reading_paused = False
         self.writable: asyncio.Event | None = None
@@ -246,26 +263,19 @@ class FrontConnection(asyncio.Protocol):
 
     # --- answering
 
-    async def _answer_waiting(self, started: tuple[Incoming, Started] | None = None) -> None:
-        """Answer ``started`` (submitted already), then the waiting requests in order."""
+    async def _answer_waiting(self) -> None:
+        """Answer the waiting requests in order."""
         try:
-            while not self.closed:
-                if started is not None:
-                    incoming = started[0]
-                    await self._finish_infer(*started)
-                    keep_alive = incoming.keep_alive
-                    started = None
-                elif self.waiting:
-                    incoming = self.waiting.popleft()
-                    if self.reading_paused and len(self.waiting) < MAX_WAITING // 2:
-                        assert self.transport is not None
-                        self.transport.resume_reading()
-                        self.reading_paused = False
-                    keep_alive = await self._answer(incoming)
-                else:
-                    break
-                if self.writable is not None:
+            while not self.closed and self.waiting:
+                if self.writable is not None:  # the client reads slower than it sends
                     await self.writable.wait()
+                    continue
+                incoming = self.waiting.popleft()
+                if self.reading_paused and len(self.waiting) < MAX_WAITING // 2:
+                    assert self.transport is not None
+                    self.transport.resume_reading()
+                    self.reading_paused = False
+                keep_alive = await self._answer(incoming)
                 if self.closed:
                     return
                 if not keep_alive or self.draining:
@@ -313,23 +323,39 @@ class FrontConnection(asyncio.Protocol):
         return infer_target(incoming.url)
 
     def _infer_at_once(self, incoming: Incoming, name: str, version: str) -> None:
-        """Answer within this callback when the model ran the request within ``submit``
-        (no task for it); otherwise a task waits for the answer, then serves the requests
-        that came meanwhile."""
+        """Answer within this callback when the model ran the request within ``submit``,
+        otherwise when its stream ends (:meth:`_answer_due`)."""
         started = self._start_infer(incoming, name, version)
         if started is not None and not started.stream.ended:
-            task = self._answer_waiting((incoming, started))
-            self.task = asyncio.get_running_loop().create_task(task)
+            due = self.task = AnswerDue(incoming, started)
+            started.stream.on_end(lambda: self._answer_due(due))
             return
         if started is not None:
-            try:
-                header, blobs = encode_outcome(self.ctx, started, started.stream.last_now())
-            except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
-                self._write_error(incoming, *failure(exc, "infer"))
-            else:
-                self._write_response(incoming, 200, *plain_parts(header, blobs))
+            self._write_outcome(incoming, started)
         if not incoming.keep_alive or self.draining:
             self._close()
+
+    def _answer_due(self, due: AnswerDue) -> None:
+        """``due``'s stream ended: answer it, then serve the requests that came meanwhile
+        (a task), or close."""
+        if self.task is not due or self.closed:  # the client went away meanwhile
+            return
+        self.task = None
+        incoming = due.incoming
+        self._write_outcome(incoming, due.started)
+        if not incoming.keep_alive or self.draining:
+            self._close()
+        elif self.waiting or self.current.early_due:
+            self.task = asyncio.get_running_loop().create_task(self._answer_waiting())
+
+    def _write_outcome(self, incoming: Incoming, started: Started) -> None:
+        """Answer a request whose stream ended."""
+        try:
+            header, blobs = encode_outcome(self.ctx, started, started.stream.last_now())
+        except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
+            self._write_error(incoming, *failure(exc, "infer"))
+        else:
+            self._write_response(incoming, 200, *plain_parts(header, blobs))
 
     async def _infer(self, incoming: Incoming, name: str, version: str) -> None:
         started = self._start_infer(incoming, name, version)
