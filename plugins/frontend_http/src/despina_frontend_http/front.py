@@ -13,8 +13,9 @@ An inference request with nothing ahead of it on its connection is submitted fro
 parser's callback; when its model ran it within ``submit`` (a cheap model, see
 :class:`~despina.scheduling.workers.DefaultScheduler`) it is answered there too, else from
 its response stream's end callback (:class:`AnswerDue`): no task either way. A task
-answers the requests that came meanwhile. A connection's requests are answered in order (pipelining works); reading pauses while
-requests wait; a relayed response is read from aiohttp only as fast as the client takes it.
+answers the requests that came meanwhile. A connection's requests are answered in order
+(pipelining works); reading pauses while requests wait; a relayed response is read from
+aiohttp only as fast as the client takes it.
 Bodies are bounded by ``--http-max-input-size`` as they arrive (413).
 A client that disconnects cancels its running inference at once. A request refused before
 its body is read (413, 400) gets its answer, then the connection stops writing and drops
