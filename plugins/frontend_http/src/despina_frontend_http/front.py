@@ -4,7 +4,7 @@ aiohttp's request machinery costs ~70 µs of the event loop per request on the 2
 development host, more than the whole inference path of a small model. The front parses
 every connection with httptools (llhttp) and serves the endpoint that carries the load,
 ``POST /v2/models/{m}[/versions/{v}]/infer`` without ``Content-Encoding``, itself through
-:func:`~despina_frontend_http.routes_infer.run_infer`. Every other request is handed,
+:func:`~despina_frontend_http.routes_infer.start_infer`. Every other request is handed,
 re-framed with a ``Content-Length``, to the aiohttp application listening on a Unix socket
 inside the same process, and its response is relayed byte for byte. So every endpoint
 keeps one implementation, and the hot one skips aiohttp.

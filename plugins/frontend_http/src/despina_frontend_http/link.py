@@ -1,6 +1,7 @@
 """The server side of the HTTP worker processes: a Unix socket taking INFER frames.
 
-Each worker connects once; every INFER frame runs :func:`run_infer` as its own task and
+Each worker connects once; every INFER frame runs
+:func:`~despina_frontend_http.routes_infer.start_infer` and ``finish_infer`` as its own task and
 is answered with a REPLY frame carrying Triton's status and body.
 """
 
@@ -15,7 +16,7 @@ from despina.errors import DespinaError
 
 from despina_frontend_http import wire
 from despina_frontend_http.context import Context
-from despina_frontend_http.routes_infer import run_infer
+from despina_frontend_http.routes_infer import finish_infer, start_infer
 
 log = logging.getLogger("despina.http")
 
@@ -55,9 +56,8 @@ class WorkerConnection(asyncio.Protocol):
     async def _infer(self, call_id: int, payload: memoryview) -> None:
         try:
             (name, version, header_length, forwarded), body = wire.parse_infer(payload)
-            header, blobs = await run_infer(
-                self.ctx, name, version, body, header_length, forwarded, self._connected
-            )
+            started = start_infer(self.ctx, name, version, body, header_length, forwarded)
+            header, blobs = await finish_infer(self.ctx, started, self._connected)
             frame = wire.reply_frame(call_id, 200, len(header) if blobs else 0, [header, *blobs])
         except DespinaError as exc:
             frame = _error(call_id, exc.http_status, str(exc))

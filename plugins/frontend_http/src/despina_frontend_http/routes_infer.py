@@ -1,7 +1,9 @@
 """``POST /v2/models/{m}[/versions/{v}]/infer``: the inference endpoint.
 
-:func:`run_infer` is the protocol-independent part (body in, response parts out); the
-aiohttp handler here and the worker link (:mod:`despina_frontend_http.link`) both use it.
+:func:`start_infer` (decode and submit) and :func:`finish_infer` (wait and encode) are the
+protocol-independent part; the aiohttp handler here, the worker link
+(:mod:`despina_frontend_http.link`) and the front (:mod:`despina_frontend_http.front`) use
+them.
 """
 
 from __future__ import annotations
@@ -114,21 +116,6 @@ async def finish_infer(
     return encode_outcome(ctx, started, response)
 
 
-async def run_infer(
-    ctx: Context,
-    name: str,
-    version: str,
-    body: bytes | memoryview,
-    header_length: str | None,
-    forwarded: Mapping[str, str] | None,
-    alive: Callable[[], bool] | None = None,
-) -> tuple[bytes, list[Any]]:
-    """Decode, infer, encode: the JSON header and the binary buffers after it (see
-    :func:`start_infer` and :func:`finish_infer`)."""
-    started = start_infer(ctx, name, version, body, header_length, forwarded)
-    return await finish_infer(ctx, started, alive)
-
-
 def forwarded_headers(ctx: Context, headers: Mapping[str, str]) -> dict[str, str] | None:
     """The request headers ``--http-header-forward-pattern`` selects (lower-cased keys)."""
     if ctx.forward is None:
@@ -197,15 +184,15 @@ def routes(ctx: Context) -> list[Route]:
         version = info.get("version", "")
         body = await read_body(request, limit)
         headers = request.headers
-        header, blobs = await run_infer(
+        started = start_infer(
             ctx,
             name,
             version,
             body,
             headers.get("Inference-Header-Content-Length"),
             forwarded_headers(ctx, headers),
-            lambda: connected(request),
         )
+        header, blobs = await finish_infer(ctx, started, lambda: connected(request))
         return await respond(request, ctx.executor, header, blobs)
 
     return [("POST", path, "inference", infer) for path in versioned("/infer")]
