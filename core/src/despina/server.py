@@ -212,16 +212,22 @@ class Server:
         self.live = False
 
     def submit(
-        self, request: InferenceRequest, streaming: bool = True
+        self,
+        request: InferenceRequest,
+        streaming: bool = True,
+        model: ModelVersion | None = None,
     ) -> tuple[ModelVersion, ResponseStream]:
         """Validate and queue a request; return the model and the stream to read.
 
-        Raises DespinaError (unknown model, invalid input, full queue) synchronously, and
-        Unsupported for a decoupled model unless ``streaming``.
+        ``model``: the version ``models.get`` returned for the request, when the caller
+        looked it up already (with no await since). Raises DespinaError (unknown model,
+        invalid input, full queue) synchronously, and Unsupported for a decoupled model
+        unless ``streaming``.
         """
         if self._stopping:
             raise Unavailable("Server is stopping")
-        model = self.models.get(request.model_name, request.model_version)
+        if model is None:
+            model = self.models.get(request.model_name, request.model_version)
         assert model.signature is not None and model.scheduler is not None
         if not streaming and model.decoupled:
             raise Unsupported(

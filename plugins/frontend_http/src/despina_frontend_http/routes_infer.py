@@ -83,7 +83,7 @@ def start_infer(
     if forwarded:
         for key, value in forwarded.items():
             request.parameters.setdefault(key, value)
-    model, stream = server.submit(request, streaming=False)
+    model, stream = server.submit(request, streaming=False, model=model)
     return Started(request, model, stream)
 
 
