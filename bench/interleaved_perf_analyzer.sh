@@ -33,8 +33,14 @@ if [ -n "${TRITON:-}" ]; then
   PIDS+=($!) PORTS+=(19700) NAMES+=("triton:$TRITON")
 fi
 trap 'kill "${PIDS[@]}" 2>/dev/null; wait' EXIT
-for port in "${PORTS[@]}"; do
-  for _ in $(seq 120); do curl -sf "localhost:$port/v2/health/ready" && break; sleep 1; done
+for i in "${!PORTS[@]}"; do
+  for _ in $(seq 120); do curl -sf "localhost:${PORTS[$i]}/v2/health/ready" && break; sleep 1; done
+  # a server that failed (a port already taken) must not be measured through another one
+  if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then
+    echo "${NAMES[$i]} is not running; its log:" >&2
+    tail -5 "$OUT.server$i.log" "$OUT.triton.log" 2>/dev/null >&2
+    exit 1
+  fi
 done
 for _ in $(seq "$ROUNDS"); do
   for proto in $PROTOS; do
@@ -58,9 +64,16 @@ runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     index, proto, conc, rate = line.split()
     runs[(proto, int(conc), int(index))].append(float(rate))
-print("| server | protocol | c | median infer/s | runs |")
-print("| --- | --- | ---: | ---: | --- |")
+triton = next((i for i, n in enumerate(names) if n.startswith("triton:")), None)
+# Each round visits every server back to back, so a ratio within a round shares the
+# host's noise of the moment: the median of those is the steadier comparison.
+print("| server | protocol | c | median infer/s | runs | x Triton (median of rounds) |")
+print("| --- | --- | ---: | ---: | --- | ---: |")
 for (proto, conc, index), rates in sorted(runs.items()):
     shown = ", ".join(f"{r:.0f}" for r in rates)
-    print(f"| {names[index]} | {proto} | {conc} | {statistics.median(rates):.0f} | {shown} |")
+    ratio = ""
+    if triton is not None and index != triton:
+        ratios = [r / t for r, t in zip(rates, runs[(proto, conc, triton)]) if t]
+        ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+    print(f"| {names[index]} | {proto} | {conc} | {statistics.median(rates):.0f} | {shown} | {ratio} |")
 PY
