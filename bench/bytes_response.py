@@ -10,21 +10,14 @@ read, not decoded), for Despina in process mode and in-process, and Triton 2.51 
 from __future__ import annotations
 
 import argparse
-import datetime
 import http.client
 import json
-import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from run import free_port, wait_ready
-
-HERE = Path(__file__).resolve().parent
-TRITON = HERE.parent.parent / "shared/tools/tritonserver"
+from python_servers import HERE, each_server, write_model, write_report
 
 MODEL_PY = """
 import numpy as np
@@ -52,17 +45,6 @@ output [ {{ name: "OUTPUT" data_type: TYPE_STRING dims: [ -1 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 {parameters}
 """
-
-IN_PROCESS = 'parameters { key: "DESPINA_EXECUTION_MODE" value: { string_value: "in-process" } }'
-
-
-def write_repository(root: Path, elements: int, parameters: str) -> Path:
-    """A repository holding the ``strings`` model."""
-    folder = root / "strings"
-    (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(CONFIG.format(parameters=parameters))
-    (folder / "1/model.py").write_text(MODEL_PY.format(elements=elements))
-    return root
 
 
 def request_body() -> tuple[bytes, dict[str, str]]:
@@ -95,22 +77,6 @@ def round_trips(port: int, count: int) -> list[float]:
     return times
 
 
-def serve(command: list[str], http_port: int, count: int) -> list[float]:
-    """Start a server, measure, stop it."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(http_port, process, timeout_s=120)
-        return round_trips(http_port, count)
-    finally:
-        process.terminate()
-        process.wait(60)
-
-
-def ports() -> list[str]:
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    return [f"--http-port={http}", f"--grpc-port={grpc}", f"--metrics-port={metrics}"]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--elements", type=int, default=100_000)
@@ -118,49 +84,29 @@ def main() -> None:
     parser.add_argument("--triton", action="store_true", help="also measure tritonserver")
     parser.add_argument("--output", type=Path, default=HERE / "results/bytes_response.md")
     options = parser.parse_args()
-    despina = str(Path(sys.executable).parent / "despina")
-    rows = []
+    model_py = MODEL_PY.format(elements=options.elements)
     with tempfile.TemporaryDirectory() as tmp:
-        repos = {
-            "despina process mode": write_repository(Path(tmp) / "p", options.elements, ""),
-            "despina in-process": write_repository(Path(tmp) / "i", options.elements, IN_PROCESS),
-        }
-        runs = [
-            (
-                name,
-                [despina, "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1"],
-            )
-            for name, repo in repos.items()
-        ]
-        if options.triton:
-            runs.append(
-                (
-                    "triton 2.51",
-                    [str(TRITON), "--model-repository", str(repos["despina process mode"])],
-                )
-            )
-        for name, command in runs:
-            flags = ports()
-            times = serve([*command, *flags], int(flags[0].split("=")[1]), options.requests)
-            rows.append((name, statistics.median(times), min(times), max(times)))
-            print(f"{name}: median {rows[-1][1]:.1f} ms", flush=True)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [
-        f"# A {options.elements:,}-element BYTES response (Python backend)",
-        "",
-        f"{stamp}, {platform.node()} ({platform.machine()}), `python bench/bytes_response.py "
-        f"--elements {options.elements} --requests {options.requests}"
-        f"{' --triton' if options.triton else ''}`. The model returns a prebuilt object array; "
-        "the time is the client's round trip over HTTP on one connection with the output as "
-        "a binary tensor (body read, not decoded).",
-        "",
-        "| server | median ms | min ms | max ms |",
-        "| --- | ---: | ---: | ---: |",
-        *(f"| {n} | {med:.1f} | {lo:.1f} | {hi:.1f} |" for n, med, lo, hi in rows),
-        "",
-    ]
-    options.output.write_text("\n".join(lines))
-    print(f"written to {options.output}")
+        results = each_server(
+            Path(tmp),
+            lambda root, params: write_model(
+                root, "strings", CONFIG.format(parameters=params), model_py
+            ),
+            options.triton,
+            lambda _, port: round_trips(port, options.requests),
+        )
+    write_report(
+        options.output,
+        f"A {options.elements:,}-element BYTES response (Python backend)",
+        f"`python bench/bytes_response.py --elements {options.elements} --requests "
+        f"{options.requests}{' --triton' if options.triton else ''}`. The model returns a "
+        "prebuilt object array; the time is the client's round trip over HTTP on one "
+        "connection with the output as a binary tensor (body read, not decoded).",
+        ["server", "median ms", "min ms", "max ms"],
+        (
+            [name, f"{statistics.median(t):.1f}", f"{min(t):.1f}", f"{max(t):.1f}"]
+            for name, t in results
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -10,17 +10,10 @@ ready. Results go to ``bench/results/weights_memory.md``::
 from __future__ import annotations
 
 import argparse
-import datetime
-import platform
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from bytes_response import IN_PROCESS, TRITON, ports
-from run import wait_ready
-
-HERE = Path(__file__).resolve().parent
+from python_servers import HERE, each_server, write_model, write_report
 
 MODEL_PY = """
 import numpy as np
@@ -51,16 +44,6 @@ instance_group [ {{ count: {count} kind: KIND_CPU }} ]
 """
 
 
-def write_repository(root: Path, weights_mb: int, count: int, parameters: str) -> Path:
-    """A repository holding the ``weights`` model."""
-    folder = root / "weights"
-    (folder / "1").mkdir(parents=True)
-    config = CONFIG.format(count=count, parameters=parameters)
-    (folder / "config.pbtxt").write_text(config)
-    (folder / "1/model.py").write_text(MODEL_PY.format(elements=weights_mb * 2**20 // 4))
-    return root
-
-
 def tree(pid: int) -> list[int]:
     """``pid`` and its descendants."""
     found, pending = [], [pid]
@@ -85,20 +68,6 @@ def memory_mb(pid: int) -> tuple[int, float, float]:
     return len(pids), kilobytes["Rss"] / 1024, kilobytes["Pss"] / 1024
 
 
-def measure(command: list[str]) -> tuple[int, float, float]:
-    """Start a server, wait until ready, measure, stop it."""
-    flags = ports()
-    process = subprocess.Popen(
-        [*command, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        wait_ready(int(flags[0].split("=")[1]), process, timeout_s=180)
-        return memory_mb(process.pid)
-    finally:
-        process.terminate()
-        process.wait(60)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--weights-mb", type=int, default=200)
@@ -106,38 +75,26 @@ def main() -> None:
     parser.add_argument("--triton", action="store_true", help="also measure tritonserver")
     parser.add_argument("--output", type=Path, default=HERE / "results/weights_memory.md")
     options = parser.parse_args()
-    despina = [str(Path(sys.executable).parent / "despina"), "serve", "--http-address=127.0.0.1"]
-    rows = []
+    model_py = MODEL_PY.format(elements=options.weights_mb * 2**20 // 4)
     with tempfile.TemporaryDirectory() as tmp:
-        process_repo = write_repository(Path(tmp) / "p", options.weights_mb, options.count, "")
-        in_process = write_repository(
-            Path(tmp) / "i", options.weights_mb, options.count, IN_PROCESS
+        results = each_server(
+            Path(tmp),
+            lambda root, params: write_model(
+                root, "weights", CONFIG.format(count=options.count, parameters=params), model_py
+            ),
+            options.triton,
+            lambda process, _: memory_mb(process.pid),
         )
-        runs = [
-            ("despina process mode", [*despina, f"--model-repository={process_repo}"]),
-            ("despina in-process", [*despina, f"--model-repository={in_process}"]),
-        ]
-        if options.triton:
-            runs.append(("triton 2.51", [str(TRITON), f"--model-repository={process_repo}"]))
-        for name, command in runs:
-            rows.append((name, *measure(command)))
-            print(f"{name}: {rows[-1][1]} processes, RSS {rows[-1][2]:.0f} MB", flush=True)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [
-        f"# A {options.weights_mb} MB weight array at `count: {options.count}` (Python backend)",
-        "",
-        f"{stamp}, {platform.node()} ({platform.machine()}), `python bench/weights_memory.py "
-        f"--weights-mb {options.weights_mb} --count {options.count}"
-        f"{' --triton' if options.triton else ''}`. Summed over the server's process tree "
-        "once the model is ready (PSS counts a page shared by several processes once).",
-        "",
-        "| server | processes | RSS MB | PSS MB |",
-        "| --- | ---: | ---: | ---: |",
-        *(f"| {n} | {count} | {rss:.0f} | {pss:.0f} |" for n, count, rss, pss in rows),
-        "",
-    ]
-    options.output.write_text("\n".join(lines))
-    print(f"written to {options.output}")
+    write_report(
+        options.output,
+        f"A {options.weights_mb} MB weight array at `count: {options.count}` (Python backend)",
+        f"`python bench/weights_memory.py --weights-mb {options.weights_mb} --count "
+        f"{options.count}{' --triton' if options.triton else ''}`. Summed over the server's "
+        "process tree once the model is ready (PSS counts a page shared by several "
+        "processes once).",
+        ["server", "processes", "RSS MB", "PSS MB"],
+        ([name, str(n), f"{rss:.0f}", f"{pss:.0f}"] for name, (n, rss, pss) in results),
+    )
 
 
 if __name__ == "__main__":
