@@ -9,7 +9,6 @@ read, not decoded), for Despina in process mode and in-process, and Triton 2.51 
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import statistics
@@ -17,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from python_servers import HERE, each_server, write_model, write_report
+from python_servers import arguments, each_server, write_model, write_report
 
 MODEL_PY = """
 import numpy as np
@@ -78,11 +77,9 @@ def round_trips(port: int, count: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__, "bytes_response.md")
     parser.add_argument("--elements", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=50)
-    parser.add_argument("--triton", action="store_true", help="also measure tritonserver")
-    parser.add_argument("--output", type=Path, default=HERE / "results/bytes_response.md")
     options = parser.parse_args()
     model_py = MODEL_PY.format(elements=options.elements)
     with tempfile.TemporaryDirectory() as tmp:

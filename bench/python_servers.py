@@ -4,6 +4,7 @@ one server at a time on 127.0.0.1, and the markdown report."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import platform
 import subprocess
@@ -18,6 +19,15 @@ HERE = Path(__file__).resolve().parent
 TRITON = HERE.parent.parent / "shared/tools/tritonserver"
 IN_PROCESS = 'parameters { key: "DESPINA_EXECUTION_MODE" value: { string_value: "in-process" } }'
 T = TypeVar("T")
+
+
+def arguments(doc: str, report: str) -> argparse.ArgumentParser:
+    """The command line of a benchmark documented by ``doc``: its own options go after
+    ``--triton`` and ``--output`` (default ``bench/results/<report>``)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--triton", action="store_true", help="also measure tritonserver")
+    parser.add_argument("--output", type=Path, default=HERE / "results" / report)
+    return parser
 
 
 def write_model(root: Path, name: str, config: str, model_py: str) -> Path:

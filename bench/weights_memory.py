@@ -9,11 +9,10 @@ ready. Results go to ``bench/results/weights_memory.md``::
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 
-from python_servers import HERE, each_server, write_model, write_report
+from python_servers import arguments, each_server, write_model, write_report
 
 MODEL_PY = """
 import numpy as np
@@ -69,11 +68,9 @@ def memory_mb(pid: int) -> tuple[int, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__, "weights_memory.md")
     parser.add_argument("--weights-mb", type=int, default=200)
     parser.add_argument("--count", type=int, default=4)
-    parser.add_argument("--triton", action="store_true", help="also measure tritonserver")
-    parser.add_argument("--output", type=Path, default=HERE / "results/weights_memory.md")
     options = parser.parse_args()
     model_py = MODEL_PY.format(elements=options.weights_mb * 2**20 // 4)
     with tempfile.TemporaryDirectory() as tmp:
