@@ -327,11 +327,11 @@ class FrontConnection(asyncio.Protocol):
         """Answer within this callback when the model ran the request within ``submit``,
         otherwise when its stream ends (:meth:`_answer_due`)."""
         started = self._start_infer(incoming, name, version)
-        if started is not None and not started.stream.ended:
-            due = self.task = AnswerDue(incoming, started)
-            started.stream.on_end(lambda: self._answer_due(due))
-            return
         if started is not None:
+            if not started.stream.ended:
+                due = self.task = AnswerDue(incoming, started)
+                started.stream.on_end(lambda: self._answer_due(due))
+                return
             self._write_outcome(incoming, started)
         if not incoming.keep_alive or self.draining:
             self._close()
