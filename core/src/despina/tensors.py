@@ -82,17 +82,32 @@ def element_count(shape: Sequence[int]) -> int:
 _LENGTH = struct.Struct("<I")
 
 
+#: A padded copy of BYTES elements (each as long as the longest) is used while it is at
+#: most this many times the size of the elements themselves.
+PADDED_BYTES_LIMIT = 4
+
+
 def serialize_bytes(array: np.ndarray) -> bytes:
     """Encode a BYTES tensor as Triton does: each element a 4-byte LE length + bytes
-    (elements that are not ``bytes`` as their ``str`` in UTF-8). In bulk: the elements
-    are joined once and the length prefixes inserted by numpy."""
+    (elements that are not ``bytes`` as their ``str`` in UTF-8). In bulk, no Python
+    call per element: numpy lays the elements out padded, one row per element behind
+    its length, and keeps each row's used part; elements whose lengths differ too much
+    for padding are joined once and the length prefixes inserted."""
     items = array.reshape(-1).tolist()
     if not items:
         return b""
     if not set(map(type, items)) <= {bytes}:
         items = [x if isinstance(x, bytes) else str(x).encode() for x in items]
-    lengths = np.fromiter(map(len, items), dtype="<u4", count=len(items))
-    starts = np.zeros(len(items), dtype=np.int64)
+    count = len(items)
+    lengths = np.fromiter(map(len, items), dtype="<u4", count=count)
+    width = int(lengths.max())
+    if width and width * count <= PADDED_BYTES_LIMIT * (int(lengths.sum()) + count):
+        rows = np.empty((count, 4 + width), dtype=np.uint8)
+        rows[:, :4] = lengths.view(np.uint8).reshape(count, 4)
+        rows[:, 4:] = np.array(items, dtype=f"S{width}").view(np.uint8).reshape(count, width)
+        used = np.arange(4 + width) < lengths[:, None] + 4
+        return rows[used].tobytes()
+    starts = np.zeros(count, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
     data = np.frombuffer(b"".join(items), dtype=np.uint8)
     return np.insert(data, np.repeat(starts, 4), lengths.view(np.uint8)).tobytes()

@@ -22,7 +22,7 @@ import numpy as np
 
 from despina_backend_python.pb.types import (
     WIRE_TO_DTYPE,
-    bytes_array,
+    bytes_from_parts,
     bytes_payload,
     wire_datatype,
 )
@@ -199,10 +199,7 @@ def _read(mapping: Any, desc: Descriptor, copy: bool) -> np.ndarray:
         if count == 0:
             return np.empty(shape, dtype=np.object_)
         lengths = np.frombuffer(mapping, dtype=np.uint32, count=count, offset=desc[5])
-        ends: list[int] = np.cumsum(lengths, dtype=np.int64).tolist()
-        data = mapping[offset : offset + nbytes]
-        items = [data[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
-        return bytes_array(items, shape)
+        return bytes_from_parts(lengths, mapping[offset : offset + nbytes], shape)
     dtype = WIRE_TO_DTYPE[datatype]
     if count == 0:
         return np.empty(shape, dtype=dtype)

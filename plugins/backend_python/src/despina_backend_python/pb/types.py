@@ -152,6 +152,30 @@ def bytes_array(items: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
     return out.reshape(shape)
 
 
+#: A padded copy of BYTES elements (each as long as the longest) is used while it is at
+#: most this many times the size of the elements themselves.
+PADDED_BYTES_LIMIT = 4
+
+
+def bytes_from_parts(lengths: np.ndarray, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    """The object array of ``shape`` whose elements are ``data`` cut at ``lengths``
+    (``uint32``, summing to ``len(data)``). In bulk where it can: numpy copies the
+    elements into padded rows and makes each row a ``bytes`` (dropping the padding, so
+    only when no element ends with a NUL byte); otherwise one slicing pass."""
+    count = lengths.size
+    ends = np.cumsum(lengths, dtype=np.int64)
+    width = int(lengths.max()) if count else 0
+    flat = np.frombuffer(data, dtype=np.uint8)
+    dense = width and width * count <= PADDED_BYTES_LIMIT * (len(data) + count)
+    if dense and flat[ends[lengths > 0] - 1].all():
+        rows = np.zeros((count, width), dtype=np.uint8)
+        rows[np.arange(width) < lengths[:, None]] = flat
+        return rows.view(f"S{width}").reshape(shape).astype(np.object_)
+    bounds: list[int] = ends.tolist()
+    items = [data[start:end] for start, end in zip([0, *bounds[:-1]], bounds, strict=True)]
+    return bytes_array(items, shape)
+
+
 _LENGTH = struct.Struct("<I")
 _PACK_LENGTH = _LENGTH.pack
 
