@@ -211,6 +211,11 @@ class Server:
         self.shared_memory.unregister_all()
         self.live = False
 
+    def check_serving(self) -> None:
+        """Raise Unavailable once the server is stopping (it takes no new requests)."""
+        if self._stopping:
+            raise Unavailable("Server is stopping")
+
     def submit(
         self,
         request: InferenceRequest,
@@ -224,8 +229,7 @@ class Server:
         invalid input, full queue) synchronously, and Unsupported for a decoupled model
         unless ``streaming``.
         """
-        if self._stopping:
-            raise Unavailable("Server is stopping")
+        self.check_serving()
         if model is None:
             model = self.models.get(request.model_name, request.model_version)
         assert model.signature is not None and model.scheduler is not None

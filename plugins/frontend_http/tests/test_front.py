@@ -107,6 +107,10 @@ class Conn:
             body = self._take(int(headers["content-length"]))
         return Reply(version, int(status), headers, body, b"".join(self.taken))
 
+    def read(self, size: int) -> bytes:
+        """The next ``size`` bytes (the body after a ``reply(head_only=True)``)."""
+        return self._take(size)
+
     def closed(self) -> bool:
         """True when the server closed the connection with nothing more to read."""
         if self.buffer:
@@ -565,6 +569,43 @@ def test_large_relayed_response_to_a_slow_reader(
     np.testing.assert_array_equal(outputs["OUTPUT0"], a + b)
     np.testing.assert_array_equal(outputs["OUTPUT1"], a - b)
     assert_add_sub(conn.send(infer([1], [1])).reply(), [1], [1])
+
+
+@FRONT_ONLY
+def test_shutdown_answers_every_request_already_read(
+    serve: Callable[..., RunningServer], connect: Any
+) -> None:
+    """Stopping while a client reads slowly: every request it had sent is answered (the
+    first ran; the two read behind it get 503 "Server is stopping"), the last answer says
+    ``Connection: close``, then the connection closes. None is dropped."""
+    running = serve()
+    a = np.arange(2 * 1024 * 1024, dtype=np.float32)  # its 16 MiB answer fills the buffers
+    b = np.ones_like(a)
+    raw, length = add_sub_binary(a, b)
+    large = request("POST", INFER, raw, {"Inference-Header-Content-Length": str(length)})
+    conn = connect(running).send(large + infer([1], [2]) + infer([3], [4]))
+    first = conn.reply(head_only=True)  # the large request was read and is being answered
+    stopping = ThreadPoolExecutor(1)
+    stopped = stopping.submit(running.stop)
+    deadline = time.monotonic() + TIMEOUT
+    while True:  # the listener closes in the same step as connections start draining
+        assert time.monotonic() < deadline, "the server did not stop listening"
+        try:
+            socket.create_connection(("127.0.0.1", running.http_port), TIMEOUT).close()
+        except ConnectionRefusedError:
+            break
+        time.sleep(0.02)
+    body = conn.read(int(first.headers["content-length"]))
+    outputs = binary_outputs(body, int(first.headers["inference-header-content-length"]))
+    np.testing.assert_array_equal(outputs["OUTPUT0"], a + b)
+    later = [conn.reply(), conn.reply()]
+    assert [r.status for r in later] == [503, 503]
+    assert later[0].json() == later[1].json() == {"error": "Server is stopping"}
+    assert "connection" not in first.headers and "connection" not in later[0].headers
+    assert later[1].headers["connection"] == "close"
+    assert conn.closed()
+    stopped.result(TIMEOUT)
+    stopping.shutdown()
 
 
 def test_restricted_inference(serve: Callable[..., RunningServer], connect: Any) -> None:

@@ -41,7 +41,9 @@ class Inference:
     def build(
         self, message: Any, context: grpc.aio.ServicerContext, streaming: bool
     ) -> InferenceRequest:
-        """The InferenceRequest of a ModelInferRequest (model looked up first, as Triton)."""
+        """The InferenceRequest of a ModelInferRequest (model looked up first, as Triton;
+        UNAVAILABLE before that once the server is stopping)."""
+        self.server.check_serving()
         model = self.server.models.get(message.model_name, message.model_version)
         if model.decoupled and not streaming:
             raise Unsupported(

@@ -272,14 +272,18 @@ class FrontConnection(asyncio.Protocol):
                     await self.writable.wait()
                     continue
                 incoming = self.waiting.popleft()
-                if self.reading_paused and len(self.waiting) < MAX_WAITING // 2:
+                if (
+                    self.reading_paused
+                    and not self.draining
+                    and len(self.waiting) < MAX_WAITING // 2
+                ):
                     assert self.transport is not None
                     self.transport.resume_reading()
                     self.reading_paused = False
                 keep_alive = await self._answer(incoming)
                 if self.closed:
                     return
-                if not keep_alive or self.draining:
+                if not keep_alive or self._drained():
                     self._close()
                     return
             if self.current.early_due and not self.closed:
@@ -333,7 +337,7 @@ class FrontConnection(asyncio.Protocol):
                 started.stream.on_end(lambda: self._answer_due(due))
                 return
             self._write_outcome(incoming, started)
-        if not incoming.keep_alive or self.draining:
+        if not incoming.keep_alive or self._drained():
             self._close()
 
     def _answer_due(self, due: AnswerDue) -> None:
@@ -344,7 +348,7 @@ class FrontConnection(asyncio.Protocol):
         self.task = None
         incoming = due.incoming
         self._write_outcome(incoming, due.started)
-        if not incoming.keep_alive or self.draining:
+        if not incoming.keep_alive or self._drained():
             self._close()
         elif self.waiting or self.current.early_due:
             self.task = asyncio.get_running_loop().create_task(self._answer_waiting())
@@ -414,7 +418,7 @@ class FrontConnection(asyncio.Protocol):
         lines = [f"HTTP/{incoming.version} {status} {_PHRASES[status]}\r\n"]
         lines += [f"{key}: {value}\r\n" for key, value in headers.items()]
         lines.append(f"Content-Length: {sum(len(p) for p in parts)}\r\n")
-        if not incoming.keep_alive or status == 413:
+        if not incoming.keep_alive or status == 413 or self._drained():
             lines.append("Connection: close\r\n")
         elif incoming.version == "1.0":
             lines.append("Connection: keep-alive\r\n")
@@ -475,12 +479,18 @@ class FrontConnection(asyncio.Protocol):
             asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
 
     def close_when_idle(self) -> None:
-        """Close now if no request is being answered, else after the current one."""
+        """Close now if no request is being answered (one still arriving is not); else
+        read no more, answer the requests read (the last answer says ``Connection:
+        close``), then close."""
         self.draining = True
         if self.task is None:
             self._close()
-        else:
-            self.waiting.clear()
+        elif self.transport is not None:
+            self.transport.pause_reading()
+
+    def _drained(self) -> bool:
+        """Closing at shutdown, and no request read is left to answer."""
+        return self.draining and not self.waiting
 
 
 class AppLink(asyncio.Protocol):
