@@ -11,6 +11,7 @@ All methods run on the event loop thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -20,6 +21,8 @@ from despina.errors import Cancelled, DespinaError, Unavailable
 from despina.inference import InferenceRequest
 
 Rejecter = Callable[[InferenceRequest, DespinaError], None]
+#: A caller of :meth:`RequestQueue.get` waiting for a request: its future, its ``defer``.
+_Getter = tuple[asyncio.Future[None], Callable[[], bool] | None]
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ class RequestQueue:
         self._default_level = min(max(default_level, 1), len(self._levels))
         self._reject = reject
         self._size = 0
-        self._ready = asyncio.Event()
+        self._ready = asyncio.Event()  # for wait(); get() callers are woken one by one
+        self._getters: deque[_Getter] = deque()
 
     def __len__(self) -> int:
         return self._size
@@ -74,6 +78,7 @@ class RequestQueue:
         self._levels[level - 1].append((policy.deadline_ns(request), request))
         self._size += 1
         self._ready.set()
+        self._wake_getter()
 
     def pop_nowait(self) -> InferenceRequest | None:
         """The next live request, or None; expired and cancelled ones are dealt with."""
@@ -112,18 +117,48 @@ class RequestQueue:
         self._levels[self.level_of(request) - 1].appendleft((0, request))
         self._size += 1
         self._ready.set()
+        self._wake_getter()
+
+    def _wake_getter(self) -> None:
+        """Wake one waiting :meth:`get` caller for a request just queued: the first that
+        would not defer (an idle instance's), else the first. Waking them all would run
+        every idle worker to find one request."""
+        chosen: _Getter | None = None
+        for getter in self._getters:
+            future, defer = getter
+            if future.done():  # cancelled: its caller removes it
+                continue
+            if defer is None or not defer():
+                chosen = getter
+                break
+            if chosen is None:
+                chosen = getter
+        if chosen is not None:
+            self._getters.remove(chosen)
+            chosen[0].set_result(None)
 
     async def get(self, defer: Callable[[], bool] | None = None) -> InferenceRequest:
-        """Wait for and return the next live request. A caller for which ``defer()`` holds
-        yields one loop turn before taking a queued request, so waiters woken by its
-        arrival (idle instances) take it first."""
+        """Wait for and return the next live request. Each queued request wakes one
+        waiting caller, one for which ``defer()`` does not hold first; such a caller also
+        yields one loop turn before taking a request already queued, so the caller woken
+        by its arrival (an idle instance's) takes it first."""
         while True:
             if defer is not None and self._size and defer():
                 await asyncio.sleep(0)
             request = self.pop_nowait()
             if request is not None:
                 return request
-            await self._ready.wait()
+            getter: _Getter = (asyncio.get_running_loop().create_future(), defer)
+            self._getters.append(getter)
+            try:
+                await getter[0]
+            except asyncio.CancelledError:
+                if getter[0].cancelled():
+                    with contextlib.suppress(ValueError):
+                        self._getters.remove(getter)
+                elif self._size:  # woken for a request it will not take: pass it on
+                    self._wake_getter()
+                raise
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a request to be queued; True if one is."""
