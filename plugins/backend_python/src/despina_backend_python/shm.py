@@ -168,10 +168,14 @@ def _write(mapping: mmap.mmap, desc: Descriptor, payload: Any) -> None:
         mapping[offset : offset + len(data)] = data
         return
     array: np.ndarray = payload
-    if array.nbytes:
-        target = np.ndarray(array.shape, array.dtype, buffer=mapping, offset=desc[3])
-        np.copyto(target, array, casting="no")
-        del target
+    if not array.nbytes:
+        return
+    if array.flags.c_contiguous:  # its bytes as they are: ~0.1 µs, not ~1.4 for a view
+        mapping[desc[3] : desc[3] + array.nbytes] = array
+        return
+    target = np.ndarray(array.shape, array.dtype, buffer=mapping, offset=desc[3])
+    np.copyto(target, array, casting="no")
+    del target
 
 
 def unpack(fields: dict[str, Any], ring: Ring | None = None) -> list[tuple[str, np.ndarray]]:
