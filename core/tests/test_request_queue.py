@@ -1,5 +1,6 @@
-"""RequestQueue.get wakes one waiting caller per queued request: an idle instance's caller
-first, and a woken caller that is cancelled passes its request on to another."""
+"""RequestQueue.get: with one instance, a queued request wakes one waiting caller; with
+several, an idle instance's caller takes it before a deferring one; a woken caller that
+is cancelled passes its request on to another."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_each_request_wakes_one_waiting_caller() -> None:
     asyncio.run(scenario())
 
 
-def test_a_caller_that_would_not_defer_is_woken_first() -> None:
+def test_an_idle_instance_takes_the_request_before_a_deferring_one() -> None:
     async def scenario() -> None:
         queue = _queue()
         busy = asyncio.create_task(queue.get(defer=lambda: True))

@@ -120,28 +120,21 @@ class RequestQueue:
         self._wake_getter()
 
     def _wake_getter(self) -> None:
-        """Wake one waiting :meth:`get` caller for a request just queued: the first that
-        would not defer (an idle instance's), else the first. Waking them all would run
-        every idle worker to find one request."""
-        chosen: _Getter | None = None
-        for getter in self._getters:
-            future, defer = getter
-            if future.done():  # cancelled: its caller removes it
-                continue
-            if defer is None or not defer():
-                chosen = getter
-                break
-            if chosen is None:
-                chosen = getter
-        if chosen is not None:
-            self._getters.remove(chosen)
-            chosen[0].set_result(None)
+        """Wake the callers of :meth:`get` for a request just queued. With no caller that
+        may defer (one instance), only the first: waking every worker of the instance
+        would run all but one for nothing. While callers may defer (several instances),
+        all of them, so that an idle instance's takes the request (waking one could pick
+        a second worker of an instance whose first was woken and has not run yet)."""
+        getters = [g for g in self._getters if not g[0].done()]  # cancelled: caller removes
+        several = any(defer is not None for _, defer in getters)
+        for getter in getters if several else getters[:1]:
+            self._getters.remove(getter)
+            getter[0].set_result(None)
 
     async def get(self, defer: Callable[[], bool] | None = None) -> InferenceRequest:
-        """Wait for and return the next live request. Each queued request wakes one
-        waiting caller, one for which ``defer()`` does not hold first; such a caller also
-        yields one loop turn before taking a request already queued, so the caller woken
-        by its arrival (an idle instance's) takes it first."""
+        """Wait for and return the next live request. A caller for which ``defer()`` holds
+        yields one loop turn before taking a queued request, so callers woken by its
+        arrival (idle instances) take it first."""
         while True:
             if defer is not None and self._size and defer():
                 await asyncio.sleep(0)
