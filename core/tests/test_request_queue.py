@@ -1,6 +1,6 @@
-"""RequestQueue.get: with one instance, a queued request wakes one waiting caller; with
-several, an idle instance's caller takes it before a deferring one; a woken caller that
-is cancelled passes its request on to another."""
+"""RequestQueue.get: a queued request wakes one waiting caller; an idle instance's caller
+before a deferring one, and not a second caller of an instance whose woken caller has not
+run yet; a woken caller that is cancelled passes its request on to another."""
 
 from __future__ import annotations
 
@@ -71,5 +71,32 @@ def test_a_woken_caller_cancelled_passes_its_request_on() -> None:
         first.cancel()
         assert await asyncio.wait_for(second, 5) is request
         assert first.cancelled()
+
+    asyncio.run(scenario())
+
+
+def test_two_requests_go_to_two_idle_instances() -> None:
+    """Both requests are queued before any woken caller runs: the second must not wake
+    the other worker of the first request's instance."""
+
+    async def scenario() -> None:
+        queue = _queue()
+        running = {"a": 0, "b": 0}
+        taken: dict[str, str] = {}
+
+        async def worker(owner: str) -> None:
+            request = await queue.get(defer=lambda: running[owner] > 0, owner=owner)
+            running[owner] += 1  # as the scheduler marks its instance busy
+            taken[request.id] = owner
+
+        workers = [asyncio.create_task(worker(owner)) for owner in "aabb"]
+        await _turns()
+        queue.put(InferenceRequest("m", {}, id="r1"))
+        queue.put(InferenceRequest("m", {}, id="r2"))
+        await _turns()
+        assert sorted(taken.values()) == ["a", "b"], taken
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
 
     asyncio.run(scenario())

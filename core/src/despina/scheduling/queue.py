@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from despina.errors import Cancelled, DespinaError, Unavailable
 from despina.inference import InferenceRequest
 
 Rejecter = Callable[[InferenceRequest, DespinaError], None]
-#: A caller of :meth:`RequestQueue.get` waiting for a request: its future, its ``defer``.
-_Getter = tuple[asyncio.Future[None], Callable[[], bool] | None]
+#: A caller of :meth:`RequestQueue.get` waiting for a request: its future, its ``defer``
+#: and its ``owner``.
+_Getter = tuple[asyncio.Future[None], Callable[[], bool] | None, Hashable]
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class RequestQueue:
         self._size = 0
         self._ready = asyncio.Event()  # for wait(); get() callers are woken one by one
         self._getters: deque[_Getter] = deque()
+        #: Owners with a caller woken and not yet run (it takes a request when it runs).
+        self._claimed: Counter[Hashable] = Counter()
 
     def __len__(self) -> int:
         return self._size
@@ -120,28 +123,52 @@ class RequestQueue:
         self._wake_getter()
 
     def _wake_getter(self) -> None:
-        """Wake the callers of :meth:`get` for a request just queued. With no caller that
-        may defer (one instance), only the first: waking every worker of the instance
-        would run all but one for nothing. While callers may defer (several instances),
-        all of them, so that an idle instance's takes the request (waking one could pick
-        a second worker of an instance whose first was woken and has not run yet)."""
-        getters = [g for g in self._getters if not g[0].done()]  # cancelled: caller removes
-        several = any(defer is not None for _, defer in getters)
-        for getter in getters if several else getters[:1]:
-            self._getters.remove(getter)
-            getter[0].set_result(None)
+        """Wake one caller of :meth:`get` for a request just queued (waking them all
+        would run every idle worker to find one request): the first whose owner has no
+        caller woken already and which would not defer (an idle instance's), else the
+        first whose owner has none, else the first."""
+        chosen: _Getter | None = None
+        unclaimed: _Getter | None = None
+        for getter in self._getters:
+            future, defer, owner = getter
+            if future.done():  # cancelled: its caller removes it
+                continue
+            chosen = chosen or getter
+            if owner is not None and owner in self._claimed:
+                continue
+            if defer is None or not defer():
+                chosen = unclaimed = getter
+                break
+            unclaimed = unclaimed or getter
+        chosen = unclaimed or chosen
+        if chosen is None:
+            return
+        self._getters.remove(chosen)
+        if chosen[2] is not None:
+            self._claimed[chosen[2]] += 1
+        chosen[0].set_result(None)
 
-    async def get(self, defer: Callable[[], bool] | None = None) -> InferenceRequest:
-        """Wait for and return the next live request. A caller for which ``defer()`` holds
-        yields one loop turn before taking a queued request, so callers woken by its
-        arrival (idle instances) take it first."""
+    def _unclaim(self, owner: Hashable) -> None:
+        if owner is not None:
+            self._claimed[owner] -= 1
+            if not self._claimed[owner]:
+                del self._claimed[owner]
+
+    async def get(
+        self, defer: Callable[[], bool] | None = None, owner: Hashable = None
+    ) -> InferenceRequest:
+        """Wait for and return the next live request. Each queued request wakes one
+        caller (:meth:`_wake_getter`); ``owner`` (an instance) keeps a second request from
+        waking a second caller of an owner whose woken caller has not run yet. A caller
+        for which ``defer()`` holds yields one loop turn before taking a queued request,
+        so the caller woken by its arrival (an idle instance's) takes it first."""
         while True:
             if defer is not None and self._size and defer():
                 await asyncio.sleep(0)
             request = self.pop_nowait()
             if request is not None:
                 return request
-            getter: _Getter = (asyncio.get_running_loop().create_future(), defer)
+            getter: _Getter = (asyncio.get_running_loop().create_future(), defer, owner)
             self._getters.append(getter)
             try:
                 await getter[0]
@@ -149,9 +176,12 @@ class RequestQueue:
                 if getter[0].cancelled():
                     with contextlib.suppress(ValueError):
                         self._getters.remove(getter)
-                elif self._size:  # woken for a request it will not take: pass it on
-                    self._wake_getter()
+                else:  # woken for a request it will not take: pass it on
+                    self._unclaim(owner)
+                    if self._size:
+                        self._wake_getter()
                 raise
+            self._unclaim(owner)
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a request to be queued; True if one is."""

@@ -163,7 +163,6 @@ class DefaultScheduler(QueueScheduler):
             self._running[index] -= 1
 
     async def next_batch(self, index: int) -> list[InferenceRequest]:
-        several = len(self.model.instances) > 1
-        return [
-            await self.queue.get(defer=(lambda: self.instance_busy(index)) if several else None)
-        ]
+        if len(self.model.instances) == 1:
+            return [await self.queue.get()]
+        return [await self.queue.get(defer=lambda: self.instance_busy(index), owner=index)]
