@@ -211,10 +211,12 @@ class Server:
         self.shared_memory.unregister_all()
         self.live = False
 
-    def check_serving(self) -> None:
-        """Raise Unavailable once the server is stopping (it takes no new requests)."""
+    def inference_model(self, name: str, version: str = "") -> ModelVersion:
+        """The model version a new inference request runs on (``models.get``), or
+        Unavailable once the server is stopping (its models may be gone: not a 404)."""
         if self._stopping:
             raise Unavailable("Server is stopping")
+        return self.models.get(name, version)
 
     def submit(
         self,
@@ -224,14 +226,13 @@ class Server:
     ) -> tuple[ModelVersion, ResponseStream]:
         """Validate and queue a request; return the model and the stream to read.
 
-        ``model``: the version ``models.get`` returned for the request, when the caller
-        looked it up already (with no await since). Raises DespinaError (unknown model,
+        ``model``: the version :meth:`inference_model` returned for the request, when the
+        caller looked it up already (with no await since). Raises DespinaError (unknown model,
         invalid input, full queue) synchronously, and Unsupported for a decoupled model
         unless ``streaming``.
         """
-        self.check_serving()
         if model is None:
-            model = self.models.get(request.model_name, request.model_version)
+            model = self.inference_model(request.model_name, request.model_version)
         assert model.signature is not None and model.scheduler is not None
         if not streaming and model.decoupled:
             raise Unsupported(

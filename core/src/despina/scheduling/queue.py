@@ -124,23 +124,22 @@ class RequestQueue:
 
     def _wake_getter(self) -> None:
         """Wake one caller of :meth:`get` for a request just queued (waking them all
-        would run every idle worker to find one request): the first whose owner has no
-        caller woken already and which would not defer (an idle instance's), else the
+        would run every idle worker to find one request): the first that would not
+        defer (an idle instance's) and whose owner has no caller woken already, else the
         first whose owner has none, else the first."""
-        chosen: _Getter | None = None
-        unclaimed: _Getter | None = None
+        first = spare = idle = None
         for getter in self._getters:
             future, defer, owner = getter
             if future.done():  # cancelled: its caller removes it
                 continue
-            chosen = chosen or getter
+            first = first or getter
             if owner is not None and owner in self._claimed:
                 continue
             if defer is None or not defer():
-                chosen = unclaimed = getter
+                idle = getter
                 break
-            unclaimed = unclaimed or getter
-        chosen = unclaimed or chosen
+            spare = spare or getter
+        chosen = idle or spare or first
         if chosen is None:
             return
         self._getters.remove(chosen)

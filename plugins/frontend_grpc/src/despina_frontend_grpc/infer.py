@@ -43,8 +43,7 @@ class Inference:
     ) -> InferenceRequest:
         """The InferenceRequest of a ModelInferRequest (model looked up first, as Triton;
         UNAVAILABLE before that once the server is stopping)."""
-        self.server.check_serving()
-        model = self.server.models.get(message.model_name, message.model_version)
+        model = self.server.inference_model(message.model_name, message.model_version)
         if model.decoupled and not streaming:
             raise Unsupported(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"

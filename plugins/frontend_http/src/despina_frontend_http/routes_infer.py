@@ -76,8 +76,7 @@ def start_infer(
     stream has then :attr:`~despina.inference.ResponseStream.ended`). Raises DespinaError
     with Triton's status and text for a request that cannot run."""
     server = ctx.server
-    server.check_serving()  # a stopping server's models may be gone: not a 404
-    model = server.models.get(name, version)  # unknown model/version: before the body
+    model = server.inference_model(name, version)  # unknown model/version: before the body
     if model.decoupled:
         raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
     request = decode_request(body, header_length, name, version, server.shared_memory)
