@@ -7,7 +7,8 @@ request before the request is queued.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,25 @@ from despina.config import ModelConfig, mc
 from despina.errors import InvalidArgument
 from despina.inference import InferenceRequest
 from despina.tensors import DATATYPE_TO_DTYPE, config_to_datatype, datatype_of
+
+
+class DimsPattern:
+    """Config dims (-1: any size) that a shape is checked against with C-level calls: the
+    fixed dims are picked out of the shape by one ``itemgetter`` and compared at once."""
+
+    __slots__ = ("dims", "fixed", "pick")
+
+    def __init__(self, dims: Iterable[int]) -> None:
+        self.dims = tuple(int(d) for d in dims)
+        positions = [i for i, d in enumerate(self.dims) if d != -1]
+        self.pick = operator.itemgetter(*positions) if positions else None
+        self.fixed = self.pick(self.dims) if self.pick is not None else None
+
+    def matches(self, shape: tuple[int, ...]) -> bool:
+        if len(shape) != len(self.dims):
+            # Triton treats a [1] tensor as matching a scalar-shaped config
+            return not self.dims and shape == (1,)
+        return self.pick is None or self.pick(shape) == self.fixed
 
 
 class ModelSignature:
@@ -35,12 +55,11 @@ class ModelSignature:
         self.input_datatypes = {
             i.name: config_to_datatype(mc.DataType.Name(i.data_type)) for i in config.input
         }
+        self.required_names = frozenset(self.required)
         #: Each input's dims (without the batch dimension) and, where set, its reshape.
-        self.input_dims = {i.name: tuple(int(d) for d in i.dims) for i in config.input}
+        self.input_dims = {i.name: DimsPattern(i.dims) for i in config.input}
         self.input_reshapes = {
-            i.name: tuple(int(d) for d in i.reshape.shape)
-            for i in config.input
-            if i.HasField("reshape")
+            i.name: DimsPattern(i.reshape.shape) for i in config.input if i.HasField("reshape")
         }
         self.ensemble = config.platform == "ensemble"
 
@@ -48,11 +67,11 @@ class ModelSignature:
 def validate_request(request: InferenceRequest, sig: ModelSignature) -> None:
     """Raise InvalidArgument (Triton's message) for a request the model cannot take."""
     model = sig.name
-    for name in request.inputs:
-        if name not in sig.inputs:
-            raise InvalidArgument(f"unexpected inference input '{name}' for model '{model}'")
-    missing = [n for n in sig.required if n not in request.inputs]
-    if missing:
+    if not request.inputs.keys() <= sig.inputs.keys():
+        name = next(n for n in request.inputs if n not in sig.inputs)
+        raise InvalidArgument(f"unexpected inference input '{name}' for model '{model}'")
+    if not sig.required_names <= request.inputs.keys():
+        missing = [n for n in sig.required if n not in request.inputs]
         raise InvalidArgument(
             f"[request id: {request.id or '<id_unknown>'}] expected {len(sig.inputs)} inputs but got {len(request.inputs)} inputs for model "
             f"'{model}'. Got input(s) {_names(request.inputs)}, but missing required input(s) "
@@ -95,26 +114,16 @@ def _check_shape(
                 f"must be <= {sig.max_batch_size} for '{sig.name}'"
             )
         shape = shape[1:]
-    reshape_dims = sig.input_reshapes.get(name)
-    if (
-        shape != dims
-        and not _matches(shape, dims)
-        and not (reshape_dims is not None and _matches(shape, reshape_dims))
-    ):
-        expected = ([-1] if sig.max_batch_size > 0 else []) + list(dims)
+    if not dims.matches(shape):
+        reshape = sig.input_reshapes.get(name)
+        if reshape is not None and reshape.matches(shape):
+            return batch
+        expected = ([-1] if sig.max_batch_size > 0 else []) + list(dims.dims)
         raise InvalidArgument(
             f"[request id: {request.id or '<id_unknown>'}] unexpected shape for input '{name}' "
             f"for model '{sig.name}'. Expected {_shape(expected)}, got {_shape(array.shape)}. "
         )
     return batch
-
-
-def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
-    if not dims and shape == (1,):
-        return True  # Triton treats a [1] tensor as matching a scalar-shaped config
-    return len(shape) == len(dims) and all(
-        d == -1 or d == s for s, d in zip(shape, dims, strict=True)
-    )
 
 
 def _check_outputs(request: InferenceRequest, sig: ModelSignature) -> None:
@@ -144,7 +153,7 @@ def _apply_reshapes(request: InferenceRequest, sig: ModelSignature) -> None:
         reshape = sig.input_reshapes.get(name)
         if reshape is None:
             continue
-        target = list(reshape)
+        target = list(reshape.dims)
         lead = list(array.shape[:1]) if sig.max_batch_size > 0 else []
         if -1 not in target or target.count(-1) == 1:
             request.inputs[name] = array.reshape(lead + target)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from despina_frontend_http.decode import HeaderLayouts
 from despina_frontend_http.restricted import Restrictions
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ class Context:
     restrictions: Restrictions
     #: Request headers matching this are forwarded as request parameters.
     forward: re.Pattern[str] | None
+    #: Inference requests' JSON headers already decoded (see :mod:`.decode`).
+    layouts: HeaderLayouts = field(default_factory=HeaderLayouts)
 
 
 def versioned(path: str) -> list[str]:

@@ -3,12 +3,18 @@
 Binary tensors become numpy arrays over the request body (``numpy.frombuffer``, no copy);
 shared-memory inputs are read from the registered region's checked window (one copy).
 Every size is checked before anything is allocated. Messages follow Triton's.
+
+Clients send the same JSON header with every request of one shape (perf_analyzer,
+tritonclient without request ids): :class:`HeaderLayouts` keeps what such a header says,
+so the next request with those header bytes is built over its body without parsing and
+checking the JSON again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -18,6 +24,99 @@ from despina.shared_memory import SharedMemoryRegistry
 from despina.tensors import DATATYPE_TO_DTYPE, deserialize_bytes
 
 _OBJECT = np.dtype(np.object_)
+#: How many header layouts :class:`HeaderLayouts` keeps (the oldest is dropped first).
+LAYOUTS_KEPT = 256
+#: JSON headers longer than this are parsed every time, never kept.
+LAYOUT_MAX_BYTES = 4096
+_FLAT = (str, int, float, bool, type(None))
+
+
+class BinaryInput(NamedTuple):
+    """Where one binary input lies in the body, and what it is."""
+
+    name: str
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    count: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLayout:
+    """What one JSON header says, for a request whose inputs are all binary."""
+
+    inputs: tuple[BinaryInput, ...]
+    #: Where the last input ends: a body shorter than this is decoded the long way (and
+    #: gets its error there).
+    end: int
+    id: str | None
+    #: Flat (scalar values), so a shallow copy per request is a full one.
+    parameters: dict[str, Any]
+    outputs: tuple[tuple[str, dict[str, Any]], ...] | None
+
+    def request(self, body: bytes | memoryview, model: str, version: str) -> InferenceRequest:
+        """The request this header makes over ``body`` (at least :attr:`end` bytes)."""
+        inputs: dict[str, np.ndarray] = {}
+        for item in self.inputs:
+            if item.dtype is _OBJECT:
+                array = deserialize_bytes(memoryview(body)[item.start : item.end], item.count)
+            else:
+                array = np.frombuffer(body, dtype=item.dtype, count=item.count, offset=item.start)
+            inputs[item.name] = array.reshape(item.shape)
+        params = dict(self.parameters)
+        request = InferenceRequest(model, inputs, model_version=version, parameters=params)
+        if self.id is not None:
+            request.id = self.id
+        if self.outputs is not None:
+            request.outputs = [RequestedOutput(name, dict(p)) for name, p in self.outputs]
+        if params:
+            _sequence_and_policy(request, params)
+        return request
+
+
+class HeaderLayouts:
+    """The layouts of recently decoded JSON headers, by the header's bytes."""
+
+    def __init__(self, kept: int = LAYOUTS_KEPT) -> None:
+        self.kept = kept
+        self._layouts: dict[bytes, RequestLayout] = {}
+
+    @staticmethod
+    def key(body: bytes | memoryview, header_length: str | None) -> bytes | None:
+        """The header's bytes, or None for a body whose header is not kept."""
+        if header_length is None:  # all JSON: the data is in the header
+            return None
+        try:
+            size = int(header_length)
+        except ValueError:
+            return None
+        if not 0 < size <= min(len(body), LAYOUT_MAX_BYTES):
+            return None
+        return bytes(body[:size])
+
+    def get(self, key: bytes) -> RequestLayout | None:
+        return self._layouts.get(key)
+
+    def keep(self, key: bytes, header: dict[str, Any], binary: list[BinaryInput]) -> None:
+        """Keep the layout of a decoded header whose inputs (``binary``, in order) all
+        came from the body, unless a parameter value is not a scalar."""
+        params = dict(header.get("parameters") or {})
+        outputs = header.get("outputs")
+        named = [(o["name"], dict(o.get("parameters") or {})) for o in outputs or ()]
+        values = [*params.values(), *(v for _, p in named for v in p.values())]
+        if not all(isinstance(v, _FLAT) for v in values):
+            return
+        if len(self._layouts) >= self.kept:
+            del self._layouts[next(iter(self._layouts))]
+        request_id = header.get("id")
+        self._layouts[key] = RequestLayout(
+            tuple(binary),
+            binary[-1].end if binary else 0,
+            None if request_id is None else str(request_id),
+            params,
+            None if outputs is None else tuple(named),
+        )
 
 
 def parse_header(body: bytes | memoryview, header_length: str | None) -> tuple[dict[str, Any], int]:
@@ -50,16 +149,27 @@ def decode_request(
     model: str,
     version: str,
     shm: SharedMemoryRegistry,
+    layouts: HeaderLayouts | None = None,
 ) -> InferenceRequest:
-    """Build the request for ``model``; InvalidArgument for anything malformed."""
+    """Build the request for ``model``; InvalidArgument for anything malformed.
+    ``layouts``: where headers already seen are looked up, and new ones kept."""
+    key = HeaderLayouts.key(body, header_length) if layouts is not None else None
+    if key is not None and layouts is not None:
+        layout = layouts.get(key)
+        if layout is not None and layout.end <= len(body):
+            return layout.request(body, model, version)
     header, offset = parse_header(body, header_length)
     inputs_json = header.get("inputs")
     if not isinstance(inputs_json, list):
         raise _parse_error("inputs", inputs_json, "array")
     inputs: dict[str, np.ndarray] = {}
+    binary: list[BinaryInput] = []  # only while the header may be kept
     for item in inputs_json:
+        start = offset
         name, array, offset = _decode_input(item, body, offset, model, shm)
         inputs[name] = array
+        if key is not None and "binary_data_size" in (item.get("parameters") or ()):
+            binary.append(BinaryInput(name, array.dtype, array.shape, array.size, start, offset))
     params = _params(header.get("parameters"), "request")
     request = InferenceRequest(model, inputs, model_version=version, parameters=params)
     request_id = header.get("id")
@@ -72,6 +182,8 @@ def decode_request(
         request.outputs = [_decode_output(o) for o in outputs_json]
     if params:
         _sequence_and_policy(request, params)
+    if key is not None and layouts is not None and len(binary) == len(inputs_json):
+        layouts.keep(key, header, binary)
     return request
 
 

@@ -80,6 +80,8 @@ def _output(
 def _raw(array: np.ndarray, datatype: str) -> memoryview | bytes:
     if datatype == "BYTES":
         return serialize_bytes(array)
+    if array.flags.c_contiguous and array.size and array.dtype.kind != "V":
+        return array.data.cast("B")  # the quick way; no buffer for BF16 (kind "V")
     contiguous = np.ascontiguousarray(array)
     return contiguous.reshape(-1).view(np.uint8).data
 

@@ -79,7 +79,7 @@ def start_infer(
     model = server.inference_model(name, version)  # unknown model/version: before the body
     if model.decoupled:
         raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
-    request = decode_request(body, header_length, name, version, server.shared_memory)
+    request = decode_request(body, header_length, name, version, server.shared_memory, ctx.layouts)
     if forwarded:
         for key, value in forwarded.items():
             request.parameters.setdefault(key, value)
