@@ -146,7 +146,7 @@ class SharedModel:
             incoming.append(
                 InferenceRequest.incoming(
                     CoreResponder(r, fields["outputs"], self.open if self.decoupled else None),
-                    [Tensor(name, array) for name, array in r.inputs.items()],
+                    [Tensor._trusted(name, array) for name, array in r.inputs.items()],
                     model_name=ctx.name,
                     model_version=ctx.version,
                     **fields,

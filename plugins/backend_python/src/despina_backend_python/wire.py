@@ -46,7 +46,7 @@ def unpack_responses(message: dict[str, Any], ring: Ring | None) -> list[Inferen
         if "invalid" in desc:
             out.append(desc["invalid"])
             continue
-        chunk = [Tensor(name, array) for name, array in tensors[at : at + desc["n"]]]
+        chunk = [Tensor._trusted(name, array) for name, array in tensors[at : at + desc["n"]]]
         at += desc["n"]
         error = None if desc["error"] is None else TritonError(*desc["error"])
         out.append(InferenceResponse(chunk, error=error, parameters=desc["params"]))
@@ -76,7 +76,7 @@ def pack_request(arena: Arena, request: InferenceRequest) -> dict[str, Any]:
 def unpack_request(message: dict[str, Any], ring: Ring | None) -> InferenceRequest:
     """The BLS request of :func:`pack_request`."""
     fields = message["request"]
-    inputs = [Tensor(name, array) for name, array in unpack(message, ring)]
+    inputs = [Tensor._trusted(name, array) for name, array in unpack(message, ring)]
     return InferenceRequest(
         model_name=fields["model"],
         inputs=inputs,

@@ -37,7 +37,7 @@ class BinaryInput(NamedTuple):
     name: str
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
-    count: int
+    elements: int
     start: int
     end: int
 
@@ -60,9 +60,11 @@ class RequestLayout:
         inputs: dict[str, np.ndarray] = {}
         for item in self.inputs:
             if item.dtype is _OBJECT:
-                array = deserialize_bytes(memoryview(body)[item.start : item.end], item.count)
+                array = deserialize_bytes(memoryview(body)[item.start : item.end], item.elements)
             else:
-                array = np.frombuffer(body, dtype=item.dtype, count=item.count, offset=item.start)
+                array = np.frombuffer(
+                    body, dtype=item.dtype, count=item.elements, offset=item.start
+                )
             inputs[item.name] = array.reshape(item.shape)
         params = dict(self.parameters)
         request = InferenceRequest(model, inputs, model_version=version, parameters=params)
