@@ -448,6 +448,40 @@ def test_binary_tensors(pair: Pair) -> None:
     np.testing.assert_array_equal(our1, their1)
 
 
+def _post(served: Served, body: bytes, header_length: int) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        f"http://{served.http_url}/v2/models/add_sub/infer",
+        data=body,
+        method="POST",
+        headers={"Inference-Header-Content-Length": str(header_length)},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_one_binary_header_with_bodies_of_every_length(pair: Pair) -> None:
+    """The same JSON header again and again (Despina builds the repeats from its kept
+    layout) over the right body, a short one, a long one and the right one again."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": n, "datatype": "FP32", "shape": [4]}
+                | {"parameters": {"binary_data_size": 16}}
+                for n in ("INPUT0", "INPUT1")
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    data = np.arange(8, dtype=np.float32).tobytes()
+    bodies = [header + data, header + data[:20], header + data + b"more", header + data]
+    ours, theirs = ([_post(served, b, len(header)) for b in bodies] for served in pair)
+    assert ours == theirs
+    assert [status for status, _ in ours] == [200, 400, 400, 200]
+
+
 def test_system_shared_memory(pair: Pair) -> None:
     """Register a region, read an input from it and write an output into it, status,
     the usual mistakes, unregister: the same answers (Despina runs with

@@ -60,6 +60,18 @@ GOOD = [json_input("INPUT0", [2], [1, 2]), json_input("INPUT1", [2], [3, 4])]
             "unexpected size for input 'INPUT1', expecting 28 additional bytes for model 'add_sub'",
         ),
         (
+            binary_body()[0] + b"extra",
+            {"Inference-Header-Content-Length": str(binary_body()[1])},
+            400,
+            "unexpected additional input data for model 'add_sub'",
+        ),
+        (
+            json.dumps({"inputs": GOOD}).encode() + b"extra",
+            {"Inference-Header-Content-Length": str(len(json.dumps({"inputs": GOOD})))},
+            400,
+            "unexpected additional input data for model 'add_sub'",
+        ),
+        (
             binary_body()[0],
             {"Inference-Header-Content-Length": "100000"},
             400,

@@ -59,7 +59,7 @@ def test_forwarded_headers_do_not_stick_to_a_repeated_header(
     assert "parameters" not in result.get_response()
 
 
-def test_a_repeated_header_with_a_short_body_gets_the_size_error(server: RunningServer) -> None:
+def test_a_repeated_header_with_a_short_or_long_body_gets_its_error(server: RunningServer) -> None:
     header = json.dumps(
         {
             "inputs": [
@@ -76,6 +76,9 @@ def test_a_repeated_header_with_a_short_body_gets_the_size_error(server: Running
     status, answer = raw(server, path, header + data[:20], length)
     assert status == 400
     assert "unexpected size for input 'INPUT1', expecting 12 additional bytes" in answer["error"]
+    status, answer = raw(server, path, header + data + b"more", length)
+    assert status == 400
+    assert answer["error"] == "unexpected additional input data for model 'add_sub'"
     assert raw(server, path, header + data, length)[0] == 200
 
 

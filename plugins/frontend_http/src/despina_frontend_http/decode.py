@@ -47,8 +47,8 @@ class RequestLayout:
     """What one JSON header says, for a request whose inputs are all binary."""
 
     inputs: tuple[BinaryInput, ...]
-    #: Where the last input ends: a body shorter than this is decoded the long way (and
-    #: gets its error there).
+    #: Where the last input ends: the length of a body it fits (any other is decoded the
+    #: long way, and gets its error there).
     end: int
     id: str | None
     #: Flat (scalar values), so a shallow copy per request is a full one.
@@ -56,7 +56,7 @@ class RequestLayout:
     outputs: tuple[tuple[str, dict[str, Any]], ...] | None
 
     def request(self, body: bytes | memoryview, model: str, version: str) -> InferenceRequest:
-        """The request this header makes over ``body`` (at least :attr:`end` bytes)."""
+        """The request this header makes over ``body`` (:attr:`end` bytes long)."""
         inputs: dict[str, np.ndarray] = {}
         for item in self.inputs:
             if item.dtype is _OBJECT:
@@ -100,9 +100,9 @@ class HeaderLayouts:
     def get(self, key: bytes) -> RequestLayout | None:
         return self._layouts.get(key)
 
-    def keep(self, key: bytes, header: dict[str, Any], binary: list[BinaryInput]) -> None:
+    def keep(self, key: bytes, header: dict[str, Any], binary: list[BinaryInput], end: int) -> None:
         """Keep the layout of a decoded header whose inputs (``binary``, in order) all
-        came from the body, unless a parameter value is not a scalar."""
+        came from the body, which ended at ``end``; not if a parameter is not a scalar."""
         params = dict(header.get("parameters") or {})
         outputs = header.get("outputs")
         named = [(o["name"], dict(o.get("parameters") or {})) for o in outputs or ()]
@@ -114,7 +114,7 @@ class HeaderLayouts:
         request_id = header.get("id")
         self._layouts[key] = RequestLayout(
             tuple(binary),
-            binary[-1].end if binary else 0,
+            end,
             None if request_id is None else str(request_id),
             params,
             None if outputs is None else tuple(named),
@@ -158,7 +158,7 @@ def decode_request(
     key = HeaderLayouts.key(body, header_length) if layouts is not None else None
     if key is not None and layouts is not None:
         layout = layouts.get(key)
-        if layout is not None and layout.end <= len(body):
+        if layout is not None and layout.end == len(body):
             return layout.request(body, model, version)
     header, offset = parse_header(body, header_length)
     inputs_json = header.get("inputs")
@@ -172,6 +172,8 @@ def decode_request(
         inputs[name] = array
         if key is not None and "binary_data_size" in (item.get("parameters") or ()):
             binary.append(BinaryInput(name, array.dtype, array.shape, array.size, start, offset))
+    if offset != len(body):  # bytes after the last binary input (Triton refuses them too)
+        raise InvalidArgument(f"unexpected additional input data for model '{model}'")
     params = _params(header.get("parameters"), "request")
     request = InferenceRequest(model, inputs, model_version=version, parameters=params)
     request_id = header.get("id")
@@ -185,7 +187,7 @@ def decode_request(
     if params:
         _sequence_and_policy(request, params)
     if key is not None and layouts is not None and len(binary) == len(inputs_json):
-        layouts.keep(key, header, binary)
+        layouts.keep(key, header, binary, offset)
     return request
 
 
