@@ -17,9 +17,21 @@ MODEL=${MODEL:-add_sub}
 SHAPES=${SHAPES:-"--shape INPUT0:1,16 --shape INPUT1:1,16"}
 OUT=$(mktemp)
 PIDS=() PORTS=() NAMES=()
+# A server left running on a port would answer in place of the one started here (which
+# fails to bind only after the readiness check has passed): refuse to start.
+refuse_taken() {
+  for p in "$@"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "port $p is already in use; stop what listens there first" >&2
+      kill "${PIDS[@]}" 2>/dev/null
+      exit 1
+    fi
+  done
+}
 k=0
 while [ $# -gt 1 ]; do
   port=$((19600 + k * 10))
+  refuse_taken $port $((port + 1)) $((port + 2))
   # shellcheck disable=SC2086  # FLAGS is a list of flags
   .venv/bin/despina serve --model-repository "$1" $2 --http-port $port \
     --grpc-port $((port + 1)) --metrics-port $((port + 2)) > "$OUT.server$k.log" 2>&1 &
@@ -28,6 +40,7 @@ while [ $# -gt 1 ]; do
   shift 2
 done
 if [ -n "${TRITON:-}" ]; then
+  refuse_taken 19700 19701 19702
   ../shared/tools/tritonserver --model-repository "$TRITON" --http-port 19700 \
     --grpc-port 19701 --metrics-port 19702 > "$OUT.triton.log" 2>&1 &
   PIDS+=($!) PORTS+=(19700) NAMES+=("triton:$TRITON")
