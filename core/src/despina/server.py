@@ -268,9 +268,12 @@ class Server:
         request.respond(response)
         return True
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Run a request on a non-decoupled model; return its response or raise its error."""
-        model, stream = self.submit(request, streaming=False)
+    async def infer(
+        self, request: InferenceRequest, model: ModelVersion | None = None
+    ) -> InferenceResponse:
+        """Run a request on a non-decoupled model; return its response or raise its error.
+        ``model``: as for :meth:`submit`."""
+        model, stream = self.submit(request, streaming=False, model=model)
         return self.outcome(model, await stream.last())
 
     def outcome(self, model: ModelVersion, response: InferenceResponse | None) -> InferenceResponse:

@@ -23,6 +23,7 @@ from despina_frontend_grpc.codec import RequestDecoder, encode_response
 from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_text
 
 if TYPE_CHECKING:
+    from despina.loader import ModelVersion
     from despina.server import Server
 
 #: Requests of one stream running at once; further messages wait unread, so HTTP/2 flow
@@ -40,9 +41,9 @@ class Inference:
 
     def build(
         self, message: Any, context: grpc.aio.ServicerContext, streaming: bool
-    ) -> InferenceRequest:
-        """The InferenceRequest of a ModelInferRequest (model looked up first, as Triton;
-        UNAVAILABLE before that once the server is stopping)."""
+    ) -> tuple[ModelVersion, InferenceRequest]:
+        """The model version and InferenceRequest of a ModelInferRequest (model looked up
+        first, as Triton; UNAVAILABLE before that once the server is stopping)."""
         model = self.server.inference_model(message.model_name, message.model_version)
         if model.decoupled and not streaming:
             raise Unsupported(
@@ -54,13 +55,13 @@ class Inference:
             for key, value in context.invocation_metadata() or ():
                 if self.headers.search(key):
                     request.parameters[key] = value
-        return request
+        return model, request
 
     async def infer(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
         """One request on a non-decoupled model; DespinaError for the caller to report."""
-        request = self.build(message, context, streaming=False)
+        model, request = self.build(message, context, streaming=False)
         try:
-            response = await self.server.infer(request)
+            response = await self.server.infer(request, model)
         except asyncio.CancelledError:
             request.cancel()
             raise
@@ -100,7 +101,7 @@ class Inference:
             put(_error("", Internal(UNPARSABLE_TEXT)))
             return
         try:
-            request = self.build(message, context, streaming=True)
+            _, request = self.build(message, context, streaming=True)
         except Exception as exc:  # noqa: BLE001 - every failure is reported in the stream
             put(_error(message.id, exc))
             return
