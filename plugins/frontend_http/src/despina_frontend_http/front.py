@@ -70,6 +70,9 @@ _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 #: Request targets already parsed by :func:`infer_target` (clients repeat one or a few).
 _TARGETS: dict[bytes, tuple[str, str] | None] = {}
 _TARGETS_KEPT = 256
+#: Loop steps from a socket's accept to its protocol's ``connection_made`` (asyncio's
+#: accept task, then the transport's scheduled callback), with one to spare.
+ACCEPT_STEPS = 3
 
 
 def infer_target(url: bytes) -> tuple[str, str] | None:
@@ -164,6 +167,8 @@ class FrontConnection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.front.connections.add(self)
+        if self.front.stopping:  # accepted as the listener closed: nothing read, closed now
+            self.close_when_idle()
 
     def data_received(self, data: bytes) -> None:
         if self.closed or self.parse_failed:  # refused: dropped (see _refuse)
@@ -580,6 +585,8 @@ class Front:
         self.socket_path = str(self.folder / "app.sock")
         self.runner: web.AppRunner | None = None
         self.listener: asyncio.AbstractServer | None = None
+        #: Set when :meth:`stop` begins: a connection made after it is closed at once.
+        self.stopping = False
 
     async def start(self, host: str, port: int, reuse_port: bool) -> int:
         """Serve the application on its socket, then listen; the bound port (OSError)."""
@@ -608,8 +615,11 @@ class Front:
 
     async def stop(self) -> None:
         """Stop listening; close idle connections, the others after their current answer."""
+        self.stopping = True
         if self.listener is not None:
             self.listener.close()
+        for _ in range(ACCEPT_STEPS):  # a socket accepted just before reaches connection_made
+            await asyncio.sleep(0)
         for connection in list(self.connections):
             connection.close_when_idle()
         for _ in range(100):  # their answers get 5 s; a closed link's last callback runs
