@@ -117,7 +117,7 @@ def _same(got: InferenceRequest, want: InferenceRequest) -> None:
 def test_a_layout_builds_what_parsing_builds(header: dict[str, Any]) -> None:
     body, length = _body(header)
     shm, layouts = SharedMemoryRegistry(), HeaderLayouts()
-    parsed = decode_request(body, length, "m", "1", shm)
+    parsed = decode_request(body, length, "m", "1", shm, HeaderLayouts())  # a first sighting
     first = decode_request(body, length, "m", "1", shm, layouts)
     assert layouts.get(body[: int(length)]) is not None
     reused = decode_request(body, length, "m", "1", shm, layouts)

@@ -151,12 +151,12 @@ def decode_request(
     model: str,
     version: str,
     shm: SharedMemoryRegistry,
-    layouts: HeaderLayouts | None = None,
+    layouts: HeaderLayouts,
 ) -> InferenceRequest:
     """Build the request for ``model``; InvalidArgument for anything malformed.
     ``layouts``: where headers already seen are looked up, and new ones kept."""
-    key = HeaderLayouts.key(body, header_length) if layouts is not None else None
-    if key is not None and layouts is not None:
+    key = HeaderLayouts.key(body, header_length)
+    if key is not None:
         layout = layouts.get(key)
         if layout is not None and layout.end == len(body):
             return layout.request(body, model, version)
@@ -186,7 +186,7 @@ def decode_request(
         request.outputs = [_decode_output(o) for o in outputs_json]
     if params:
         _sequence_and_policy(request, params)
-    if key is not None and layouts is not None and len(binary) == len(inputs_json):
+    if key is not None and len(binary) == len(inputs_json):
         layouts.keep(key, header, binary, offset)
     return request
 
