@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from despina.config import ModelConfig, parameters_of
 from despina.inference import InferenceRequest, InferenceResponse
+from despina.paths import safe_join
 from despina.placement import NeedsThread
 
 if TYPE_CHECKING:
@@ -50,8 +51,11 @@ class ModelContext:
 
     @property
     def model_file(self) -> Path:
-        """The model file: ``default_model_filename`` in the version folder."""
-        return self.version_dir / str(self.config.default_model_filename)
+        """The model file: ``default_model_filename`` in the version folder; raises
+        InvalidArgument when that name leads out of it."""
+        return safe_join(
+            self.version_dir, self.config.default_model_filename, "default_model_filename"
+        )
 
     @property
     def parameters(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ import numpy as np
 from despina.config import ModelConfig
 from despina.errors import InvalidArgument, NotFound
 from despina.inference import InferenceRequest, InferenceResponse
+from despina.paths import safe_join
 
 
 def top_k(array: np.ndarray, k: int, batched: bool, labels: list[str]) -> np.ndarray:
@@ -43,8 +44,8 @@ def read_labels(model_dir: Path | None, label_filename: str) -> list[str]:
     """The labels of an output (one a line), or [] when the output has none."""
     if not label_filename or model_dir is None:
         return []
-    path = (model_dir / label_filename).resolve()
-    if not path.is_relative_to(model_dir.resolve()) or not path.is_file():
+    path = safe_join(model_dir, label_filename, "label_filename")
+    if not path.is_file():
         raise NotFound(f"label file of output is missing: '{label_filename}'")
     return list(_cached(path, path.stat().st_mtime_ns))
 

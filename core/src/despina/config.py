@@ -17,7 +17,8 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from despina.errors import ConfigError
+from despina.errors import ConfigError, InvalidArgument
+from despina.paths import relative_parts
 
 ModelConfig = mc.ModelConfig
 
@@ -193,6 +194,29 @@ def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int) -> None:
             group.gpus.extend(range(gpu_count))
     if config.HasField("dynamic_batching") and config.max_batch_size == 0:
         config.ClearField("dynamic_batching")
+
+
+def check_file_names(config: mc.ModelConfig, model_name: str) -> None:
+    """Raise ConfigError when a field naming a file in the model folder
+    (``default_model_filename``, ``cc_model_filenames``, an output's ``label_filename``,
+    a warm-up input's ``input_data_file``) is absolute, holds ``..`` or is otherwise no
+    relative path (:func:`despina.paths.relative_parts`). A config comes from the
+    repository or from a client's load request alike."""
+    named = [("default_model_filename", config.default_model_filename)]
+    named += [("cc_model_filenames", f) for f in config.cc_model_filenames.values()]
+    named += [("label_filename", o.label_filename) for o in config.output]
+    named += [
+        ("input_data_file", i.input_data_file)
+        for sample in config.model_warmup
+        for i in sample.inputs.values()
+        if i.WhichOneof("input_data_type") == "input_data_file"
+    ]
+    for field, value in named:
+        if value:
+            try:
+                relative_parts(value, field)
+            except InvalidArgument as exc:
+                raise ConfigError(f"model '{model_name}': {exc}") from None
 
 
 def validate(config: mc.ModelConfig, model_name: str) -> None:

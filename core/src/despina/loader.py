@@ -118,6 +118,7 @@ async def prepare_config(
             config.backend = backend_cls.name
         if not config.default_model_filename and backend_cls.default_model_filename:
             config.default_model_filename = backend_cls.default_model_filename
+    cfg.check_file_names(config, name)  # before auto-complete opens the model file
     if not config.name:
         config.name = name
     if backend_cls is not None and server.settings.auto_complete and versions:

@@ -39,7 +39,7 @@ from despina.loader import (
     unload_version,
     version_config,
 )
-from despina.paths import safe_join
+from despina.paths import check_model_name, safe_join
 from despina.repository import ModelRepository, available_versions, select_versions
 
 if TYPE_CHECKING:
@@ -120,7 +120,9 @@ class ModelManager:
 
         ``config_json`` overrides config.pbtxt; ``files`` (``"1/model.onnx": bytes``)
         replace the model folder with a temporary one (a config is then required).
+        A name that cannot be one folder name is refused before anything is read.
         """
+        check_model_name(name)
         async with self._lock(name):
             entry = ModelEntry(name)
             ensemble = _LOADING_FOR.get()

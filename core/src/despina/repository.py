@@ -13,6 +13,7 @@ from typing import Any
 
 from despina.config import ModelConfig
 from despina.errors import ConfigError, NotFound
+from despina.paths import check_model_name, safe_join
 
 
 class ModelRepository:
@@ -60,8 +61,13 @@ class ModelRepository:
         return sorted(names)
 
     def model_dir(self, name: str) -> Path:
-        """The folder of model ``name``; NotFound if absent, ConfigError if ambiguous."""
+        """The folder of model ``name``; InvalidArgument for a name that is not one
+        folder name or a folder that leads out of its repository (:mod:`despina.paths`),
+        NotFound if absent, ConfigError if ambiguous."""
+        check_model_name(name)
         found = [root / name for root in self.roots if (root / name).is_dir()]
+        for path in found:
+            safe_join(path.parent, name, "model folder")
         if not found:
             raise NotFound(f"failed to load '{name}', failed to poll from model repository")
         if len(found) > 1:

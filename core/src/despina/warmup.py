@@ -16,6 +16,7 @@ from despina.backend import ModelInstance
 from despina.config import ModelConfig, mc
 from despina.errors import ConfigError, Internal
 from despina.inference import InferenceRequest, ResponseStream
+from despina.paths import safe_join
 from despina.tensors import config_to_datatype, deserialize_bytes, dtype_of, element_count
 
 #: Warm-up data files live in ``<model_dir>/warmup/``, as in Triton.
@@ -75,8 +76,8 @@ def _input_array(
 
 
 def _read(model_dir: Path, sample: str, filename: str) -> bytes:
-    path = (model_dir / WARMUP_DIR / filename).resolve()
-    if not path.is_relative_to((model_dir / WARMUP_DIR).resolve()) or not path.is_file():
+    path = safe_join(model_dir / WARMUP_DIR, filename, f"warm-up '{sample}' data file")
+    if not path.is_file():
         raise ConfigError(f"warm-up '{sample}': data file '{filename}' not found in {WARMUP_DIR}/")
     return path.read_bytes()
 

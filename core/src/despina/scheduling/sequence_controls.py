@@ -18,6 +18,7 @@ import numpy as np
 from despina.config import ModelConfig, mc
 from despina.errors import ConfigError
 from despina.inference import SequenceFlags
+from despina.paths import safe_join
 from despina.tensors import DATATYPE_TO_DTYPE, config_to_datatype
 
 Kind = mc.ModelSequenceBatching.Control
@@ -258,7 +259,7 @@ def _from_file(
 ) -> np.ndarray:
     if model_dir is None:
         raise ConfigError(f"initial_state data file '{data_file}' has no model folder to read from")
-    path = model_dir / "initial_state" / data_file
+    path = safe_join(model_dir / "initial_state", data_file, "initial_state data file")
     try:
         data = path.read_bytes()
     except OSError as exc:
