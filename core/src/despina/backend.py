@@ -29,7 +29,7 @@ from despina.paths import safe_join
 from despina.placement import NeedsThread
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.ports import BackendHost
 
 
 @dataclass
@@ -41,7 +41,8 @@ class ModelContext:
     #: The model's folder in the repository (holds config.pbtxt and version folders).
     model_dir: Path
     config: ModelConfig
-    server: Server
+    #: What the backend may use of the server (flags, BLS, model control, metrics).
+    host: BackendHost
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("despina.model"))
 
     @property

@@ -122,7 +122,7 @@ async def prepare_config(
     if not config.name:
         config.name = name
     if backend_cls is not None and server.settings.auto_complete and versions:
-        context = ModelContext(name, versions[-1], model_dir, config, server)
+        context = ModelContext(name, versions[-1], model_dir, config, server.backend_host)
         await backend_cls(context).auto_complete()
     cfg.normalize(config, name, gpu_count())
     cfg.validate(config, name)
@@ -200,7 +200,9 @@ async def load_version(
     specs: list[InstanceSpec] = []
     try:
         if backend_cls is not None:
-            context = ModelContext(version.name, version.version, model_dir, version.config, server)
+            context = ModelContext(
+                version.name, version.version, model_dir, version.config, server.backend_host
+            )
             version.backend = backend_cls(context)
             await version.backend.load()
             specs = instance_specs(version.config)

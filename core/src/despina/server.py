@@ -11,27 +11,27 @@ import argparse
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from despina import __version__
 from despina.backend import Backend
-from despina.config import mc
 from despina.custom_metrics import CustomMetrics
+from despina.dataplane import BackendServices, DataPlane
 from despina.errors import DespinaError, Internal, Unavailable, Unsupported
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
 from despina.loader import ModelVersion
 from despina.models import ModelManager
 from despina.plugins import Plugins, create_plugins
 from despina.poller import RepositoryPoller
+from despina.ports import BackendHost, FrontendHost
 from despina.rate_limiter import RateLimiter, parse_resource_flags
 from despina.repository import ModelRepository
 from despina.response_cache import ResponseCache, cache_key, parse_cache_config
 from despina.runtime_settings import LogSettings, TraceSettings
 from despina.scheduling.base import Scheduler
 from despina.shared_memory import SharedMemoryRegistry
-from despina.tensors import config_to_datatype
 from despina.validation import validate_request
 
 log = logging.getLogger("despina.server")
@@ -125,6 +125,10 @@ class Server:
             self.rate_limiter = RateLimiter(limits)
         self.log_settings = LogSettings.from_settings(self.settings)
         self.trace_settings = TraceSettings.from_settings(self.settings)
+        #: What frontends call: every protocol-independent operation (:mod:`despina.dataplane`).
+        self.dataplane: FrontendHost = DataPlane(self)
+        #: What backends and their models use (:class:`despina.ports.BackendHost`).
+        self.backend_host: BackendHost = BackendServices(self)
         self.frontends: list[Any] = []
         self.exporters: list[Any] = []
         self.live = False
@@ -286,31 +290,14 @@ class Server:
         response.model_name, response.model_version = model.name, str(model.version)
         return response
 
-    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+    async def infer_stream(
+        self, request: InferenceRequest
+    ) -> AsyncGenerator[InferenceResponse, None]:
         """Run a request on any model; yield every response (errors as ``error`` set)."""
         model, stream = self.submit(request)
         async for response in stream:
             response.model_name, response.model_version = model.name, str(model.version)
             yield response
-
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        """KServe v2 model metadata (name, versions, platform, inputs, outputs)."""
-        model = self.models.get(name, version)
-        entry = self.models.entries[name]
-        config = model.config
-        batch = [-1] if config.max_batch_size > 0 else []
-
-        def tensor(t: Any) -> dict[str, Any]:
-            datatype = config_to_datatype(mc.DataType.Name(t.data_type))
-            return {"name": t.name, "datatype": datatype, "shape": batch + [int(d) for d in t.dims]}
-
-        return {
-            "name": name,
-            "versions": [str(v) for v, mv in sorted(entry.versions.items()) if mv.ready],
-            "platform": config.platform or config.backend,
-            "inputs": [tensor(t) for t in config.input],
-            "outputs": [tensor(t) for t in config.output],
-        }
 
     async def serve_forever(self, stop_event: asyncio.Event) -> None:
         """Start, wait for ``stop_event``, then stop within ``--exit-timeout-secs``."""

@@ -154,7 +154,7 @@ def test_registration_is_opt_in_and_internal_keys_are_refused(
     expect_error(
         lambda: allowed.register_cuda_shared_memory("g", b"AAAA", 0, SIZE),
         501,
-        "CUDA shared memory is not supported",
+        "failed to register CUDA shared memory region 'g': this server has no GPU support",
     )
     assert allowed.get_cuda_shared_memory_status() == []
     allowed.unregister_cuda_shared_memory()

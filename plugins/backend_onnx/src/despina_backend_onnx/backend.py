@@ -16,7 +16,7 @@ from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.errors import ConfigError, Internal, InvalidArgument
 from despina.placement import inline_budget
 from despina.ragged import RaggedBatch
-from despina.signatures import TensorSpec, check_config, complete_config, default_max_batch_size
+from despina.signatures import TensorSpec, check_config, complete_config
 from despina.threaded import ThreadedInstance
 
 from despina_backend_onnx import options
@@ -61,7 +61,7 @@ class OnnxBackend(Backend):
         session_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         session = await asyncio.to_thread(self._open, session_opts, [("CPUExecutionProvider", {})])
         inputs, outputs = self._signature(session)
-        default = default_max_batch_size(self.context.server.settings, self.name)
+        default = self.context.host.default_max_batch_size(self.name)
         complete_config(self.context.config, inputs, outputs, default)
 
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:

@@ -17,7 +17,7 @@ import numpy as np
 from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.errors import ConfigError, Internal
 from despina.placement import inline_budget
-from despina.signatures import TensorSpec, check_config, complete_config, default_max_batch_size
+from despina.signatures import TensorSpec, check_config, complete_config
 from despina.threaded import ThreadedInstance
 
 from despina_backend_openvino.options import OpenVinoOptions
@@ -55,7 +55,7 @@ class OpenVinoBackend(Backend):
         options = OpenVinoOptions.from_parameters(self.context.parameters, self.context.name)
         _, model = await asyncio.to_thread(self._read, options)
         inputs, outputs = self._signature(model)
-        default = default_max_batch_size(self.context.server.settings, self.name)
+        default = self.context.host.default_max_batch_size(self.name)
         complete_config(self.context.config, inputs, outputs, default)
 
     async def load(self) -> None:

@@ -48,7 +48,7 @@ async def run_auto_complete(
             "tag": new_tag(),
             "model_name": ctx.name,
         }
-        host = ServerRuntime(ctx.server, asyncio.get_running_loop(), ctx.name)
+        host = ServerRuntime(ctx.host, asyncio.get_running_loop(), ctx.name)
         try:
             child, reply = await spawn(python, env, hello, host, lambda _: None)
         except ChildDied as exc:

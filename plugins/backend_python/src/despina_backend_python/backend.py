@@ -46,7 +46,7 @@ class PythonBackend(Backend):
         return mode
 
     def _runtime(self) -> ServerRuntime:
-        return ServerRuntime(self.context.server, asyncio.get_running_loop(), self.context.name)
+        return ServerRuntime(self.context.host, asyncio.get_running_loop(), self.context.name)
 
     def args_for(self, spec: InstanceSpec) -> dict[str, str]:
         ctx = self.context

@@ -1,7 +1,7 @@
-"""The server as host of model code: BLS through ``Server.infer``/``infer_stream`` (each
-call recorded with the model manager, for ``unload_dependents``),
-``Logger`` into the server log, custom metrics into ``server.custom_metrics``, and the
-model loading API. In-process models call it directly; child processes reach it through
+"""The server as host of model code, through its :class:`despina.ports.BackendHost`: BLS
+(``bls_infer``/``bls_stream``, each call recorded for ``unload_dependents``), ``Logger``
+into the server log, custom metrics into ``host.custom_metrics``, and the model loading
+API. In-process models call it directly; child processes reach it through
 their instance's channel (:mod:`.process`), which uses the async methods.
 """
 
@@ -25,7 +25,7 @@ from despina_backend_python.pb.messages import InferenceRequest, InferenceRespon
 from despina_backend_python.pb.runtime import Runtime
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.ports import BackendHost
 
 _END = object()
 
@@ -33,8 +33,8 @@ _END = object()
 class ServerRuntime(Runtime):
     """Host for the models of one Backend; ``loop`` is the server's event loop."""
 
-    def __init__(self, server: Server, loop: asyncio.AbstractEventLoop, model_name: str) -> None:
-        self.server = server
+    def __init__(self, host: BackendHost, loop: asyncio.AbstractEventLoop, model_name: str) -> None:
+        self.host = host
         self.loop = loop
         self.model_name = model_name
         self.logger = logging.getLogger(f"despina.model.{model_name}")
@@ -43,7 +43,7 @@ class ServerRuntime(Runtime):
     def unload_wait_s(self) -> float:
         """How long an unload waits for a decoupled model's open response streams: half of
         ``--exit-timeout-secs`` (at shutdown the rest delivers the errors of those left)."""
-        return float(self.server.settings.exit_timeout_secs) / 2
+        return self.host.exit_timeout_s / 2
 
     def _off_loop(self, what: str) -> None:
         """Raise when a call that waits for the loop is made on it: NeedsThread for a
@@ -62,9 +62,8 @@ class ServerRuntime(Runtime):
         return asyncio.run_coroutine_threadsafe(self.infer_async(request), self.loop).result()
 
     async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
-        self.server.models.record_call(self.model_name, request.model_name())
         try:
-            response = await self.server.infer(convert.request_to_core(request))
+            response = await self.host.bls_infer(self.model_name, convert.request_to_core(request))
         except DespinaError as exc:
             return InferenceResponse(error=convert.error_to_pb(exc))
         return convert.response_to_pb(response)
@@ -90,10 +89,10 @@ class ServerRuntime(Runtime):
     async def stream_responses(self, request: InferenceRequest) -> Any:
         """Every response of a decoupled BLS request; an empty last one when the model
         ended the stream with the final flag alone (as Triton)."""
-        self.server.models.record_call(self.model_name, request.model_name())
         last_final = False
+        core_request = convert.request_to_core(request)
         try:
-            async for response in self.server.infer_stream(convert.request_to_core(request)):
+            async for response in self.host.bls_stream(self.model_name, core_request):
                 last_final = response.final
                 yield convert.response_to_pb(response)
         except DespinaError as exc:
@@ -107,7 +106,7 @@ class ServerRuntime(Runtime):
         self.logger.log(python_level(level), "%s", message)
 
     def metric(self, action: str, family: str, **fields: Any) -> float:
-        registry = self.server.custom_metrics
+        registry = self.host.custom_metrics
         try:
             if action == "family":
                 registry.family(family, fields["description"], fields["kind"])
@@ -139,27 +138,21 @@ class ServerRuntime(Runtime):
         return future.result()
 
     def model_ready(self, name: str, version: str) -> bool:
-        try:
-            self.server.models.get(name, str(version or ""))
-        except DespinaError:
-            return False
-        return True
+        return self.host.model_ready(name, str(version or ""))
 
     async def model_control_async(self, action: str, **fields: Any) -> Any:
         """``ready``, ``load`` or ``unload``; raises TritonModelException with the reason."""
         if action == "ready":
             return self.model_ready(fields["name"], fields.get("version", ""))
-        models = self.server.models
         try:
-            models.check_control()
             if action == "load":
                 files = {
                     key.removeprefix("file:"): _as_bytes(value)
                     for key, value in (fields.get("files") or {}).items()
                 }
-                await models.load(fields["name"], fields.get("config") or None, files or None)
+                await self.host.load(fields["name"], fields.get("config") or None, files)
             elif action == "unload":
-                await models.unload(fields["name"], bool(fields.get("unload_dependents")))
+                await self.host.unload(fields["name"], bool(fields.get("unload_dependents")))
             else:
                 raise InvalidArgument(f"unknown model control action '{action}'")
         except DespinaError as exc:

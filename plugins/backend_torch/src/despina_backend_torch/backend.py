@@ -17,7 +17,7 @@ import numpy as np
 from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.config import mc
 from despina.errors import ConfigError, Internal, Unavailable
-from despina.signatures import check_config, complete_config, default_max_batch_size
+from despina.signatures import check_config, complete_config
 from despina.tensors import config_to_datatype
 from despina.threaded import ThreadedInstance
 
@@ -51,7 +51,7 @@ class TorchBackend(Backend):
         if path.suffix == ".pt2":
             loaded = await asyncio.to_thread(self._load, "cpu")
             assert loaded.inputs is not None and loaded.outputs is not None
-            default = default_max_batch_size(self.context.server.settings, self.name)
+            default = self.context.host.default_max_batch_size(self.name)
             complete_config(config, loaded.inputs, loaded.outputs, default)
         elif not config.input or not config.output:
             raise ConfigError(NO_SIGNATURE.format(model=self.context.name, label=self.file_label))

@@ -11,10 +11,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
+from despina.restricted import parse_restricted
 
 SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 HEADER_PREFIX = "triton-grpc-protocol-"
+FLAG = "--grpc-restricted-protocol"
 
 #: Protocol group -> the RPC methods it covers (full method paths).
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -45,26 +47,13 @@ GROUPS: dict[str, tuple[str, ...]] = {
 
 
 def parse_restrictions(values: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """Method path -> (header, value) from the flag's values; ValueError if malformed."""
-    methods: dict[str, tuple[str, str]] = {}
-    restricted_groups: set[str] = set()
-    for raw in values:
-        groups_text, sep, pair = raw.partition(":")
-        key, eq, value = pair.partition("=")
-        if not sep or not eq or not key or not groups_text:
-            raise ValueError(f"--grpc-restricted-protocol '{raw}': expected <groups>:<key>=<value>")
-        for group in (g.strip() for g in groups_text.split(",")):
-            if group not in GROUPS:
-                raise ValueError(
-                    f"--grpc-restricted-protocol: unknown protocol '{group}'; "
-                    f"known: {', '.join(GROUPS)}"
-                )
-            if group in restricted_groups:
-                raise ValueError(f"--grpc-restricted-protocol: '{group}' is restricted twice")
-            restricted_groups.add(group)
-            for method in GROUPS[group]:
-                methods[method] = (HEADER_PREFIX + key.lower(), value)
-    return methods
+    """Method path -> (metadata key, value) from the flag's values; ValueError if malformed."""
+    rules = parse_restricted(values, FLAG, "protocol", HEADER_PREFIX)
+    return {
+        method: (rule.header, rule.value)
+        for group, rule in rules.items()
+        for method in GROUPS[group]
+    }
 
 
 def _refusal(header: str) -> Callable[..., Awaitable[Any]]:

@@ -10,12 +10,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from despina.errors import (
-    DespinaError,
-    InvalidArgument,
-    NotFound,
-    Unsupported,
-)
+from despina.errors import InvalidArgument
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
@@ -31,56 +26,42 @@ if TYPE_CHECKING:
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    """Serves one :class:`~despina.server.Server`."""
+    """Serves one server's data plane (:class:`despina.dataplane.DataPlane`)."""
 
     def __init__(self, server: Server, inference: Inference) -> None:
-        self.server = server
+        self.host = server.dataplane
         self.inference = inference
 
     # health and metadata
     @guarded
     async def ServerLive(self, request: Any, context: Any) -> Any:
-        return pb.ServerLiveResponse(live=self.server.live)
+        return pb.ServerLiveResponse(live=self.host.live)
 
     @guarded
     async def ServerReady(self, request: Any, context: Any) -> Any:
-        return pb.ServerReadyResponse(ready=self.server.ready)
+        return pb.ServerReadyResponse(ready=self.host.ready)
 
     @guarded
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        try:
-            self.server.models.get(request.name, request.version)
-        except DespinaError:
-            return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=True)
+        return pb.ModelReadyResponse(ready=self.host.model_ready(request.name, request.version))
 
     @guarded
     async def ServerMetadata(self, request: Any, context: Any) -> Any:
-        return pb.ServerMetadataResponse(
-            name=self.server.id, version=self.server.version, extensions=self.server.extensions
-        )
+        return pb.ServerMetadataResponse(**self.host.server_metadata())
 
     @guarded
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         return json_format.ParseDict(
-            self.server.model_metadata(request.name, request.version), pb.ModelMetadataResponse()
+            self.host.model_metadata(request.name, request.version), pb.ModelMetadataResponse()
         )
 
     @guarded
     async def ModelConfig(self, request: Any, context: Any) -> Any:
-        model = self.server.models.get(request.name, request.version)
-        return pb.ModelConfigResponse(config=model.config)
+        return pb.ModelConfigResponse(config=self.host.model_config(request.name, request.version))
 
     @guarded
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
-        versions = self.server.models.ready_versions()
-        if request.name:
-            versions = [v for v in versions if v.name == request.name]
-            if request.version:
-                versions = [v for v in versions if str(v.version) == request.version]
-            if not versions:
-                raise InvalidArgument(f"requested model '{request.name}' is not available")
-        stats = {"model_stats": [v.stats.snapshot() for v in versions]}
+        stats = {"model_stats": self.host.statistics(request.name, request.version)}
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
     # inference
@@ -95,15 +76,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
     # model repository
     @guarded
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
-        rows = self.server.models.index(ready_only=request.ready)
+        rows = self.host.repository_index(ready_only=request.ready)
         return pb.RepositoryIndexResponse(
             models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
         )
 
     @guarded
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-        models = self.server.models
-        models.check_control()
         config: str | None = None
         files: dict[str, bytes] = {}
         for key, parameter in request.parameters.items():
@@ -116,23 +95,21 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
                 if not isinstance(value, bytes):
                     raise InvalidArgument(f"the '{key}' parameter must be a bytes_param")
                 files[key.removeprefix("file:")] = value
-        await models.load(request.model_name, config, files or None)
+        await self.host.load(request.model_name, config, files)
         return pb.RepositoryModelLoadResponse()
 
     @guarded
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        models = self.server.models
-        models.check_control()
         dependents = request.parameters.get("unload_dependents")
         cascade = dependents is not None and params.value_of(dependents) is True
-        await models.unload(request.model_name, unload_dependents=cascade)
+        await self.host.unload(request.model_name, unload_dependents=cascade)
         return pb.RepositoryModelUnloadResponse()
 
     # shared memory
     @guarded
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         response = pb.SystemSharedMemoryStatusResponse()
-        for region in self.server.shared_memory.status(request.name):
+        for region in self.host.system_shm_status(request.name):
             response.regions[region["name"]].CopyFrom(
                 pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
             )
@@ -140,47 +117,34 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @guarded
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        self.server.shared_memory.register(
-            request.name, request.key, request.offset, request.byte_size
-        )
+        self.host.system_shm_register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     @guarded
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        self.server.shared_memory.unregister(request.name)
+        self.host.system_shm_unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @guarded
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        if request.name:
-            raise NotFound(f"Unable to find cuda shared memory region: '{request.name}'")
+        self.host.cuda_shm_status(request.name)
         return pb.CudaSharedMemoryStatusResponse()
 
     @guarded
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise Unsupported(
-            f"failed to register CUDA shared memory region '{request.name}': "
-            "this server has no GPU support"
-        )
+        self.host.cuda_shm_register(request.name)
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @guarded
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        self.host.cuda_shm_unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # trace and log settings
     @guarded
     async def TraceSetting(self, request: Any, context: Any) -> Any:
-        model = request.model_name
-        if model and model not in self.server.models.entries:
-            raise InvalidArgument(f"Request for unknown model : {model}")
-        trace = self.server.trace_settings
-        if request.settings:
-            changes = {
-                key: (list(setting.value) or None) for key, setting in request.settings.items()
-            }
-            current = trace.update(changes, model)
-        else:
-            current = trace.get(model)
+        changes = {key: (list(s.value) or None) for key, s in request.settings.items()}
+        current = self.host.trace_settings(request.model_name, changes)
         response = pb.TraceSettingResponse()
         for key, values in current.items():
             response.settings[key].value.extend(values)
@@ -188,12 +152,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @guarded
     async def LogSettings(self, request: Any, context: Any) -> Any:
-        log_settings = self.server.log_settings
-        if request.settings:
-            changes = {key: params.value_of(s) for key, s in request.settings.items()}
-            log_settings.update(changes)
+        changes = {key: params.value_of(s) for key, s in request.settings.items()}
         response = pb.LogSettingsResponse()
-        for key, value in log_settings.as_dict().items():
+        for key, value in self.host.log_settings(changes).items():
             setting = response.settings[key]
             if isinstance(value, bool):
                 setting.bool_param = value

@@ -14,6 +14,7 @@ from despina_frontend_http.decode import HeaderLayouts
 from despina_frontend_http.restricted import Restrictions
 
 if TYPE_CHECKING:
+    from despina.ports import FrontendHost
     from despina.server import Server
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -33,6 +34,11 @@ class Context:
     forward: re.Pattern[str] | None
     #: Inference requests' JSON headers already decoded (see :mod:`.decode`).
     layouts: HeaderLayouts = field(default_factory=HeaderLayouts)
+
+    @property
+    def host(self) -> FrontendHost:
+        """The operations the endpoints serve (:class:`despina.ports.FrontendHost`)."""
+        return self.server.dataplane
 
 
 def versioned(path: str) -> list[str]:

@@ -90,9 +90,9 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
 
 @hookimpl
 def despina_configure(settings: argparse.Namespace) -> None:
-    from despina_frontend_http.restricted import parse_restricted
+    from despina_frontend_http.restricted import Restrictions
 
-    parse_restricted(settings.http_restricted_api)
+    Restrictions(settings.http_restricted_api)
     if settings.http_worker_processes < 0:
         raise ValueError("--http-worker-processes must be >= 0")
     if settings.http_max_input_size <= 0:

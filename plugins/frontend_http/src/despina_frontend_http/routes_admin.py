@@ -18,8 +18,7 @@ SMALL_BODY = 1 << 20
 
 
 def routes(ctx: Context) -> list[Route]:
-    server = ctx.server
-    models = server.models
+    host = ctx.host
 
     async def body_of(request: web.Request, limit: int = SMALL_BODY) -> dict[str, Any]:
         return json_body(await read_body(request, min(limit, ctx.max_input_size)))
@@ -29,50 +28,39 @@ def routes(ctx: Context) -> list[Route]:
         ready = options.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidArgument("Unable to parse 'ready': expected a boolean")
-        rows = models.index(ready_only=ready)
-        return json_response([{k: v for k, v in row.items() if v != ""} for row in rows])
+        return json_response(host.repository_index(ready_only=ready))
 
     async def load(request: web.Request) -> web.StreamResponse:
         name = request.match_info["model"]
         params = _parameters(await body_of(request, ctx.max_input_size))
-        models.check_control()
         config = params.pop("config", None)
         if config is not None and not isinstance(config, str):
             raise InvalidArgument("Unable to parse 'config': expected a JSON string")
-        files = _file_overrides(params)
-        await models.load(name, config, files or None)
+        await host.load(name, config, _file_overrides(params))
         return ok()
 
     async def unload(request: web.Request) -> web.StreamResponse:
         name = request.match_info["model"]
         params = _parameters(await body_of(request))
-        models.check_control()
         dependents = params.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise InvalidArgument("Unable to parse 'unload_dependents': expected a boolean")
-        await models.unload(name, unload_dependents=dependents)
+        await host.unload(name, unload_dependents=dependents)
         return ok()
 
     async def logging_get(request: web.Request) -> web.StreamResponse:
-        return json_response(server.log_settings.as_dict())
+        return json_response(host.log_settings())
 
     async def logging_set(request: web.Request) -> web.StreamResponse:
-        server.log_settings.update(await body_of(request))
-        return json_response(server.log_settings.as_dict())
-
-    def trace_model(request: web.Request) -> str:
-        model = request.match_info.get("model", "")
-        if model and model not in models.entries:
-            raise InvalidArgument(f"Request for unknown model : {model}")
-        return model
+        return json_response(host.log_settings(await body_of(request)))
 
     async def trace_get(request: web.Request) -> web.StreamResponse:
-        return json_response(_trace_json(server.trace_settings.get(trace_model(request))))
+        return json_response(_trace_json(host.trace_settings(request.match_info.get("model", ""))))
 
     async def trace_set(request: web.Request) -> web.StreamResponse:
-        model = trace_model(request)
-        changed = server.trace_settings.update(await body_of(request), model)
-        return json_response(_trace_json(changed))
+        model = request.match_info.get("model", "")
+        changes = await body_of(request)
+        return json_response(_trace_json(host.trace_settings(model, changes)))
 
     return [
         ("POST", "/v2/repository/index", "model-repository", index),

@@ -11,7 +11,7 @@ gets a plain JSON error. A client that disconnects cancels its request.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from aiohttp import web
 from despina.errors import DespinaError, InvalidArgument
@@ -33,12 +33,12 @@ EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}
 
 async def _responses(
     ctx: Context, request: InferenceRequest, http: web.Request
-) -> AsyncIterator[InferenceResponse]:
+) -> AsyncGenerator[InferenceResponse, None]:
     """The model's responses to ``request``, cancelled when ``http``'s client goes away or
     the consumer stops early."""
     watch = DisconnectWatch(request, lambda: connected(http))
     try:
-        async for response in ctx.server.infer_stream(request):
+        async for response in ctx.host.infer_stream(request):
             yield response
     finally:  # also on CancelledError and when the consumer stops (a failed write)
         watch.close()
@@ -64,7 +64,7 @@ def routes(ctx: Context) -> list[Route]:
     async def parse(http: web.Request) -> InferenceRequest:
         info = http.match_info
         name, version = info["model"], info.get("version", "")
-        shapes = input_shapes(ctx.server.model_metadata(name, version))
+        shapes = input_shapes(ctx.host.model_metadata(name, version))
         return generate_request(await read_body(http, limit), name, version, shapes)
 
     async def generate(http: web.Request) -> web.StreamResponse:

@@ -75,15 +75,15 @@ def start_infer(
     """Decode and submit a request (a cheap model may have answered it already: its
     stream has then :attr:`~despina.inference.ResponseStream.ended`). Raises DespinaError
     with Triton's status and text for a request that cannot run."""
-    server = ctx.server
-    model = server.inference_model(name, version)  # unknown model/version: before the body
+    host = ctx.host
+    model = host.inference_model(name, version)  # unknown model/version: before the body
     if model.decoupled:
         raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
-    request = decode_request(body, header_length, name, version, server.shared_memory, ctx.layouts)
+    request = decode_request(body, header_length, name, version, host.shared_memory, ctx.layouts)
     if forwarded:
         for key, value in forwarded.items():
             request.parameters.setdefault(key, value)
-    model, stream = server.submit(request, streaming=False, model=model)
+    model, stream = host.submit(request, streaming=False, model=model)
     return Started(request, model, stream)
 
 
@@ -93,8 +93,8 @@ def encode_outcome(
     """The JSON header and binary buffers answering a started request with its last
     response; raises its error."""
     request, model, _ = started
-    server = ctx.server
-    return encode_response(request, server.outcome(model, response), server.shared_memory)
+    host = ctx.host
+    return encode_response(request, host.outcome(model, response), host.shared_memory)
 
 
 async def finish_infer(

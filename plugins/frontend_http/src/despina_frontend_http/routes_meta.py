@@ -2,53 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 from despina.config import to_json_dict
-from despina.errors import DespinaError, InvalidArgument
 
 from despina_frontend_http.context import Context, Route, versioned
 from despina_frontend_http.responses import error_response, json_response, ok
 
 
 def routes(ctx: Context) -> list[Route]:
-    server = ctx.server
-    models = server.models
+    host = ctx.host
 
     async def live(request: web.Request) -> web.StreamResponse:
-        return ok() if server.live else web.Response(status=400)
+        return ok() if host.live else web.Response(status=400)
 
     async def ready(request: web.Request) -> web.StreamResponse:
-        return ok() if server.ready else web.Response(status=400)
+        return ok() if host.ready else web.Response(status=400)
 
     async def metadata(request: web.Request) -> web.StreamResponse:
-        return json_response(
-            {"name": server.id, "version": server.version, "extensions": server.extensions}
-        )
+        return json_response(host.server_metadata())
 
     async def model_metadata(request: web.Request) -> web.StreamResponse:
         info = request.match_info
-        return json_response(server.model_metadata(info["model"], info.get("version", "")))
+        return json_response(host.model_metadata(info["model"], info.get("version", "")))
 
     async def model_ready(request: web.Request) -> web.StreamResponse:
         info = request.match_info
-        try:
-            models.get(info["model"], info.get("version", ""))
-        except DespinaError:
-            return error_response(400, "Model version not ready")
-        return ok()
+        if host.model_ready(info["model"], info.get("version", "")):
+            return ok()
+        return error_response(400, "Model version not ready")
 
     async def model_config(request: web.Request) -> web.StreamResponse:
         info = request.match_info
-        model = models.get(info["model"], info.get("version", ""))
-        return json_response(to_json_dict(model.config))
+        return json_response(
+            to_json_dict(host.model_config(info["model"], info.get("version", "")))
+        )
 
     async def stats(request: web.Request) -> web.StreamResponse:
         info = request.match_info
-        return json_response(
-            {"model_stats": _stats(ctx, info.get("model", ""), info.get("version", ""))}
-        )
+        model_stats = host.statistics(info.get("model", ""), info.get("version", ""))
+        return json_response({"model_stats": model_stats})
 
     table: list[Route] = [
         ("GET", "/v2/health/live", "health", live),
@@ -79,19 +71,3 @@ def fallback(ctx: Context) -> list[Route]:
         return error_response(404, "Not Found")
 
     return [("*", "/{tail:.*}", "", unmatched)]
-
-
-def _stats(ctx: Context, name: str, version: str) -> list[dict[str, Any]]:
-    """Statistics of every ready version (of ``name``, or of ``version``), Triton's errors."""
-    models = ctx.server.models
-    if not name:
-        return [v.stats.snapshot() for v in models.ready_versions()]
-    entry = models.entries.get(name)
-    ready = [v for _, v in sorted(entry.versions.items()) if v.ready] if entry else []
-    if not ready:
-        raise InvalidArgument(f"requested model '{name}' is not available")
-    if version:
-        ready = [v for v in ready if str(v.version) == version]
-        if not ready:
-            raise InvalidArgument(f"requested model version is not available for model '{name}'")
-    return [v.stats.snapshot() for v in ready]

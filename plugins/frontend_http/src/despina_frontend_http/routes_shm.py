@@ -3,8 +3,10 @@ support: status lists nothing, register is refused)."""
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from aiohttp import web
-from despina.errors import InvalidArgument, NotFound, Unsupported
+from despina.errors import InvalidArgument
 
 from despina_frontend_http.body import read_body
 from despina_frontend_http.context import Context, Route
@@ -15,10 +17,10 @@ CUDA = "/v2/cudasharedmemory"
 
 
 def routes(ctx: Context) -> list[Route]:
-    shm = ctx.server.shared_memory
+    host = ctx.host
 
     async def status(request: web.Request) -> web.StreamResponse:
-        return json_response(shm.status(request.match_info.get("region", "")))
+        return json_response(host.system_shm_status(request.match_info.get("region", "")))
 
     async def register(request: web.Request) -> web.StreamResponse:
         region = request.match_info["region"]
@@ -29,23 +31,22 @@ def routes(ctx: Context) -> list[Route]:
                 "Unable to parse the shared memory registration: expected 'key' (string), "
                 "'offset' and 'byte_size' (integers)"
             )
-        shm.register(region, key, offset, size)
+        host.system_shm_register(region, key, offset, size)
         return ok()
 
     async def unregister(request: web.Request) -> web.StreamResponse:
-        shm.unregister(request.match_info.get("region", ""))
+        host.system_shm_unregister(request.match_info.get("region", ""))
         return ok()
 
     async def cuda_status(request: web.Request) -> web.StreamResponse:
-        region = request.match_info.get("region", "")
-        if region:
-            raise NotFound(f"Unable to find cuda shared memory region: '{region}'")
-        return json_response([])
+        return json_response(host.cuda_shm_status(request.match_info.get("region", "")))
 
     async def cuda_register(request: web.Request) -> web.StreamResponse:
-        raise Unsupported("CUDA shared memory is not supported: this server has no GPU support")
+        host.cuda_shm_register(request.match_info["region"])
+        return ok()
 
     async def cuda_unregister(request: web.Request) -> web.StreamResponse:
+        host.cuda_shm_unregister(request.match_info.get("region", ""))
         return ok()
 
     group = "shared-memory"
@@ -63,5 +64,5 @@ def routes(ctx: Context) -> list[Route]:
     ]
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,214 @@
+"""The data plane: every protocol-independent operation a frontend serves, once.
+
+A frontend decodes its protocol, calls one method here, and encodes the result or the
+:class:`~despina.errors.DespinaError` raised (each error class carries its HTTP status and
+gRPC code). Texts are Triton's; where the HTTP and gRPC frontends used to answer one
+operation differently, the one answer kept is named in the method's docstring.
+:class:`DataPlane` implements :class:`despina.ports.FrontendHost`; :class:`BackendServices`,
+what backends may use, :class:`despina.ports.BackendHost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from despina.config import mc
+from despina.errors import DespinaError, InvalidArgument, NotFound, Unsupported
+from despina.inference import InferenceRequest, InferenceResponse
+from despina.signatures import default_max_batch_size
+from despina.tensors import config_to_datatype
+
+if TYPE_CHECKING:
+    from despina.server import Server
+    from despina.shared_memory import SharedMemoryRegistry
+
+
+class DataPlane:
+    """What one :class:`~despina.server.Server` offers its frontends."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._models = server.models
+        #: Registered system shared-memory regions (decoders read inputs from them).
+        self.shared_memory: SharedMemoryRegistry = server.shared_memory
+        self.settings = server.settings
+        # Inference: the server's own bound methods, so the request path gains no frame.
+        #: The version a new request runs on (Unavailable once stopping).
+        self.inference_model = server.inference_model
+        #: Validate and queue a request: (model, response stream).
+        self.submit = server.submit
+        #: Run a request on a non-decoupled model: its response, or its error raised.
+        self.infer = server.infer
+        #: The last response of a submitted request, named after the model, or its error.
+        self.outcome = server.outcome
+        #: Every response of a request on any model (errors as ``error`` set).
+        self.infer_stream = server.infer_stream
+
+    # health and metadata
+    @property
+    def live(self) -> bool:
+        """Triton's liveness: the server has started and not yet stopped."""
+        return self._server.live
+
+    @property
+    def ready(self) -> bool:
+        """Triton's readiness (see :attr:`despina.server.Server.ready`)."""
+        return self._server.ready
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """Whether the model (version) can serve inference now."""
+        try:
+            self._models.get(name, version)
+        except DespinaError:
+            return False
+        return True
+
+    def server_metadata(self) -> dict[str, Any]:
+        """``{"name", "version", "extensions"}`` as KServe v2 server metadata."""
+        server = self._server
+        return {"name": server.id, "version": server.version, "extensions": server.extensions}
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        """KServe v2 model metadata (name, ready versions, platform, inputs, outputs)."""
+        model = self._models.get(name, version)
+        config = model.config
+        batch = [-1] if config.max_batch_size > 0 else []
+
+        def tensor(t: Any) -> dict[str, Any]:
+            datatype = config_to_datatype(mc.DataType.Name(t.data_type))
+            return {"name": t.name, "datatype": datatype, "shape": batch + [int(d) for d in t.dims]}
+
+        versions = self._models.entries[name].versions
+        return {
+            "name": name,
+            "versions": [str(v) for v, mv in sorted(versions.items()) if mv.ready],
+            "platform": config.platform or config.backend,
+            "inputs": [tensor(t) for t in config.input],
+            "outputs": [tensor(t) for t in config.output],
+        }
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        """The model version's complete configuration (auto-completed, defaults filled)."""
+        return self._models.get(name, version).config
+
+    def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """Statistics of every ready version, of model ``name``, or of one version; Triton's
+        texts for a model or version not ready (InvalidArgument). Both frontends now
+        answer a missing version with Triton's "requested model version is not available
+        for model ..." (gRPC used to give the model's text)."""
+        if not name:
+            return [v.stats.snapshot() for v in self._models.ready_versions()]
+        entry = self._models.entries.get(name)
+        ready = [v for _, v in sorted(entry.versions.items()) if v.ready] if entry else []
+        if not ready:
+            raise InvalidArgument(f"requested model '{name}' is not available")
+        if version:
+            ready = [v for v in ready if str(v.version) == version]
+            if not ready:
+                raise InvalidArgument(
+                    f"requested model version is not available for model '{name}'"
+                )
+        return [v.stats.snapshot() for v in ready]
+
+    # model repository
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Every model (and version) of the repositories with its state and reason; fields
+        that are empty are left out of each row."""
+        rows = self._models.index(ready_only=ready_only)
+        return [{k: v for k, v in row.items() if v != ""} for row in rows]
+
+    async def load(
+        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Load or reload ``name`` (explicit control mode only), optionally with a config
+        (JSON) and file overrides (``{"1/model.py": bytes}``)."""
+        self._models.check_control()
+        await self._models.load(name, config, files or None)
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload ``name`` (explicit control mode only); unloading one not loaded is OK."""
+        self._models.check_control()
+        await self._models.unload(name, unload_dependents=unload_dependents)
+
+    # shared memory
+    def system_shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        """Registered system shared-memory regions (one, when ``name`` is given)."""
+        return self.shared_memory.status(name)
+
+    def system_shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register a region (refused unless client shared memory is allowed)."""
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    def system_shm_unregister(self, name: str = "") -> None:
+        """Unregister one region, or every region when ``name`` is empty."""
+        self.shared_memory.unregister(name)
+
+    def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        """No CUDA region can be registered on this server: empty, or NotFound for a name."""
+        if name:
+            raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
+        return []
+
+    def cuda_shm_register(self, name: str) -> None:
+        """Unsupported: this server has no GPU support (one text for both protocols)."""
+        raise Unsupported(
+            f"failed to register CUDA shared memory region '{name}': this server has no GPU support"
+        )
+
+    def cuda_shm_unregister(self, name: str = "") -> None:
+        """Nothing to unregister (no region can exist); succeeds as Triton's does."""
+
+    # runtime settings
+    def log_settings(self, changes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Apply ``changes`` (InvalidArgument for a bad key or value) and return every
+        log setting."""
+        if changes:
+            self._server.log_settings.update(dict(changes))
+        return self._server.log_settings.as_dict()
+
+    def trace_settings(
+        self, model: str = "", changes: Mapping[str, Any] | None = None
+    ) -> dict[str, list[str]]:
+        """Apply ``changes`` to the global or ``model``'s trace settings and return them;
+        InvalidArgument (Triton's text) for a model that is not loaded."""
+        if model and model not in self._models.entries:
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        trace = self._server.trace_settings
+        return trace.update(dict(changes), model) if changes else trace.get(model)
+
+
+class BackendServices:
+    """What one server offers its backends and their models
+    (:class:`despina.ports.BackendHost`)."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._models = server.models
+        self.settings = server.settings
+        self.custom_metrics = server.custom_metrics
+        plane = server.dataplane
+        self.model_ready = plane.model_ready
+        self.load = plane.load
+        self.unload = plane.unload
+
+    @property
+    def exit_timeout_s(self) -> float:
+        """``--exit-timeout-secs``: how long shutdown waits for running work."""
+        return float(self.settings.exit_timeout_secs)
+
+    def default_max_batch_size(self, backend: str) -> int:
+        """``--backend-config=[<backend>,]default-max-batch-size=N``, else Triton's 4."""
+        return default_max_batch_size(self.settings, backend)
+
+    async def bls_infer(self, caller: str, request: InferenceRequest) -> InferenceResponse:
+        """Run ``caller``'s request on a non-decoupled model; its error raised."""
+        self._models.record_call(caller, request.model_name)
+        return await self._server.infer(request)
+
+    def bls_stream(
+        self, caller: str, request: InferenceRequest
+    ) -> AsyncGenerator[InferenceResponse, None]:
+        """Every response of ``caller``'s request on any model."""
+        self._models.record_call(caller, request.model_name)
+        return self._server.infer_stream(request)

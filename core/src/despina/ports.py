@@ -1,0 +1,142 @@
+"""Ports: what each kind of plugin may use of the server, as typed Protocols.
+
+A frontend receives a :class:`FrontendHost`, a backend (through its
+:class:`~despina.backend.ModelContext`) a :class:`BackendHost`. Plugins program against
+these and never against :class:`~despina.server.Server`, which stays free to change.
+:class:`despina.dataplane.DataPlane` implements :class:`FrontendHost`, and
+:class:`despina.dataplane.BackendServices` implements :class:`BackendHost`; the tests
+check both structurally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import argparse
+
+    from despina.config import mc
+    from despina.custom_metrics import CustomMetrics
+    from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
+    from despina.loader import ModelVersion
+    from despina.shared_memory import SharedMemoryRegistry
+
+
+class FrontendHost(Protocol):
+    """What a protocol frontend serves. Every method raises
+    :class:`~despina.errors.DespinaError` subclasses, which carry their HTTP status and
+    gRPC code; texts are Triton's."""
+
+    #: Registered system shared-memory regions (decoders read inputs from, and encoders
+    #: write outputs into, them).
+    shared_memory: SharedMemoryRegistry
+    #: The parsed command line (each frontend reads its own flags).
+    settings: argparse.Namespace
+
+    @property
+    def live(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def inference_model(self, name: str, version: str = "") -> ModelVersion:
+        """The version a new request runs on; Unavailable once the server is stopping."""
+        ...
+
+    def submit(
+        self, request: InferenceRequest, streaming: bool = True, model: ModelVersion | None = None
+    ) -> tuple[ModelVersion, ResponseStream]:
+        """Validate and queue a request (``model``: what :meth:`inference_model` returned
+        for it, if looked up already); raises synchronously for a request that cannot run,
+        and Unsupported for a decoupled model unless ``streaming``."""
+        ...
+
+    async def infer(
+        self, request: InferenceRequest, model: ModelVersion | None = None
+    ) -> InferenceResponse:
+        """Run a request on a non-decoupled model: its response, or its error raised."""
+        ...
+
+    def outcome(self, model: ModelVersion, response: InferenceResponse | None) -> InferenceResponse:
+        """The last response of a submitted request, named after the model, or its error."""
+        ...
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[InferenceResponse, None]:
+        """Every response of a request on any model (errors as ``error`` set)."""
+        ...
+
+    def model_ready(self, name: str, version: str = "") -> bool: ...
+
+    def server_metadata(self) -> dict[str, Any]: ...
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]: ...
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig: ...
+
+    def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]: ...
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]: ...
+
+    async def load(
+        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None: ...
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None: ...
+
+    def system_shm_status(self, name: str = "") -> list[dict[str, Any]]: ...
+
+    def system_shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None: ...
+
+    def system_shm_unregister(self, name: str = "") -> None: ...
+
+    def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]: ...
+
+    def cuda_shm_register(self, name: str) -> None: ...
+
+    def cuda_shm_unregister(self, name: str = "") -> None: ...
+
+    def log_settings(self, changes: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
+
+    def trace_settings(
+        self, model: str = "", changes: Mapping[str, Any] | None = None
+    ) -> dict[str, list[str]]: ...
+
+
+class BackendHost(Protocol):
+    """What a backend and its models may use of the server: its flags, BLS requests,
+    model control (``pb_utils.load_model`` and friends) and custom metrics."""
+
+    #: The parsed command line (a backend reads ``--backend-config`` through
+    #: :meth:`default_max_batch_size`; its own plugin's flags directly).
+    settings: argparse.Namespace
+    #: Custom metric families models create (``pb_utils.MetricFamily``).
+    custom_metrics: CustomMetrics
+
+    @property
+    def exit_timeout_s(self) -> float:
+        """``--exit-timeout-secs``: how long shutdown waits for running work."""
+        ...
+
+    def default_max_batch_size(self, backend: str) -> int:
+        """``--backend-config=[<backend>,]default-max-batch-size=N``, else Triton's 4."""
+        ...
+
+    async def bls_infer(self, caller: str, request: InferenceRequest) -> InferenceResponse:
+        """Run a request from model ``caller`` on a non-decoupled model (recorded as a model
+        ``caller`` uses, for ``unload_dependents``); its error raised."""
+        ...
+
+    def bls_stream(
+        self, caller: str, request: InferenceRequest
+    ) -> AsyncGenerator[InferenceResponse, None]:
+        """Every response of a request from model ``caller`` on any model."""
+        ...
+
+    def model_ready(self, name: str, version: str = "") -> bool: ...
+
+    async def load(
+        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None: ...
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None: ...
