@@ -46,3 +46,45 @@ def test_top_k_with_labels_over_both_protocols(
         outputs = [module.InferRequestedOutput("OUTPUT0", class_count=2)]
         result = client.infer("labelled", inputs, outputs=outputs)
         assert result.as_numpy("OUTPUT0").tolist() == expected, module.__name__
+
+
+INTEGER = """
+backend: "toy"
+max_batch_size: 2
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] label_filename: "labels.txt" },
+         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+"""
+
+
+def test_integer_outputs_are_written_as_integers(
+    model_repository: RepositoryBuilder,
+    despina_server: Callable[..., RunningServer],
+    http_client: Callable[..., Any],
+    grpc_client: Callable[..., Any],
+) -> None:
+    """Triton writes a class's value as its data type: ``15:2``, not ``15.000000:2``."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    model_repository.add(
+        "counts", INTEGER, {"1/model.toy": "", "labels.txt": "cat\ndog\nbird\nfish\n"}
+    )
+    running = despina_server(model_repository.root, plugins=[toy_backend])
+    a = np.array([[3, 14, -7, 0], [1, 2, 3, 4]], np.int32)  # OUTPUT0 = a + 1, OUTPUT1 = a - 1
+    expected0 = [[b"15:1:dog", b"4:0:cat"], [b"5:3:fish", b"4:2:bird"]]
+    expected1 = [[b"13:1", b"2:0", b"-1:3"], [b"3:3", b"2:2", b"1:1"]]
+    for module, client in ((httpclient, http_client(running)), (grpcclient, grpc_client(running))):
+        inputs = [
+            module.InferInput("INPUT0", [2, 4], "INT32"),
+            module.InferInput("INPUT1", [2, 4], "INT32"),
+        ]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(np.ones((2, 4), np.int32))
+        outputs = [
+            module.InferRequestedOutput("OUTPUT0", class_count=2),
+            module.InferRequestedOutput("OUTPUT1", class_count=3),
+        ]
+        result = client.infer("counts", inputs, outputs=outputs)
+        assert result.as_numpy("OUTPUT0").tolist() == expected0, module.__name__
+        assert result.as_numpy("OUTPUT1").tolist() == expected1, module.__name__

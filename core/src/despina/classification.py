@@ -23,17 +23,20 @@ def top_k(array: np.ndarray, k: int, batched: bool, labels: list[str]) -> np.nda
     """Top ``k`` classes per batch row (or of the whole tensor), as a BYTES array.
 
     The result is ``[batch, k]`` for batched models and ``[k]`` otherwise; ``k`` is capped
-    to the number of classes. Values are printed with ``%f`` as Triton does.
+    to the number of classes. Values are printed as their data type, as Triton does:
+    integers (and booleans) as integers, floating-point values with ``%f``.
     """
     if array.dtype.kind not in "biuf":
         raise InvalidArgument("classification is only supported for numeric outputs")
     rows = array.reshape(array.shape[0], -1) if batched and array.ndim else array.reshape(1, -1)
     k = min(k, rows.shape[1])
     out = np.empty((rows.shape[0], k), dtype=np.object_)
+    integral = array.dtype.kind in "biu"
     for r, row in enumerate(rows):
         order = np.argsort(-row.astype(np.float64), kind="stable")[:k]
         for c, index in enumerate(order):
-            text = f"{float(row[index]):f}:{int(index)}"
+            value = str(int(row[index])) if integral else f"{float(row[index]):f}"
+            text = f"{value}:{int(index)}"
             if index < len(labels):
                 text += f":{labels[index]}"
             out[r, c] = text.encode()

@@ -1,28 +1,33 @@
 """Pytest fixtures for Despina and its plugins (registered through the ``pytest11`` entry point).
 
 - ``model_repository``: a :class:`RepositoryBuilder` on a temporary folder.
-- ``despina_server``: a factory starting a real :class:`~despina.server.Server` on free
-  127.0.0.1 ports in a background thread; stopped after the test.
+- ``despina_server``: a factory starting a real :class:`~despina.server.Server` on
+  ephemeral ports (port 0, bound by the listeners) in a background thread; stopped after
+  the test.
 - ``http_client`` / ``grpc_client``: helpers returning real ``tritonclient`` clients for a
   running server.
 - ``served``: helper returning a numpy :class:`~despina.testing_client.ModelClient` (HTTP).
 - :func:`http_post`: one raw POST, for answers a client library would not show as sent.
+
+Every pytest run imports this module wherever despina is installed, so it imports nothing
+heavy at module level: the server, asyncio, numpy and tritonclient are imported by the
+functions and fixtures that use them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import http.client
 import socket
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from despina.server import Server, StartupError
+if TYPE_CHECKING:
+    import asyncio
+
+    from despina.server import Server
 
 T = TypeVar("T")
 
@@ -31,6 +36,8 @@ def http_post(
     port: int, path: str, body: bytes | str, timeout: float = 60
 ) -> tuple[int, str, bytes]:
     """POST ``body`` to ``path`` on 127.0.0.1:``port``: (status, Content-Type, raw body)."""
+    import http.client
+
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         connection.request("POST", path, body=body)
@@ -41,7 +48,8 @@ def http_post(
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
+    """A TCP port free on 127.0.0.1 right now, for servers other than Despina's (a Despina
+    server started by :func:`start_server` binds port 0 and reports what it bound)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -73,7 +81,8 @@ class RepositoryBuilder:
 
 
 class RunningServer:
-    """A server running on its own event loop thread, with the ports it listens on."""
+    """A server running on its own event loop thread, with the ports its frontends and
+    exporter bound (None for one that is not installed or not serving)."""
 
     def __init__(
         self, server: Server, loop: asyncio.AbstractEventLoop, thread: threading.Thread
@@ -81,10 +90,9 @@ class RunningServer:
         self.server = server
         self.loop = loop
         self.thread = thread
-        settings = server.settings
-        self.http_port: int | None = getattr(settings, "http_port", None)
-        self.grpc_port: int | None = getattr(settings, "grpc_port", None)
-        self.metrics_port: int | None = getattr(settings, "metrics_port", None)
+        self.http_port = _bound_port(server.frontends, "http")
+        self.grpc_port = _bound_port(server.frontends, "grpc")
+        self.metrics_port = _bound_port(server.exporters, "prometheus")
 
     @property
     def http_url(self) -> str:
@@ -100,7 +108,9 @@ class RunningServer:
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
         """Run a coroutine on the server's loop and wait for its result."""
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        import asyncio
+
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         return future.result(timeout)
 
     def stop(self) -> None:
@@ -114,8 +124,10 @@ class RunningServer:
             self.thread.join(30)
 
 
-#: Start-ups tried when a port picked by :func:`free_port` was taken before the bind.
-PORT_ATTEMPTS = 3
+def _bound_port(components: Sequence[Any], name: str) -> int | None:
+    """The ``port`` the started frontend or exporter called ``name`` bound, or None."""
+    port = next((getattr(c, "port", None) for c in components if c.name == name), None)
+    return None if port is None else int(port)
 
 
 def start_server(
@@ -123,34 +135,28 @@ def start_server(
     args: Sequence[str] = (),
     plugins: Sequence[object] = (),
 ) -> RunningServer:
-    """Start a real server on free ports (HTTP, gRPC, metrics flags are set when the
-    plugins that own them are installed) and return once it serves. A port taken between
-    picking and binding (another process's ephemeral port) gets fresh ports."""
-    attempt = 1
-    while True:
-        try:
-            return _start_once(repository, args, plugins)
-        except StartupError as exc:
-            if attempt == PORT_ATTEMPTS or "address already in use" not in str(exc):
-                raise
-        attempt += 1
+    """Start a real server and return once it serves. ``--http-port``, ``--grpc-port`` and
+    ``--metrics-port`` not in ``args`` are 0 (each is set when the plugin that owns it is
+    installed): the listeners bind ephemeral ports, which the RunningServer reports."""
+    import asyncio
+    from concurrent.futures import Future
 
-
-def _start_once(
-    repository: Path | Sequence[Path] | None, args: Sequence[str], plugins: Sequence[object]
-) -> RunningServer:
-    from despina.cli import parse_settings
+    from despina.cli import build_serve_parser, parse_settings
     from despina.plugins import create_plugins
+    from despina.server import Server
 
+    registered = create_plugins(plugins)
+    _, inert = build_serve_parser(registered)
     argv: list[str] = []
     roots = [repository] if isinstance(repository, Path) else list(repository or [])
     for root in roots:
         argv.append(f"--model-repository={root}")
     for flag in ("--http-port", "--grpc-port", "--metrics-port"):
-        if not any(a.startswith(flag) for a in args):
-            argv.append(f"{flag}={free_port()}")
+        owned = flag.lstrip("-").replace("-", "_") not in inert
+        if owned and not any(a.startswith(flag) for a in args):
+            argv.append(f"{flag}=0")
     argv.extend(args)
-    settings = parse_settings(argv, create_plugins(plugins))
+    settings = parse_settings(argv, registered)
     loop = asyncio.new_event_loop()
     ready: Future[Server] = Future()
 

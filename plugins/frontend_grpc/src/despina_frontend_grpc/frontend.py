@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from despina.transport.listen import reserve_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
@@ -95,12 +96,12 @@ def credentials(settings: argparse.Namespace) -> grpc.ServerCredentials | None:
     )
 
 
-def bind_address(settings: argparse.Namespace) -> str:
-    """``host:port``, bracketing IPv6 hosts."""
+def bind_address(settings: argparse.Namespace, port: int | None = None) -> str:
+    """``host:port`` (``--grpc-port`` unless ``port`` is given), bracketing IPv6 hosts."""
     host = str(settings.grpc_address)
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"{host}:{settings.grpc_port}"
+    return f"{host}:{settings.grpc_port if port is None else port}"
 
 
 def create_server(settings: argparse.Namespace, share_port: bool = False) -> grpc.aio.Server:
@@ -156,7 +157,11 @@ class ReadinessHealth(health_aio.HealthServicer):  # type: ignore[misc]
 
 
 class GrpcFrontend:
-    """``despina_frontends`` class "grpc": nothing starts when ``--allow-grpc false``."""
+    """``despina_frontends`` class "grpc": nothing starts when ``--allow-grpc false``.
+
+    ``--grpc-port 0`` binds an ephemeral port (one for all worker processes); :attr:`port`
+    is the port bound.
+    """
 
     name = "grpc"
 
@@ -167,6 +172,7 @@ class GrpcFrontend:
         self.http2_server: Http2GrpcServer | None = None
         self.pool: WorkerPool | None = None
         self.health: ReadinessHealth | None = None
+        #: The port :meth:`start` bound; None before, and when gRPC is not served.
         self.port: int | None = None
 
     async def start(self) -> None:
@@ -184,8 +190,7 @@ class GrpcFrontend:
         await self.health.refresh()
         servicers = {SERVICE: servicer, HEALTH_SERVICE: self.health}
         if settings.grpc_worker_processes > 0:
-            self.pool = WorkerPool(servicers, settings)
-            self.port = await self.pool.start(settings.grpc_worker_processes)
+            self.pool, self.port = await self._start_workers(servicers)
             stack = f"grpcio in {settings.grpc_worker_processes} worker processes"
         elif settings.grpc_stack == "grpcio":
             self.grpc_server, self.port = await self._serve_here(servicer)
@@ -193,7 +198,28 @@ class GrpcFrontend:
         else:
             self.http2_server, self.port = await self._serve_http2(servicers)
             stack = "despina"
-        log.info("Started GRPCInferenceService at %s (%s)", bind_address(settings), stack)
+        log.info(
+            "Started GRPCInferenceService at %s (%s)", bind_address(settings, self.port), stack
+        )
+
+    async def _start_workers(self, servicers: dict[str, Any]) -> tuple[WorkerPool, int]:
+        """Start the workers on the flags' port, or on one ephemeral port all of them share
+        for port 0; OSError when they cannot bind."""
+        settings = self.settings
+        count = int(settings.grpc_worker_processes)
+        if settings.grpc_port:
+            pool = WorkerPool(servicers, settings)
+            return pool, await pool.start(count)
+        try:
+            reserved = reserve_port(str(settings.grpc_address))
+        except OSError as exc:
+            raise OSError(f"cannot bind gRPC to {bind_address(settings)}: {exc}") from None
+        with reserved:
+            port = int(reserved.getsockname()[1])
+            pool = WorkerPool(
+                servicers, argparse.Namespace(**{**vars(settings), "grpc_port": port})
+            )
+            return pool, await pool.start(count)
 
     async def _serve_here(self, servicer: InferenceServicer) -> tuple[grpc.aio.Server, int]:
         server = create_server(self.settings)

@@ -3,12 +3,14 @@ relaying to an aiohttp application (default), aiohttp alone, or worker processes
 
 from __future__ import annotations
 
+import argparse
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, ClassVar
 
 from aiohttp import web
+from despina.transport.listen import reserve_port
 
 from despina_frontend_http import (
     routes_admin,
@@ -48,12 +50,18 @@ def build_app(context: Context) -> web.Application:
 
 
 class HttpFrontend:
-    """``name = "http"``; serves ``--http-address:--http-port`` unless ``--allow-http=false``."""
+    """``name = "http"``; serves ``--http-address:--http-port`` unless ``--allow-http=false``.
+
+    ``--http-port 0`` binds an ephemeral port (one for all worker processes); :attr:`port`
+    is the port bound.
+    """
 
     name: ClassVar[str] = "http"
 
     def __init__(self, server: Server) -> None:
         self.server = server
+        #: The port :meth:`start` bound; None before, and when HTTP is not served.
+        self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._front: Front | None = None
         self._pool: WorkerPool | None = None
@@ -80,28 +88,28 @@ class HttpFrontend:
                 context, build_app(context), int(settings.http_worker_processes)
             )
             try:
-                await self._pool.start(settings)
+                self.port = await self._start_workers(self._pool, settings)
             except OSError:
                 await self.stop()
                 raise
             log.info(
-                "Started HTTPService at %s:%s (%d worker processes)",
+                "Started HTTPService at %s:%d (%d worker processes)",
                 settings.http_address,
-                settings.http_port,
+                self.port,
                 settings.http_worker_processes,
             )
             return
         if settings.http_stack == "despina":
             front = Front(context, build_app(context))
             try:
-                await front.start(
+                self.port = await front.start(
                     settings.http_address, int(settings.http_port), bool(settings.reuse_http_port)
                 )
             except OSError:
                 self._executor.shutdown(wait=False)
                 raise
             self._front = front
-            log.info("Started HTTPService at %s:%s", settings.http_address, settings.http_port)
+            log.info("Started HTTPService at %s:%d", settings.http_address, self.port)
             return
         runner = web.AppRunner(build_app(context), access_log=None, handle_signals=False)
         await runner.setup()
@@ -118,7 +126,21 @@ class HttpFrontend:
             self._executor.shutdown(wait=False)
             raise
         self._runner = runner
-        log.info("Started HTTPService at %s:%s", settings.http_address, settings.http_port)
+        self.port = int(runner.addresses[0][1])
+        log.info("Started HTTPService at %s:%d", settings.http_address, self.port)
+
+    @staticmethod
+    async def _start_workers(pool: WorkerPool, settings: argparse.Namespace) -> int:
+        """Start the workers on the flags' port, or on one ephemeral port all of them share
+        for port 0; the port."""
+        port = int(settings.http_port)
+        if port:
+            await pool.start(settings)
+            return port
+        with reserve_port(settings.http_address) as reserved:
+            port = int(reserved.getsockname()[1])
+            await pool.start(argparse.Namespace(**{**vars(settings), "http_port": port}))
+        return port
 
     async def stop(self) -> None:
         """Close the listening socket and the connections (in-flight requests finish first)."""

@@ -22,12 +22,17 @@ log = logging.getLogger("despina.metrics")
 
 
 class PrometheusExporter:
-    """``name = "prometheus"``; serves nothing when ``--allow-metrics=false``."""
+    """``name = "prometheus"``; serves nothing when ``--allow-metrics=false``.
+
+    ``--metrics-port 0`` binds an ephemeral port; :attr:`port` is the port bound.
+    """
 
     name: ClassVar[str] = "prometheus"
 
     def __init__(self, server: Server) -> None:
         self.server = server
+        #: The port :meth:`start` bound; None before, and when metrics are not served.
+        self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
         settings = server.settings
@@ -52,13 +57,12 @@ class PrometheusExporter:
             await runner.cleanup()
             raise
         self._runner = runner
+        self.port = int(runner.addresses[0][1])
         if self.cpu is not None:
             self._sampler = asyncio.create_task(
                 self._sample(float(settings.metrics_interval_ms) / 1000)
             )
-        log.info(
-            "Started Metrics Service at %s:%s", settings.metrics_address, settings.metrics_port
-        )
+        log.info("Started Metrics Service at %s:%d", settings.metrics_address, self.port)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(
