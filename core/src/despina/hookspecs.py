@@ -66,7 +66,8 @@ def despina_schedulers() -> list[type[Scheduler]]:
 
 @hookspec
 def despina_frontends() -> list[type[Any]]:
-    """Return frontend classes: ``Frontend(server)`` with async ``start()`` and ``stop()``.
+    """Return frontend classes: ``Frontend(host)`` with async ``start()`` and ``stop()``,
+    where ``host`` is the server's :class:`despina.ports.FrontendHost` (its data plane).
 
     Called once per server; every returned class is instantiated and started after the
     models load (a frontend disabled by its flags starts nothing). ``name`` must be unique.

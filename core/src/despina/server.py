@@ -186,7 +186,7 @@ class Server:
             await exporter.start()
             self.exporters.append(exporter)
         for cls in self.registry.frontends.values():
-            frontend = cls(self)
+            frontend = cls(self.dataplane)
             try:
                 await frontend.start()
             except OSError as exc:

@@ -29,7 +29,7 @@ from despina_frontend_grpc.service import InferenceServicer, add_to_server
 from despina_frontend_grpc.wire import HEALTH_SERVICE
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.ports import FrontendHost
 
 log = logging.getLogger("despina.frontend.grpc")
 
@@ -134,9 +134,9 @@ def bind(server: grpc.aio.Server, settings: argparse.Namespace) -> int:
 class ReadinessHealth(health_aio.HealthServicer):  # type: ignore[misc]
     """Standard health checking: SERVING while the Despina server is ready."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, host: FrontendHost) -> None:
         super().__init__()
-        self.server = server
+        self.host = host
 
     async def Check(self, request: Any, context: Any) -> Any:
         await self.refresh()
@@ -149,7 +149,7 @@ class ReadinessHealth(health_aio.HealthServicer):  # type: ignore[misc]
     async def refresh(self) -> None:
         status = (
             health_pb2.HealthCheckResponse.SERVING
-            if self.server.ready
+            if self.host.ready
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         for service in ("", SERVICE):
@@ -165,9 +165,9 @@ class GrpcFrontend:
 
     name = "grpc"
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.settings = server.settings
+    def __init__(self, host: FrontendHost) -> None:
+        self.host = host
+        self.settings = host.settings
         self.grpc_server: grpc.aio.Server | None = None
         self.http2_server: Http2GrpcServer | None = None
         self.pool: WorkerPool | None = None
@@ -184,9 +184,9 @@ class GrpcFrontend:
             log.warning(
                 "--grpc-infer-allocation-pool-size has no effect: Python allocates per request"
             )
-        inference = Inference(self.server, settings.grpc_header_forward_pattern)
-        servicer = InferenceServicer(self.server, inference)
-        self.health = ReadinessHealth(self.server)
+        inference = Inference(self.host, settings.grpc_header_forward_pattern)
+        servicer = InferenceServicer(self.host, inference)
+        self.health = ReadinessHealth(self.host)
         await self.health.refresh()
         servicers = {SERVICE: servicer, HEALTH_SERVICE: self.health}
         if settings.grpc_worker_processes > 0:

@@ -24,7 +24,7 @@ from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_tex
 
 if TYPE_CHECKING:
     from despina.loader import ModelVersion
-    from despina.server import Server
+    from despina.ports import FrontendHost
 
 #: Requests of one stream running at once; further messages wait unread, so HTTP/2 flow
 #: control holds back a client that sends without reading its responses.
@@ -34,7 +34,7 @@ MAX_STREAM_IN_FLIGHT = 1024
 class Inference:
     """The inference RPCs of one server, with the frontend's settings applied."""
 
-    def __init__(self, server: Server, header_pattern: str) -> None:
+    def __init__(self, server: FrontendHost, header_pattern: str) -> None:
         self.server = server
         self.shm = server.shared_memory
         self.headers = re.compile(header_pattern) if header_pattern else None

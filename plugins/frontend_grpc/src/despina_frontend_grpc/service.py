@@ -22,14 +22,14 @@ from despina_frontend_grpc.infer import Inference
 from despina_frontend_grpc.restrict import SERVICE
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.ports import FrontendHost
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    """Serves one server's data plane (:class:`despina.dataplane.DataPlane`)."""
+    """Serves one server's :class:`despina.ports.FrontendHost`."""
 
-    def __init__(self, server: Server, inference: Inference) -> None:
-        self.host = server.dataplane
+    def __init__(self, host: FrontendHost, inference: Inference) -> None:
+        self.host = host
         self.inference = inference
 
     # health and metadata

@@ -1,4 +1,4 @@
-"""What every endpoint module works with: the server and the frontend's settings."""
+"""What every endpoint module works with: the server's data plane and the frontend's settings."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from despina_frontend_http.restricted import Restrictions
 
 if TYPE_CHECKING:
     from despina.ports import FrontendHost
-    from despina.server import Server
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: (method, path, restricted-API group, handler)
@@ -26,7 +25,8 @@ Route = tuple[str, str, str, Handler]
 class Context:
     """Shared by the endpoint modules of one frontend."""
 
-    server: Server
+    #: The operations the endpoints serve.
+    host: FrontendHost
     max_input_size: int
     executor: ThreadPoolExecutor
     restrictions: Restrictions
@@ -34,11 +34,6 @@ class Context:
     forward: re.Pattern[str] | None
     #: Inference requests' JSON headers already decoded (see :mod:`.decode`).
     layouts: HeaderLayouts = field(default_factory=HeaderLayouts)
-
-    @property
-    def host(self) -> FrontendHost:
-        """The operations the endpoints serve (:class:`despina.ports.FrontendHost`)."""
-        return self.server.dataplane
 
 
 def versioned(path: str) -> list[str]:

@@ -26,7 +26,7 @@ from despina_frontend_http.restricted import Restrictions
 from despina_frontend_http.workers import WorkerPool
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.ports import FrontendHost
 
 log = logging.getLogger("despina.http")
 
@@ -58,8 +58,8 @@ class HttpFrontend:
 
     name: ClassVar[str] = "http"
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, host: FrontendHost) -> None:
+        self.host = host
         #: The port :meth:`start` bound; None before, and when HTTP is not served.
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
@@ -69,7 +69,7 @@ class HttpFrontend:
 
     async def start(self) -> None:
         """Bind and serve; OSError when the port cannot be bound."""
-        settings = self.server.settings
+        settings = self.host.settings
         if not settings.allow_http:
             return
         pattern = settings.http_header_forward_pattern
@@ -77,7 +77,7 @@ class HttpFrontend:
             max_workers=max(int(settings.http_thread_count), 1), thread_name_prefix="despina-http"
         )
         context = Context(
-            server=self.server,
+            host=self.host,
             max_input_size=int(settings.http_max_input_size),
             executor=self._executor,
             restrictions=Restrictions(settings.http_restricted_api),
