@@ -33,6 +33,10 @@ class DataPlane:
         #: Registered system shared-memory regions (decoders read inputs from them).
         self.shared_memory: SharedMemoryRegistry = server.shared_memory
         self.settings = server.settings
+        #: Custom metric families models created (metrics exporters read them).
+        self.custom_metrics = server.custom_metrics
+        #: Every READY model version, by name then version (metrics exporters read them).
+        self.ready_versions = server.models.ready_versions
         # Inference: the server's own bound methods, so the request path gains no frame.
         #: The version a new request runs on (Unavailable once stopping).
         self.inference_model = server.inference_model

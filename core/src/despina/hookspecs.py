@@ -102,8 +102,9 @@ def despina_repository_agents() -> list[type[Any]]:
 def despina_metrics_exporters() -> list[type[Any]]:
     """Return metrics exporter classes, each with a unique ``name``.
 
-    Called once per server. ``Exporter(server)`` with async ``start()``/``stop()``; it
-    reads ``server.models`` statistics at scrape time (no per-request work).
+    Called once per server. ``Exporter(host)`` with async ``start()``/``stop()``, where
+    ``host`` is the server's :class:`despina.ports.MetricsHost`; it reads statistics at
+    scrape time (no per-request work).
     """
     raise NotImplementedError
 

@@ -1,11 +1,12 @@
 """Ports: what each kind of plugin may use of the server, as typed Protocols.
 
-A frontend receives a :class:`FrontendHost`, a backend (through its
-:class:`~despina.backend.ModelContext`) a :class:`BackendHost`. Plugins program against
+A frontend receives a :class:`FrontendHost`, a metrics exporter a :class:`MetricsHost`,
+a backend (through its :class:`~despina.backend.ModelContext`) a :class:`BackendHost`. Plugins program against
 these and never against :class:`~despina.server.Server`, which stays free to change.
-:class:`despina.dataplane.DataPlane` implements :class:`FrontendHost`, and
-:class:`despina.dataplane.BackendServices` implements :class:`BackendHost`; the tests
-check both structurally.
+:class:`despina.dataplane.DataPlane` implements :class:`FrontendHost` and
+:class:`MetricsHost`, and
+:class:`despina.dataplane.BackendServices` implements :class:`BackendHost`; mypy checks
+each where the server assigns it.
 """
 
 from __future__ import annotations
@@ -101,6 +102,19 @@ class FrontendHost(Protocol):
     def trace_settings(
         self, model: str = "", changes: Mapping[str, Any] | None = None
     ) -> dict[str, list[str]]: ...
+
+
+class MetricsHost(Protocol):
+    """What a metrics exporter reads at scrape time (no per-request work)."""
+
+    #: The parsed command line (an exporter reads its own flags).
+    settings: argparse.Namespace
+    #: Custom metric families models created.
+    custom_metrics: CustomMetrics
+
+    def ready_versions(self) -> list[ModelVersion]:
+        """Every READY model version, by name then version, with its statistics."""
+        ...
 
 
 class BackendHost(Protocol):

@@ -25,7 +25,7 @@ from despina.loader import ModelVersion
 from despina.models import ModelManager
 from despina.plugins import Plugins, create_plugins
 from despina.poller import RepositoryPoller
-from despina.ports import BackendHost, FrontendHost
+from despina.ports import BackendHost, FrontendHost, MetricsHost
 from despina.rate_limiter import RateLimiter, parse_resource_flags
 from despina.repository import ModelRepository
 from despina.response_cache import ResponseCache, cache_key, parse_cache_config
@@ -126,7 +126,10 @@ class Server:
         self.log_settings = LogSettings.from_settings(self.settings)
         self.trace_settings = TraceSettings.from_settings(self.settings)
         #: What frontends call: every protocol-independent operation (:mod:`despina.dataplane`).
-        self.dataplane: FrontendHost = DataPlane(self)
+        plane = DataPlane(self)
+        self.dataplane: FrontendHost = plane
+        #: What metrics exporters read (the data plane, seen through the MetricsHost port).
+        self.metrics_host: MetricsHost = plane
         #: What backends and their models use (:class:`despina.ports.BackendHost`).
         self.backend_host: BackendHost = BackendServices(self)
         self.frontends: list[Any] = []
@@ -182,7 +185,7 @@ class Server:
             lines = "; ".join(f"{name}: {reason}" for name, reason in failures)
             raise StartupError(f"failed to load all models: {lines}")
         for cls in self.registry.exporters.values():
-            exporter = cls(self)
+            exporter = cls(self.metrics_host)
             await exporter.start()
             self.exporters.append(exporter)
         for cls in self.registry.frontends.values():

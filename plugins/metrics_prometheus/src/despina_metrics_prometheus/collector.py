@@ -2,7 +2,7 @@
 
 Names, help texts and labels are Triton's (``model``, ``version``; ``reason`` on
 failures). Nothing is recorded per request: every value comes from ``ModelStats`` (and
-``server.custom_metrics``) when Prometheus scrapes.
+``host.custom_metrics``) when Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from despina_metrics_prometheus.options import MetricsOptions
 
 if TYPE_CHECKING:
     from despina.loader import ModelVersion
-    from despina.server import Server
+    from despina.ports import MetricsHost
 
 _CACHED = "(does not include cached requests)"
 _INCL = "(includes cached requests)"
@@ -57,18 +57,13 @@ def _counter_values(version: ModelVersion) -> dict[str, float]:
 class StatsCollector(Collector):
     """Triton's metric families for one server (register it in any CollectorRegistry)."""
 
-    def __init__(self, server: Server, options: MetricsOptions, cpu: CpuSampler | None) -> None:
-        self.server = server
+    def __init__(self, host: MetricsHost, options: MetricsOptions, cpu: CpuSampler | None) -> None:
+        self.host = host
         self.options = options
         self.cpu = cpu
 
     def collect(self) -> Iterator[Metric]:
-        versions = [
-            v
-            for e in list(self.server.models.entries.values())
-            for v in list(e.versions.values())
-            if v.ready
-        ]
+        versions = self.host.ready_versions()
         names = dict(COUNTERS)
         if self.options.counter_latencies:
             names.update(LATENCIES)
@@ -101,8 +96,8 @@ class StatsCollector(Collector):
         yield pending
         if self.cpu is not None:
             yield from self._cpu()
-        for family in self.server.custom_metrics.families():
-            yield _custom(family)
+        for custom in self.host.custom_metrics.families():
+            yield _custom(custom)
 
     def _cpu(self) -> Iterator[Metric]:
         assert self.cpu is not None

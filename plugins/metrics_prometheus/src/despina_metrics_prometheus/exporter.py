@@ -16,7 +16,7 @@ from despina_metrics_prometheus.exposition import CONTENT_TYPE, render
 from despina_metrics_prometheus.options import parse_metrics_config
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.ports import MetricsHost
 
 log = logging.getLogger("despina.metrics")
 
@@ -29,21 +29,21 @@ class PrometheusExporter:
 
     name: ClassVar[str] = "prometheus"
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, host: MetricsHost) -> None:
+        self.host = host
         #: The port :meth:`start` bound; None before, and when metrics are not served.
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
-        settings = server.settings
+        settings = host.settings
         self.cpu = CpuSampler() if settings.allow_cpu_metrics else None
         self.collector = StatsCollector(
-            server, parse_metrics_config(settings.metrics_config), self.cpu
+            host, parse_metrics_config(settings.metrics_config), self.cpu
         )
 
     async def start(self) -> None:
         """Bind and serve ``/metrics``; OSError when the port cannot be bound."""
-        settings = self.server.settings
+        settings = self.host.settings
         if not settings.allow_metrics:
             return
         app = web.Application()
