@@ -1,5 +1,175 @@
-"""Despina: a Triton-compatible model inference server in Python, built on pluggy."""
+"""Despina: a Triton-compatible model inference server in Python, built on pluggy.
+
+This module is the public API: plugins import from ``despina`` only (``from despina import
+Backend, hookimpl``), never from its submodules, which may change. A test fails on any
+plugin that does. Names load lazily on first use, so importing a plugin's entry module
+stays cheap (``despina plugins`` and ``--help`` never import numpy or protobuf for it).
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+#: Public name -> the module defining it (a module's own name exports the module).
+_EXPORTS: dict[str, str] = {
+    # the plugin contract
+    "hookimpl": "despina.hookspecs",
+    "BackendHost": "despina.ports",
+    "FrontendHost": "despina.ports",
+    "MetricsHost": "despina.ports",
+    # errors, one per status
+    "errors": "despina.errors",
+    "AlreadyExists": "despina.errors",
+    "Cancelled": "despina.errors",
+    "ConfigError": "despina.errors",
+    "DeadlineExceeded": "despina.errors",
+    "DespinaError": "despina.errors",
+    "Internal": "despina.errors",
+    "InvalidArgument": "despina.errors",
+    "NotFound": "despina.errors",
+    "PermissionDenied": "despina.errors",
+    "Unavailable": "despina.errors",
+    "Unknown": "despina.errors",
+    "Unsupported": "despina.errors",
+    # backends
+    "Backend": "despina.backend",
+    "CONCURRENT_EXECUTIONS": "despina.backend",
+    "InstanceSpec": "despina.backend",
+    "ModelContext": "despina.backend",
+    "ModelInstance": "despina.backend",
+    "ThreadedInstance": "despina.threaded",
+    "CallPlacement": "despina.placement",
+    "NeedsThread": "despina.placement",
+    "inline_budget": "despina.placement",
+    "running_inline": "despina.placement",
+    "instance_specs": "despina.loader",
+    "ModelVersion": "despina.loader",
+    "RaggedBatch": "despina.ragged",
+    "TensorSpec": "despina.signatures",
+    "check_config": "despina.signatures",
+    "complete_config": "despina.signatures",
+    # requests, responses and tensors
+    "InferenceRequest": "despina.inference",
+    "InferenceResponse": "despina.inference",
+    "RequestedOutput": "despina.inference",
+    "ResponseStream": "despina.inference",
+    "SequenceFlags": "despina.inference",
+    "ModelSignature": "despina.validation",
+    "validate_request": "despina.validation",
+    "DATATYPE_TO_DTYPE": "despina.tensors",
+    "config_to_datatype": "despina.tensors",
+    "datatype_of": "despina.tensors",
+    "deserialize_bytes": "despina.tensors",
+    "element_count": "despina.tensors",
+    "serialize_bytes": "despina.tensors",
+    "INTERNAL_KEY_PREFIX": "despina.shared_memory",
+    "SharedMemoryRegistry": "despina.shared_memory",
+    # model configuration
+    "ModelConfig": "despina.config",
+    "mc": "despina.config",
+    "config_json": "despina.config",
+    "number_parameter": "despina.config",
+    "parameters_of": "despina.config",
+    "to_json_dict": "despina.config",
+    "safe_join": "despina.paths",
+    "check_model_name": "despina.paths",
+    # metrics and statistics
+    "COUNTER": "despina.custom_metrics",
+    "GAUGE": "despina.custom_metrics",
+    "HISTOGRAM": "despina.custom_metrics",
+    "CustomMetrics": "despina.custom_metrics",
+    "MetricFamily": "despina.custom_metrics",
+    "FAILURE_REASONS": "despina.stats",
+    # frontends
+    "Restriction": "despina.restricted",
+    "parse_restricted": "despina.restricted",
+    "reserve_port": "despina.transport.listen",
+    "triton_bool": "despina.triton_flags",
+    # embedding a server
+    "Server": "despina.server",
+    "StartupError": "despina.server",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562)."""
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'despina' has no attribute '{name}'")
+    module = importlib.import_module(module_name)
+    value = module if module_name.rpartition(".")[2] == name else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists equal)
+    from despina import errors
+    from despina.backend import (
+        CONCURRENT_EXECUTIONS,
+        Backend,
+        InstanceSpec,
+        ModelContext,
+        ModelInstance,
+    )
+    from despina.config import (
+        ModelConfig,
+        config_json,
+        mc,
+        number_parameter,
+        parameters_of,
+        to_json_dict,
+    )
+    from despina.custom_metrics import COUNTER, GAUGE, HISTOGRAM, CustomMetrics, MetricFamily
+    from despina.errors import (
+        AlreadyExists,
+        Cancelled,
+        ConfigError,
+        DeadlineExceeded,
+        DespinaError,
+        Internal,
+        InvalidArgument,
+        NotFound,
+        PermissionDenied,
+        Unavailable,
+        Unknown,
+        Unsupported,
+    )
+    from despina.hookspecs import hookimpl
+    from despina.inference import (
+        InferenceRequest,
+        InferenceResponse,
+        RequestedOutput,
+        ResponseStream,
+        SequenceFlags,
+    )
+    from despina.loader import ModelVersion, instance_specs
+    from despina.paths import check_model_name, safe_join
+    from despina.placement import CallPlacement, NeedsThread, inline_budget, running_inline
+    from despina.ports import BackendHost, FrontendHost, MetricsHost
+    from despina.ragged import RaggedBatch
+    from despina.restricted import Restriction, parse_restricted
+    from despina.server import Server, StartupError
+    from despina.shared_memory import INTERNAL_KEY_PREFIX, SharedMemoryRegistry
+    from despina.signatures import TensorSpec, check_config, complete_config
+    from despina.stats import FAILURE_REASONS
+    from despina.tensors import (
+        DATATYPE_TO_DTYPE,
+        config_to_datatype,
+        datatype_of,
+        deserialize_bytes,
+        element_count,
+        serialize_bytes,
+    )
+    from despina.threaded import ThreadedInstance
+    from despina.transport.listen import reserve_port
+    from despina.triton_flags import triton_bool
+    from despina.validation import ModelSignature, validate_request

@@ -12,12 +12,20 @@ import asyncio
 from typing import Any
 
 import numpy as np
-from despina.backend import Backend, InstanceSpec, ModelInstance
-from despina.errors import ConfigError, Internal, InvalidArgument
-from despina.placement import inline_budget
-from despina.ragged import RaggedBatch
-from despina.signatures import TensorSpec, check_config, complete_config
-from despina.threaded import ThreadedInstance
+from despina import (
+    Backend,
+    ConfigError,
+    InstanceSpec,
+    Internal,
+    InvalidArgument,
+    ModelInstance,
+    RaggedBatch,
+    TensorSpec,
+    ThreadedInstance,
+    check_config,
+    complete_config,
+    inline_budget,
+)
 
 from despina_backend_onnx import options
 from despina_backend_onnx.bf16 import run_bound

@@ -14,11 +14,18 @@ import asyncio
 from typing import Any
 
 import numpy as np
-from despina.backend import Backend, InstanceSpec, ModelInstance
-from despina.errors import ConfigError, Internal
-from despina.placement import inline_budget
-from despina.signatures import TensorSpec, check_config, complete_config
-from despina.threaded import ThreadedInstance
+from despina import (
+    Backend,
+    ConfigError,
+    InstanceSpec,
+    Internal,
+    ModelInstance,
+    TensorSpec,
+    ThreadedInstance,
+    check_config,
+    complete_config,
+    inline_budget,
+)
 
 from despina_backend_openvino.options import OpenVinoOptions
 

@@ -14,12 +14,19 @@ import asyncio
 from typing import Any
 
 import numpy as np
-from despina.backend import Backend, InstanceSpec, ModelInstance
-from despina.config import mc
-from despina.errors import ConfigError, Internal, Unavailable
-from despina.signatures import check_config, complete_config
-from despina.tensors import config_to_datatype
-from despina.threaded import ThreadedInstance
+from despina import (
+    Backend,
+    ConfigError,
+    InstanceSpec,
+    Internal,
+    ModelInstance,
+    ThreadedInstance,
+    Unavailable,
+    check_config,
+    complete_config,
+    config_to_datatype,
+    mc,
+)
 
 from despina_backend_torch.convert import to_numpy, to_torch
 from despina_backend_torch.loading import LoadedModel, load_model

@@ -10,7 +10,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from despina.errors import Internal, InvalidArgument
+from despina import Internal, InvalidArgument
 
 #: Triton datatype -> name of the torch dtype.
 TORCH_DTYPES = {

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from despina.errors import ConfigError, DespinaError, Internal
-from despina.signatures import TensorSpec
+from despina import ConfigError, DespinaError, Internal, TensorSpec
 
 from despina_backend_torch.convert import datatype_of_torch
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from despina.errors import ConfigError, Internal
+from despina import ConfigError, Internal
 
 _INDEXED = re.compile(r"^.+__(\d+)$")
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from despina.backend import Backend
-from despina.hookspecs import hookimpl
+from despina import Backend, hookimpl
 
 from despina_backend_torch.backend import TorchBackend
 

@@ -17,7 +17,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from despina.errors import ConfigError
+from despina import ConfigError
 
 log = logging.getLogger("despina.backend.pytorch")
 

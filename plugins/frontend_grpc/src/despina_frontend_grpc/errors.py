@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from despina.errors import DespinaError
+from despina import DespinaError
 
 log = logging.getLogger("despina.frontend.grpc")
 

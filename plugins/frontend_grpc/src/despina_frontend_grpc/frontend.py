@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from despina.transport.listen import reserve_port
+from despina import reserve_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
@@ -29,7 +29,7 @@ from despina_frontend_grpc.service import InferenceServicer, add_to_server
 from despina_frontend_grpc.wire import HEALTH_SERVICE
 
 if TYPE_CHECKING:
-    from despina.ports import FrontendHost
+    from despina import FrontendHost
 
 log = logging.getLogger("despina.frontend.grpc")
 

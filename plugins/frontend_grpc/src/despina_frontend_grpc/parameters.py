@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-from despina.errors import InvalidArgument
-from despina.inference import InferenceRequest, SequenceFlags
+from despina import InferenceRequest, InvalidArgument, SequenceFlags
 
 #: Every streamed response carries ``triton_final_response``; requests whose
 #: ``triton_enable_empty_final_response`` is true also get an empty final response when a

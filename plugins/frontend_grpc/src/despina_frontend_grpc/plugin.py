@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from despina.hookspecs import hookimpl
+from despina import hookimpl
 
 from despina_frontend_grpc.options import add_options
 

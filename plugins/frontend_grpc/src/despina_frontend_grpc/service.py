@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from despina.errors import InvalidArgument
+from despina import InvalidArgument
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
@@ -22,7 +22,7 @@ from despina_frontend_grpc.infer import Inference
 from despina_frontend_grpc.restrict import SERVICE
 
 if TYPE_CHECKING:
-    from despina.ports import FrontendHost
+    from despina import FrontendHost
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]

@@ -14,7 +14,7 @@ from despina_frontend_http.decode import HeaderLayouts
 from despina_frontend_http.restricted import Restrictions
 
 if TYPE_CHECKING:
-    from despina.ports import FrontendHost
+    from despina import FrontendHost
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: (method, path, restricted-API group, handler)

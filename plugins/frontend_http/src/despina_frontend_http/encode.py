@@ -10,10 +10,14 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import orjson
-from despina.errors import InvalidArgument
-from despina.inference import InferenceRequest, InferenceResponse
-from despina.shared_memory import SharedMemoryRegistry
-from despina.tensors import datatype_of, serialize_bytes
+from despina import (
+    InferenceRequest,
+    InferenceResponse,
+    InvalidArgument,
+    SharedMemoryRegistry,
+    datatype_of,
+    serialize_bytes,
+)
 
 from despina_frontend_http.decode import region_view
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, ClassVar
 
 from aiohttp import web
-from despina.transport.listen import reserve_port
+from despina import reserve_port
 
 from despina_frontend_http import (
     routes_admin,
@@ -26,7 +26,7 @@ from despina_frontend_http.restricted import Restrictions
 from despina_frontend_http.workers import WorkerPool
 
 if TYPE_CHECKING:
-    from despina.ports import FrontendHost
+    from despina import FrontendHost
 
 log = logging.getLogger("despina.http")
 

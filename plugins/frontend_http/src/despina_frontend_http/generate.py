@@ -22,9 +22,13 @@ from typing import Any
 
 import numpy as np
 import orjson
-from despina.errors import InvalidArgument
-from despina.inference import InferenceRequest, InferenceResponse
-from despina.tensors import DATATYPE_TO_DTYPE, datatype_of
+from despina import (
+    DATATYPE_TO_DTYPE,
+    InferenceRequest,
+    InferenceResponse,
+    InvalidArgument,
+    datatype_of,
+)
 
 from despina_frontend_http.decode import tensor_from_json
 from despina_frontend_http.encode import json_data

@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 import orjson
-from despina.errors import DespinaError
+from despina import DespinaError
 
 from despina_frontend_http import wire
 from despina_frontend_http.context import Context

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from despina.errors import DespinaError, InvalidArgument
+from despina import DespinaError, InvalidArgument
 
 from despina_frontend_http.restricted import Restrictions
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from despina.errors import PermissionDenied
-from despina.restricted import parse_restricted
+from despina import PermissionDenied, parse_restricted
 
 FLAG = "--http-restricted-api"
 

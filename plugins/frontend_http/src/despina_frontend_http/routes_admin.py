@@ -7,7 +7,7 @@ import binascii
 from typing import Any
 
 from aiohttp import web
-from despina.errors import InvalidArgument
+from despina import InvalidArgument
 
 from despina_frontend_http.body import read_body
 from despina_frontend_http.context import Context, Route

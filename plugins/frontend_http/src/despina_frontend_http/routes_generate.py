@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 
 from aiohttp import web
-from despina.errors import DespinaError, InvalidArgument
-from despina.inference import InferenceRequest, InferenceResponse
+from despina import DespinaError, InferenceRequest, InferenceResponse, InvalidArgument
 
 from despina_frontend_http.body import read_body
 from despina_frontend_http.context import Context, Route, versioned

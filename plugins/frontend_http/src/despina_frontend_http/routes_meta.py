@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aiohttp import web
-from despina.config import to_json_dict
+from despina import to_json_dict
 
 from despina_frontend_http.context import Context, Route, versioned
 from despina_frontend_http.responses import error_response, json_response, ok

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TypeGuard
 
 from aiohttp import web
-from despina.errors import InvalidArgument
+from despina import InvalidArgument
 
 from despina_frontend_http.body import read_body
 from despina_frontend_http.context import Context, Route

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from despina.errors import DespinaError, Unavailable
+from despina import DespinaError, Unavailable
 
 from despina_frontend_http import wire
 from despina_frontend_http.body import read_body

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from despina.custom_metrics import COUNTER, GAUGE, MetricFamily
-from despina.stats import FAILURE_REASONS
+from despina import COUNTER, FAILURE_REASONS, GAUGE, MetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -19,8 +18,7 @@ from despina_metrics_prometheus.cpu import CpuSampler, memory
 from despina_metrics_prometheus.options import MetricsOptions
 
 if TYPE_CHECKING:
-    from despina.loader import ModelVersion
-    from despina.ports import MetricsHost
+    from despina import MetricsHost, ModelVersion
 
 _CACHED = "(does not include cached requests)"
 _INCL = "(includes cached requests)"

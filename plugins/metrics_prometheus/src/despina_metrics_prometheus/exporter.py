@@ -16,7 +16,7 @@ from despina_metrics_prometheus.exposition import CONTENT_TYPE, render
 from despina_metrics_prometheus.options import parse_metrics_config
 
 if TYPE_CHECKING:
-    from despina.ports import MetricsHost
+    from despina import MetricsHost
 
 log = logging.getLogger("despina.metrics")
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from despina.hookspecs import hookimpl
-from despina.triton_flags import triton_bool
+from despina import hookimpl, triton_bool
 
 
 @hookimpl

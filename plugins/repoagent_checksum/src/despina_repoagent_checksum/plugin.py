@@ -19,9 +19,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from despina.errors import ConfigError
-from despina.hookspecs import hookimpl
-from despina.paths import safe_join
+from despina import ConfigError, hookimpl, safe_join
 
 ALGORITHMS = {"SHA256": "sha256", "SHA512": "sha512", "MD5": "md5"}
 CHUNK = 1 << 20

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from despina.errors import InvalidArgument
+from despina import InvalidArgument
 
 CREDENTIAL_FILE_ENV = "TRITON_CLOUD_CREDENTIAL_PATH"
 

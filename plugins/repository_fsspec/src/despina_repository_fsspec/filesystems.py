@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from despina.errors import InvalidArgument
+from despina import InvalidArgument
 
 from despina_repository_fsspec.credentials import credentials
 

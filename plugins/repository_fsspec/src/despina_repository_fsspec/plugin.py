@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from despina.hookspecs import hookimpl
+from despina import hookimpl
 
 
 @hookimpl

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from despina.paths import safe_join
+from despina import safe_join
 
 from despina_repository_fsspec.filesystems import open_filesystem
 
