@@ -34,7 +34,7 @@ compare: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check core plugins tests bench compare
 	$(BIN)/ruff format --check core plugins tests bench compare
-	$(BIN)/mypy core/src
+	$(BIN)/mypy core/src $(addsuffix /src,$(PLUGIN_DIRS))
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

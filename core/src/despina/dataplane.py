@@ -4,18 +4,23 @@ A frontend decodes its protocol, calls one method here, and encodes the result o
 :class:`~despina.errors.DespinaError` raised (each error class carries its HTTP status and
 gRPC code). Texts are Triton's; where the HTTP and gRPC frontends used to answer one
 operation differently, the one answer kept is named in the method's docstring.
-:class:`DataPlane` implements :class:`despina.ports.FrontendHost`; :class:`BackendServices`,
-what backends may use, :class:`despina.ports.BackendHost`.
+:class:`DataPlane` implements :class:`despina.ports.FrontendHost` (and ``MetricsHost``);
+:class:`BackendServices`, what backends may use, :class:`despina.ports.BackendHost`;
+:class:`SchedulerServices`, what schedulers may use, :class:`despina.ports.SchedulerHost`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from despina.config import mc
 from despina.errors import DespinaError, InvalidArgument, NotFound, Unsupported
 from despina.inference import InferenceRequest, InferenceResponse
+from despina.loader import ModelState
 from despina.signatures import default_max_batch_size
 from despina.tensors import config_to_datatype
 
@@ -216,3 +221,51 @@ class BackendServices:
         """Every response of ``caller``'s request on any model."""
         self._models.record_call(caller, request.model_name)
         return self._server.infer_stream(request)
+
+
+class SchedulerServices:
+    """What one server offers its schedulers (:class:`despina.ports.SchedulerHost`)."""
+
+    #: How long :meth:`settle` waits for a model that is still loading.
+    SETTLE_WAIT_S = 120.0
+    _POLL_S = 0.01
+
+    def __init__(self, server: Server) -> None:
+        self._models = server.models
+        self._startup = set(server.settings.load_model or [])
+        self.ready_model = self._models.get
+        self.infer_stream = server.infer_stream
+
+    def known_models(self) -> set[str]:
+        """Every model name in a repository or loaded."""
+        return set(self._models.repository.model_names()) | set(self._models.entries)
+
+    async def settle(self, name: str) -> None:
+        """Wait while ``name`` is loading or due to load at start-up (at most
+        :data:`SETTLE_WAIT_S`); in explicit control mode load it when it is not ready and
+        nothing else will, as Triton does for an ensemble's composing models. A failed
+        load is not raised: :meth:`load_failure` tells it."""
+        manager = self._models
+        startup_loads = not manager.explicit or "*" in self._startup or name in self._startup
+        deadline = time.monotonic() + self.SETTLE_WAIT_S
+        while time.monotonic() < deadline:
+            entry = manager.entries.get(name)
+            if entry is None and not startup_loads:
+                break
+            if entry is not None and entry.state is not ModelState.LOADING:
+                break
+            await asyncio.sleep(self._POLL_S)
+        entry = manager.entries.get(name)
+        if manager.explicit and (entry is None or not entry.ready):
+            with contextlib.suppress(DespinaError):
+                await manager.load(name)
+
+    def has_ready_version(self, name: str) -> bool:
+        """Whether any version of ``name`` is READY."""
+        entry = self._models.entries.get(name)
+        return entry is not None and any(v.ready for v in entry.versions.values())
+
+    def load_failure(self, name: str) -> str:
+        """Why ``name`` failed to load, or ""."""
+        entry = self._models.entries.get(name)
+        return entry.reason if entry is not None else ""

@@ -19,6 +19,7 @@ from despina import config as cfg
 from despina.backend import Backend, InstanceSpec, ModelContext, ModelInstance
 from despina.errors import ConfigError, DespinaError, Internal, Unavailable
 from despina.rate_limiter import Needs
+from despina.redact import safe_text
 from despina.scheduling.base import ScheduledModel, Scheduler
 from despina.stats import ModelStats
 from despina.validation import ModelSignature
@@ -106,10 +107,33 @@ def resolve_backend(server: Server, config: cfg.ModelConfig, model_dir: Path) ->
     raise Unavailable(reason)
 
 
+def load_error(server: Server, model_dir: Path, exc: Exception) -> DespinaError:
+    """What a client is told of ``exc``, which failed the load of the model in
+    ``model_dir``: a DespinaError of its class (Internal for any other exception) whose
+    text names no server path (:func:`~despina.redact.safe_text`). The full text is
+    logged here."""
+    error = exc if isinstance(exc, DespinaError) else Internal(f"{type(exc).__name__}: {exc}")
+    text = safe_text(str(error), model_dir, server.models.repository.roots)
+    if text == str(error):
+        return error
+    log.error("failed to load '%s' (the client is told without paths): %s", model_dir.name, error)
+    return type(error)(text)
+
+
 async def prepare_config(
     server: Server, config: cfg.ModelConfig, model_dir: Path, versions: list[int]
 ) -> type[Backend] | None:
-    """Resolve the backend, auto-complete (when enabled), fill defaults, validate."""
+    """Resolve the backend, auto-complete (when enabled), fill defaults, validate;
+    raise a DespinaError whose text names no server path (:func:`load_error`)."""
+    try:
+        return await _prepare_config(server, config, model_dir, versions)
+    except Exception as exc:  # noqa: BLE001 - every failure is reported without paths
+        raise load_error(server, model_dir, exc) from exc
+
+
+async def _prepare_config(
+    server: Server, config: cfg.ModelConfig, model_dir: Path, versions: list[int]
+) -> type[Backend] | None:
     name = model_dir.name
     backend_cls: type[Backend] | None = None
     if config.platform != cfg.ENSEMBLE_PLATFORM:
@@ -195,7 +219,8 @@ def rate_limiter_needs(
 async def load_version(
     server: Server, backend_cls: type[Backend] | None, model_dir: Path, version: ModelVersion
 ) -> None:
-    """Load one version; on failure it ends UNAVAILABLE with the reason (never raises)."""
+    """Load one version; on failure it ends UNAVAILABLE with the reason, which names no
+    server path (:func:`load_error`); never raises."""
     started = time.monotonic()
     specs: list[InstanceSpec] = []
     try:
@@ -217,7 +242,7 @@ async def load_version(
             version.config,
             version.instances,
             version.stats,
-            server=server,
+            host=server.scheduler_host,
             model_dir=model_dir,
             cache=server.response_cache if version.config.response_cache.enable else None,
             limiter=server.rate_limiter,
@@ -226,8 +251,7 @@ async def load_version(
         version.scheduler = scheduler_cls(model)
         await version.scheduler.start()
     except Exception as exc:  # noqa: BLE001 - any load failure makes the version unavailable
-        error = exc if isinstance(exc, DespinaError) else Internal(f"{type(exc).__name__}: {exc}")
-        version.reason = error.status_text
+        version.reason = load_error(server, model_dir, exc).status_text
         version.state = ModelState.UNAVAILABLE
         log.error(
             "failed to load '%s' version %d: %s", version.name, version.version, version.reason

@@ -1,12 +1,11 @@
 """Ports: what each kind of plugin may use of the server, as typed Protocols.
 
-A frontend receives a :class:`FrontendHost`, a metrics exporter a :class:`MetricsHost`,
-a backend (through its :class:`~despina.backend.ModelContext`) a :class:`BackendHost`. Plugins program against
-these and never against :class:`~despina.server.Server`, which stays free to change.
-:class:`despina.dataplane.DataPlane` implements :class:`FrontendHost` and
-:class:`MetricsHost`, and
-:class:`despina.dataplane.BackendServices` implements :class:`BackendHost`; mypy checks
-each where the server assigns it.
+A frontend receives a :class:`FrontendHost`, a metrics exporter a :class:`MetricsHost`, a
+backend (through its :class:`~despina.backend.ModelContext`) a :class:`BackendHost`, a
+scheduler (through its :class:`~despina.scheduling.base.ScheduledModel`) a
+:class:`SchedulerHost`. Plugins program against these and never against
+:class:`~despina.server.Server`, which stays free to change. The implementations live in
+:mod:`despina.dataplane`; mypy checks each where the server assigns it.
 """
 
 from __future__ import annotations
@@ -114,6 +113,36 @@ class MetricsHost(Protocol):
 
     def ready_versions(self) -> list[ModelVersion]:
         """Every READY model version, by name then version, with its statistics."""
+        ...
+
+
+class SchedulerHost(Protocol):
+    """What a scheduler may use of the server: the other models (an ensemble runs its
+    steps on them and waits for them to load)."""
+
+    def known_models(self) -> set[str]:
+        """Every model name in a repository or loaded."""
+        ...
+
+    async def settle(self, name: str) -> None:
+        """Wait while model ``name`` is loading or due to load at start-up (bounded); in
+        explicit control mode load it when it is not ready and nothing else will."""
+        ...
+
+    def ready_model(self, name: str, version: str = "") -> ModelVersion:
+        """The READY version serving ``name``; NotFound / Unavailable otherwise."""
+        ...
+
+    def has_ready_version(self, name: str) -> bool:
+        """Whether any version of ``name`` is READY (another version may be asked for)."""
+        ...
+
+    def load_failure(self, name: str) -> str:
+        """Why ``name`` failed to load, or "" when it did not fail (or never loaded)."""
+        ...
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[InferenceResponse, None]:
+        """Every response of a request on any model (errors as ``error`` set)."""
         ...
 
 

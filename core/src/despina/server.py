@@ -18,14 +18,14 @@ from typing import Any
 from despina import __version__
 from despina.backend import Backend
 from despina.custom_metrics import CustomMetrics
-from despina.dataplane import BackendServices, DataPlane
+from despina.dataplane import BackendServices, DataPlane, SchedulerServices
 from despina.errors import DespinaError, Internal, Unavailable, Unsupported
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
 from despina.loader import ModelVersion
 from despina.models import ModelManager
 from despina.plugins import Plugins, create_plugins
 from despina.poller import RepositoryPoller
-from despina.ports import BackendHost, FrontendHost, MetricsHost
+from despina.ports import BackendHost, FrontendHost, MetricsHost, SchedulerHost
 from despina.rate_limiter import RateLimiter, parse_resource_flags
 from despina.repository import ModelRepository
 from despina.response_cache import ResponseCache, cache_key, parse_cache_config
@@ -132,6 +132,8 @@ class Server:
         self.metrics_host: MetricsHost = plane
         #: What backends and their models use (:class:`despina.ports.BackendHost`).
         self.backend_host: BackendHost = BackendServices(self)
+        #: What schedulers use: the other models (:class:`despina.ports.SchedulerHost`).
+        self.scheduler_host: SchedulerHost = SchedulerServices(self)
         self.frontends: list[Any] = []
         self.exporters: list[Any] = []
         self.live = False

@@ -27,7 +27,7 @@ from despina.response_cache import ResponseCache
 from despina.stats import ModelStats
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.ports import SchedulerHost
 
 log = logging.getLogger("despina.scheduling")
 
@@ -44,8 +44,8 @@ class ScheduledModel:
     config: ModelConfig
     instances: list[ModelInstance]
     stats: ModelStats
-    #: The server serving the model (ensembles submit their steps through it).
-    server: Server | None = None
+    #: The other models, through the server (ensembles run their steps on them).
+    host: SchedulerHost | None = None
     #: The model's folder in the repository (sequence batching reads initial states there).
     model_dir: Path | None = None
     #: The server's response cache when this model enables it.

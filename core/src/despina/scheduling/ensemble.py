@@ -22,21 +22,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 from despina.config import ENSEMBLE_PLATFORM, ModelConfig
 from despina.errors import ConfigError, DespinaError, InvalidArgument
 from despina.inference import InferenceRequest
-from despina.loader import ModelState
 from despina.scheduling.base import ScheduledModel, Scheduler, stopping_error
 from despina.scheduling.ensemble_graph import build_graph, check_composing
 from despina.scheduling.ensemble_run import EnsembleRun
 
 log = logging.getLogger("despina.scheduling")
-
-#: How long an ensemble's load waits for composing models that are still loading.
-COMPOSING_WAIT_S = 120.0
-_POLL_S = 0.01
 
 
 class EnsembleScheduler(Scheduler):
@@ -50,6 +44,9 @@ class EnsembleScheduler(Scheduler):
 
     def __init__(self, model: ScheduledModel) -> None:
         super().__init__(model)
+        if model.host is None:
+            raise ConfigError(f"ensemble '{model.name}' needs a server to run its steps")
+        self._host = model.host
         self.graph = build_graph(model.config)
         self._running: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -62,19 +59,15 @@ class EnsembleScheduler(Scheduler):
 
         Raises ConfigError when a composing model is unknown, failed, or does not fit.
         """
-        server = self.model.server
-        if server is None:
-            raise ConfigError(f"ensemble '{self.model.name}' needs a server to run its steps")
-        manager = server.models
-        known = set(manager.repository.model_names()) | set(manager.entries)
-        missing = [m for m in self.graph.models if m not in known]
+        host = self._host
+        missing = [m for m in self.graph.models if m not in host.known_models()]
         if missing:
             raise InvalidArgument(
                 f"ensemble {self.model.name} contains models that are not available or "
                 f"ambiguous: {', '.join(missing)}"
             )
         for name in self.graph.models:
-            await self._settle(name)
+            await host.settle(name)
         configs: dict[str, ModelConfig] = {}
         for step in self.graph.steps:
             configs[step.model_name] = self._composing_config(step.model_name, step.model_version)
@@ -83,53 +76,26 @@ class EnsembleScheduler(Scheduler):
         policy.SetInParent()  # as Triton: always stated, false included
         policy.decoupled = bool(self.graph.decoupled)
 
-    async def _settle(self, name: str) -> None:
-        """Wait while composing model ``name`` is loading (or still to be loaded by the
-        start-up); in explicit control mode load it when nothing else will, as Triton
-        does when an ensemble is loaded."""
-        assert self.model.server is not None
-        manager = self.model.server.models
-        startup = set(getattr(self.model.server.settings, "load_model", None) or [])
-        startup_loads = not manager.explicit or "*" in startup or name in startup
-        deadline = time.monotonic() + COMPOSING_WAIT_S
-        while time.monotonic() < deadline:
-            entry = manager.entries.get(name)
-            if entry is None and not startup_loads:
-                break
-            if entry is not None and entry.state is not ModelState.LOADING:
-                break
-            await asyncio.sleep(_POLL_S)
-        entry = manager.entries.get(name)
-        if manager.explicit and (entry is None or not entry.ready):
-            with contextlib.suppress(DespinaError):  # the reason shows in the check below
-                await manager.load(name)
-
     def _composing_config(self, name: str, version: str) -> ModelConfig:
         """The config of the composing model's version; Triton's texts when it has none."""
-        assert self.model.server is not None
-        manager = self.model.server.models
+        host = self._host
         try:
-            return manager.get(name, version).config
+            return host.ready_model(name, version).config
         except DespinaError:
             pass
-        entry = manager.entries.get(name)
         prefix = f"ensemble '{self.model.name}' depends on '{name}'"
-        if version and entry is not None and any(v.ready for v in entry.versions.values()):
+        if version and host.has_ready_version(name):
             raise ConfigError(f"{prefix} whose required version {version} is not loaded.")
-        reason = ""
-        if entry is not None and entry.reason:
-            reason = f" Model '{name}' loading failed with error: {entry.reason}"
+        failure = host.load_failure(name)
+        reason = f" Model '{name}' loading failed with error: {failure}" if failure else ""
         raise ConfigError(f"{prefix} which has no loaded version.{reason}")
 
     @property
     def ready(self) -> bool:
         """True while every composing model has a ready version."""
-        server = self.model.server
-        if server is None:
-            return False
         for step in self.graph.steps:
             try:
-                server.models.get(step.model_name, step.model_version)
+                self._host.ready_model(step.model_name, step.model_version)
             except DespinaError:
                 return False
         return True
@@ -137,8 +103,7 @@ class EnsembleScheduler(Scheduler):
     def submit(self, request: InferenceRequest) -> None:
         if self._stopping:
             raise stopping_error(self.model)
-        assert self.model.server is not None
-        run = EnsembleRun(self.model, self.graph, self.model.server, request, self._limits)
+        run = EnsembleRun(self.model, self.graph, self._host, request, self._limits)
         task = asyncio.create_task(run.run())
         self._running.add(task)
         task.add_done_callback(self._running.discard)

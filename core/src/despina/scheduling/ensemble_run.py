@@ -25,7 +25,7 @@ from despina.scheduling.base import ScheduledModel, batch_size_of
 from despina.scheduling.ensemble_graph import EnsembleGraph, Step
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.ports import SchedulerHost
 
 log = logging.getLogger("despina.scheduling")
 
@@ -57,7 +57,7 @@ class EnsembleRun:
         self,
         model: ScheduledModel,
         graph: EnsembleGraph,
-        server: Server,
+        host: SchedulerHost,
         request: InferenceRequest,
         limits: Sequence[asyncio.Semaphore] = (),
     ) -> None:
@@ -66,7 +66,7 @@ class EnsembleRun:
         self.model = model
         self.graph = graph
         self.limits = limits
-        self.server = server
+        self.host = host
         self.request = request
         self.decoupled = bool(model.config.model_transaction_policy.decoupled)
         self.inflight = 0
@@ -117,7 +117,7 @@ class EnsembleRun:
         request = self._step_request(flow, step)
         self.step_requests.append(request)
         try:
-            async for response in self.server.infer_stream(request):
+            async for response in self.host.infer_stream(request):
                 if response.error is not None:
                     self._fail_step(step, response.error)
                     return
