@@ -9,6 +9,8 @@ import base64
 import zlib
 from typing import Any
 
+import grpc
+
 from despina_frontend_grpc import http2
 
 #: Request encodings this server decodes, as announced in ``grpc-accept-encoding``.
@@ -23,7 +25,7 @@ _RESERVED = frozenset({"content-type", "te", "grpc-timeout", "grpc-encoding"})
 class MessageError(Exception):
     """A request message that cannot be read: ``code`` is the gRPC status to answer."""
 
-    def __init__(self, code: int, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(details)
         self.code, self.details = code, details
 
@@ -31,8 +33,10 @@ class MessageError(Exception):
 def split_messages(buffer: bytearray, max_size: int, encoding: str | None) -> list[bytes]:
     """Remove and return the complete messages at the start of ``buffer`` (decompressed).
 
-    Raises MessageError for a message over ``max_size`` (RESOURCE_EXHAUSTED, as soon as
-    its length prefix is seen) or one that cannot be decompressed.
+    Raises MessageError RESOURCE_EXHAUSTED for a message over ``max_size``: on the wire
+    as soon as its length prefix is seen (before its bytes are buffered), once inflated as
+    soon as the output passes ``max_size`` (see :func:`inflate`); INTERNAL for one that
+    cannot be decompressed.
     """
     messages = []
     offset = 0
@@ -40,33 +44,67 @@ def split_messages(buffer: bytearray, max_size: int, encoding: str | None) -> li
         compressed = buffer[offset]
         size = int.from_bytes(buffer[offset + 1 : offset + 5], "big")
         if size > max_size:
-            raise MessageError(8, f"Received message larger than max ({size} vs. {max_size})")
+            raise MessageError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max ({size} vs. {max_size})",
+            )
         end = offset + 5 + size
         if end > len(buffer):
             break
         with memoryview(buffer) as view:
             data = bytes(view[offset + 5 : end])
-        messages.append(_decompress(data, encoding, max_size) if compressed else data)
+        messages.append(inflate(data, encoding, max_size) if compressed else data)
         offset = end
     if offset:
         del buffer[:offset]
     return messages
 
 
-def _decompress(data: bytes, encoding: str | None, max_size: int) -> bytes:
+#: Output bytes inflated per step, and compressed bytes fed per step: a message is
+#: checked against the size limit after every step, so one inflating past the limit (a
+#: "zip bomb": 4 GiB of zeros are 4 MiB of gzip) costs the limit plus one step of memory
+#: and stops there, and no step copies more than this much of the unconsumed input.
+INFLATE_STEP = 1 << 18
+
+
+def inflate(data: bytes, encoding: str | None, max_size: int) -> bytes:
+    """``data`` decompressed with ``encoding`` (gzip or deflate), incrementally.
+
+    Raises MessageError RESOURCE_EXHAUSTED as soon as the output passes ``max_size`` (the
+    rest is never inflated), INTERNAL when ``encoding`` is neither or ``data`` is not valid.
+    """
     if encoding == "gzip":
         inflater = zlib.decompressobj(wbits=31)
     elif encoding == "deflate":
         inflater = zlib.decompressobj()
     else:
-        raise MessageError(13, "a compressed message arrived without a grpc-encoding")
+        raise MessageError(
+            grpc.StatusCode.INTERNAL, "a compressed message arrived without a grpc-encoding"
+        )
+    pieces: list[bytes] = []
+    total = 0
     try:
-        out = inflater.decompress(data, max_size + 1)
+        with memoryview(data) as view:
+            for start in range(0, len(data), INFLATE_STEP):
+                chunk: bytes | memoryview = view[start : start + INFLATE_STEP]
+                while True:
+                    piece = inflater.decompress(chunk, INFLATE_STEP)
+                    total += len(piece)
+                    if total > max_size:
+                        # grpc.aio's answer to the same message
+                        raise MessageError(
+                            grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            "Decompressed message larger than max",
+                        )
+                    pieces.append(piece)
+                    chunk = inflater.unconsumed_tail
+                    if not chunk and len(piece) < INFLATE_STEP:
+                        break
     except zlib.error as exc:
-        raise MessageError(13, f"cannot decompress a {encoding} message: {exc}") from None
-    if len(out) > max_size:
-        raise MessageError(8, f"Received message larger than max (>{max_size} vs. {max_size})")
-    return out
+        raise MessageError(
+            grpc.StatusCode.INTERNAL, f"cannot decompress a {encoding} message: {exc}"
+        ) from None
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def frame_message(data: bytes, zlib_level: int, gzip: bool) -> tuple[bytes, bytes]:

@@ -7,7 +7,9 @@ cleartext or TLS with ALPN ``h2``, settings, flow control both ways, header bloc
 over CONTINUATION frames, padding, PING, RST_STREAM and GOAWAY; and of gRPC: unary and
 streaming calls, message compression (gzip, deflate), ``grpc-timeout`` deadlines, the
 keepalive and ping-abuse rules of tritonserver's ``--grpc-*`` flags, maximum connection
-age, message size limits, restricted protocols and graceful shutdown.
+age, message size limits, restricted protocols and graceful shutdown. Abuse of HTTP/2
+itself (floods of resets, SETTINGS, PINGs or CONTINUATION frames, HPACK bombs, too many
+streams) meets the limits below: GOAWAY, and the connection closes.
 
 Flow control: a stream's credit is returned as its bytes arrive, except while a streaming
 call has :data:`INBOX_LIMIT` messages its handler has not taken (then a client that sends
@@ -40,8 +42,31 @@ STREAM_WINDOW = 1 << 22
 CONNECTION_WINDOW = 1 << 24
 #: Largest frame we accept, advertised in our SETTINGS.
 MAX_FRAME = 1 << 20
-#: Largest request header block (all fragments) and decoded header list.
+#: Largest request header block (all fragments) and decoded header list
+#: (SETTINGS_MAX_HEADER_LIST_SIZE): a larger one, or an HPACK block that decodes to more
+#: (an "HPACK bomb"), is a connection error ENHANCE_YOUR_CALM.
 MAX_HEADER_BLOCK = 1 << 16
+
+# Limits on HTTP/2 abuse (RFC 9113 section 10.5), per connection. A client past one gets
+# GOAWAY and the connection closes; the numbers are far above what a gRPC client sends.
+#: SETTINGS_MAX_CONCURRENT_STREAMS: a stream opened beyond it is refused (RST_STREAM
+#: REFUSED_STREAM); grpc clients queue their calls instead of opening it.
+MAX_CONCURRENT_STREAMS = 1024
+#: CONTINUATION frames one header block may take (a block of MAX_HEADER_BLOCK bytes needs
+#: at most 4 at the smallest frame size); beyond it: ENHANCE_YOUR_CALM (the CONTINUATION
+#: flood, CVE-2024-27316, sends empty ones).
+MAX_CONTINUATIONS = 16
+#: The window, in seconds, over which the budgets below are counted.
+FLOOD_WINDOW = 10.0
+#: Streams reset in FLOOD_WINDOW: RST_STREAM from the client on a stream still open here
+#: ("rapid reset", CVE-2023-44487), and our RST_STREAMs answering the client's stream
+#: errors (refused streams, bad WINDOW_UPDATEs); beyond it: ENHANCE_YOUR_CALM.
+MAX_RESETS = 1000
+#: Frames that carry no request data in FLOOD_WINDOW: SETTINGS, PING, PRIORITY,
+#: RST_STREAM on a stream already closed, empty DATA, GOAWAY and unknown frame types
+#: (SETTINGS and PING floods make us answer each, CVE-2019-9512/9515); beyond it:
+#: ENHANCE_YOUR_CALM. Legitimate clients send a few per call at most (BDP pings).
+MAX_CONTROL_FRAMES = 1000
 #: Messages a streaming call may hold untaken before its credit stops being returned.
 INBOX_LIMIT = 64
 #: Response bytes a streaming call may queue before its next write waits.
@@ -124,6 +149,34 @@ class ConnectionError_(Exception):
         self.code = code
 
 
+class Budget:
+    """A count of events allowed ``limit`` times per :data:`FLOOD_WINDOW` seconds.
+
+    O(1) and allocation-free per event: the clock is read once per ``limit`` events,
+    when the count runs out; if the window that count began has not passed, the budget
+    is spent. (The window starts at the last reading, at or before its first event, so
+    a client is never refused at a rate below ``limit`` per window.)
+    """
+
+    __slots__ = ("clock", "left", "limit", "since")
+
+    def __init__(self, limit: int, clock: Callable[[], float]) -> None:
+        self.limit = self.left = limit
+        self.clock = clock
+        self.since = clock()
+
+    def spend(self) -> bool:
+        """Count one event; False when it is one too many."""
+        self.left -= 1
+        if self.left >= 0:
+            return True
+        now = self.clock()
+        if now - self.since < FLOOD_WINDOW:
+            return False
+        self.left, self.since = self.limit - 1, now
+        return True
+
+
 class Connection(asyncio.Protocol):
     """One client connection."""
 
@@ -142,6 +195,9 @@ class Connection(asyncio.Protocol):
         #: the reset are ignored (RFC 9113 section 5.1), not a connection error.
         self.reset_sent: collections.deque[int] = collections.deque(maxlen=256)
         self.continuing: tuple[int, bool, bytearray] | None = None
+        self.continuations = 0
+        self.resets = Budget(MAX_RESETS, self.loop.time)
+        self.control_frames = Budget(MAX_CONTROL_FRAMES, self.loop.time)
         self.peer_window = http2.DEFAULT_WINDOW
         self.peer_max_frame = http2.DEFAULT_MAX_FRAME
         self.send_window = http2.DEFAULT_WINDOW
@@ -168,7 +224,7 @@ class Connection(asyncio.Protocol):
         self._write(
             http2.settings_frame(
                 (
-                    (http2.MAX_CONCURRENT_STREAMS, 1 << 16),
+                    (http2.MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS),
                     (http2.INITIAL_WINDOW_SIZE, STREAM_WINDOW),
                     (http2.MAX_FRAME_SIZE, MAX_FRAME),
                     (http2.MAX_HEADER_LIST_SIZE, MAX_HEADER_BLOCK),
@@ -262,12 +318,14 @@ class Connection(asyncio.Protocol):
             raise ConnectionError_(http2.PROTOCOL_ERROR, "clients cannot push")
         elif kind == http2.GOAWAY and stream_id:
             raise ConnectionError_(http2.PROTOCOL_ERROR, "GOAWAY on a stream")
-        # PRIORITY, GOAWAY from the client (it opens no more streams) and unknown types:
-        # nothing to do
+        else:  # PRIORITY, GOAWAY from the client (it opens no more streams), unknown types
+            self._control_frame()
 
     def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
         if not stream_id:
             raise ConnectionError_(http2.PROTOCOL_ERROR, "DATA on stream 0")
+        if not payload and not flags & http2.END_STREAM:
+            self._control_frame()
         self.recv_unacked += len(payload)
         if self.recv_unacked >= CONNECTION_WINDOW // 2:
             self._write(http2.window_update(0, self.recv_unacked))
@@ -286,7 +344,7 @@ class Connection(asyncio.Protocol):
                     stream.body, self.limits.max_receive, stream.encoding
                 )
             except framing.MessageError as exc:
-                self._finish(stream, exc.code, exc.details)
+                self._finish(stream, exc.code.value[0], exc.details)
             else:
                 if stream.inbox is not None:
                     for message in messages:
@@ -304,15 +362,21 @@ class Connection(asyncio.Protocol):
         data = _unpad(flags, payload)
         if flags & http2.PRIORITY_FLAG:
             data = data[5:]
+        if len(data) > MAX_HEADER_BLOCK:
+            raise ConnectionError_(http2.ENHANCE_YOUR_CALM, "header block too large")
         end_stream = bool(flags & http2.END_STREAM)
         if flags & http2.END_HEADERS:
             self._header_block(stream_id, end_stream, data)
         else:
             self.continuing = (stream_id, end_stream, bytearray(data))
+            self.continuations = 0
 
     def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
         if self.continuing is None or self.continuing[0] != stream_id:
             raise ConnectionError_(http2.PROTOCOL_ERROR, "unexpected CONTINUATION frame")
+        self.continuations += 1
+        if self.continuations > MAX_CONTINUATIONS:
+            raise ConnectionError_(http2.ENHANCE_YOUR_CALM, "too many CONTINUATION frames")
         block = self.continuing[2]
         block += payload
         if len(block) > MAX_HEADER_BLOCK:
@@ -325,6 +389,8 @@ class Connection(asyncio.Protocol):
     def _header_block(self, stream_id: int, end_stream: bool, block: bytes) -> None:
         try:
             headers = self.decoder.decode(block)
+        except hpack.OversizedHeaderListError:
+            raise ConnectionError_(http2.ENHANCE_YOUR_CALM, "header list too large") from None
         except hpack.HPACKError as exc:
             raise ConnectionError_(http2.COMPRESSION_ERROR, f"bad header block: {exc}") from None
         stream = self.streams.get(stream_id)
@@ -339,6 +405,9 @@ class Connection(asyncio.Protocol):
                 return
             raise ConnectionError_(http2.PROTOCOL_ERROR, f"bad new stream id {stream_id}")
         self.last_stream = stream_id
+        if len(self.streams) >= MAX_CONCURRENT_STREAMS:
+            self._reset_for_client(stream_id, http2.REFUSED_STREAM)
+            return
         if self.goaway_sent:
             self._write(http2.rst_stream(stream_id, http2.REFUSED_STREAM))
             return
@@ -347,6 +416,7 @@ class Connection(asyncio.Protocol):
     def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id:
             raise ConnectionError_(http2.PROTOCOL_ERROR, "SETTINGS on a stream")
+        self._control_frame()
         if flags & http2.ACK:
             return
         try:
@@ -364,6 +434,8 @@ class Connection(asyncio.Protocol):
                 self.peer_window = value
                 for stream in self.streams.values():
                     stream.send_window += delta
+                    if stream.send_window > http2.MAX_WINDOW:
+                        raise ConnectionError_(http2.FLOW_CONTROL_ERROR, "stream window overflow")
                 grown = grown or delta > 0
             elif key == http2.MAX_FRAME_SIZE:
                 if not http2.DEFAULT_MAX_FRAME <= value <= 0xFFFFFF:
@@ -392,7 +464,9 @@ class Connection(asyncio.Protocol):
             return
         stream.send_window += increment
         if not increment or stream.send_window > http2.MAX_WINDOW:
-            self._write(http2.rst_stream(stream_id, http2.FLOW_CONTROL_ERROR))
+            # RFC 9113 6.9: a stream error, PROTOCOL_ERROR for 0, else FLOW_CONTROL_ERROR
+            code = http2.FLOW_CONTROL_ERROR if increment else http2.PROTOCOL_ERROR
+            self._reset_for_client(stream_id, code)
             self._cancel(stream)
             return
         self._pump(stream)
@@ -402,6 +476,7 @@ class Connection(asyncio.Protocol):
             raise ConnectionError_(http2.PROTOCOL_ERROR, "PING on a stream")
         if len(payload) != 8:
             raise ConnectionError_(http2.FRAME_SIZE_ERROR, "PING of bad length")
+        self._control_frame()
         if flags & http2.ACK:
             if payload == KEEPALIVE_OPAQUE and self.ping_ack_timer is not None:
                 self.ping_ack_timer.cancel()
@@ -424,8 +499,25 @@ class Connection(asyncio.Protocol):
         if not stream_id or stream_id > self.last_stream:
             raise ConnectionError_(http2.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         stream = self.streams.get(stream_id)
-        if stream is not None:
+        if stream is None:
+            self._control_frame()
+        elif not self.resets.spend():
+            raise ConnectionError_(http2.ENHANCE_YOUR_CALM, "too many streams reset")
+        else:
             self._cancel(stream)
+
+    def _control_frame(self) -> None:
+        """Count a frame that carries no request data (see :data:`MAX_CONTROL_FRAMES`)."""
+        if not self.control_frames.spend():
+            raise ConnectionError_(http2.ENHANCE_YOUR_CALM, "too many control frames")
+
+    def _reset_for_client(self, stream_id: int, code: int) -> None:
+        """RST_STREAM ``code`` for the client's stream error, counted as a reset (see
+        :data:`MAX_RESETS`)."""
+        if not self.resets.spend():
+            raise ConnectionError_(http2.ENHANCE_YOUR_CALM, "too many stream errors")
+        self._write(http2.rst_stream(stream_id, code))
+        self.reset_sent.append(stream_id)
 
     # --- calls
 
