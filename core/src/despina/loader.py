@@ -107,28 +107,29 @@ def resolve_backend(server: Server, config: cfg.ModelConfig, model_dir: Path) ->
     raise Unavailable(reason)
 
 
-def load_error(server: Server, model_dir: Path, exc: Exception) -> DespinaError:
-    """What a client is told of ``exc``, which failed the load of the model in
-    ``model_dir``: a DespinaError of its class (Internal for any other exception) whose
-    text names no server path (:func:`~despina.redact.safe_text`). The full text is
-    logged here."""
-    error = exc if isinstance(exc, DespinaError) else Internal(f"{type(exc).__name__}: {exc}")
-    text = safe_text(str(error), model_dir, server.models.repository.roots)
-    if text == str(error):
-        return error
-    log.error("failed to load '%s' (the client is told without paths): %s", model_dir.name, error)
-    return type(error)(text)
+def without_paths(server: Server, model_dir: Path, error: DespinaError) -> DespinaError:
+    """``error``, which failed the load of the model in ``model_dir``, its text rewritten
+    (in place) to name no server path (:func:`~despina.redact.safe_text`): the text
+    clients see, in the load's answer and the repository index. The full text is logged
+    first."""
+    full = str(error)
+    text = safe_text(full, model_dir, server.models.repository.roots)
+    if text != full:
+        log.error("failed to load '%s' (told to clients without paths): %s", model_dir.name, full)
+        error.args = (text,)
+    return error
 
 
 async def prepare_config(
     server: Server, config: cfg.ModelConfig, model_dir: Path, versions: list[int]
 ) -> type[Backend] | None:
-    """Resolve the backend, auto-complete (when enabled), fill defaults, validate;
-    raise a DespinaError whose text names no server path (:func:`load_error`)."""
+    """Resolve the backend, auto-complete (when enabled), fill defaults, validate; a
+    DespinaError raised names no server path (:func:`without_paths`)."""
     try:
         return await _prepare_config(server, config, model_dir, versions)
-    except Exception as exc:  # noqa: BLE001 - every failure is reported without paths
-        raise load_error(server, model_dir, exc) from exc
+    except DespinaError as exc:
+        without_paths(server, model_dir, exc)
+        raise
 
 
 async def _prepare_config(
@@ -220,7 +221,7 @@ async def load_version(
     server: Server, backend_cls: type[Backend] | None, model_dir: Path, version: ModelVersion
 ) -> None:
     """Load one version; on failure it ends UNAVAILABLE with the reason, which names no
-    server path (:func:`load_error`); never raises."""
+    server path (:func:`without_paths`); never raises."""
     started = time.monotonic()
     specs: list[InstanceSpec] = []
     try:
@@ -251,7 +252,8 @@ async def load_version(
         version.scheduler = scheduler_cls(model)
         await version.scheduler.start()
     except Exception as exc:  # noqa: BLE001 - any load failure makes the version unavailable
-        version.reason = load_error(server, model_dir, exc).status_text
+        error = exc if isinstance(exc, DespinaError) else Internal(f"{type(exc).__name__}: {exc}")
+        version.reason = without_paths(server, model_dir, error).status_text
         version.state = ModelState.UNAVAILABLE
         log.error(
             "failed to load '%s' version %d: %s", version.name, version.version, version.reason

@@ -38,6 +38,7 @@ from despina.loader import (
     prepare_config,
     unload_version,
     version_config,
+    without_paths,
 )
 from despina.paths import check_model_name, safe_join
 from despina.repository import ModelRepository, available_versions, select_versions
@@ -138,8 +139,9 @@ class ModelManager:
                 if failed:
                     raise InvalidArgument(load_failure_text(name, failed))
             except DespinaError as exc:
-                entry.state, entry.reason = ModelState.UNAVAILABLE, str(exc)
                 log.error("failed to load '%s': %s", name, exc)
+                without_paths(self.server, entry.model_dir or Path(name), exc)
+                entry.state, entry.reason = ModelState.UNAVAILABLE, str(exc)
                 if keep_old:
                     log.warning("'%s' keeps serving its previous versions", name)
                     await self._retire(entry)

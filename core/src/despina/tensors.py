@@ -78,6 +78,36 @@ def element_count(shape: Sequence[int]) -> int:
     return count
 
 
+#: The most bytes a tensor's shape may span: numpy's limit (a signed 64-bit size).
+MAX_TENSOR_BYTES = 2**63 - 1
+
+
+def checked_element_count(
+    shape: Sequence[int], itemsize: int, name: str, model: str, request_id: str = "<id_unknown>"
+) -> int:
+    """The element count of a request's ``shape`` for input ``name``, whose elements are
+    ``itemsize`` bytes. InvalidArgument when a dimension is negative, or when the shape
+    spans more than :data:`MAX_TENSOR_BYTES` (numpy counts a zero dimension as 1 here:
+    no array of that shape can exist, not even an empty one). Both protocols call it
+    before any array is made."""
+    count = 1
+    span = itemsize
+    for dim in shape:
+        if dim < 0:
+            problem = "dimensions must be >= 0"
+            break
+        count *= dim
+        span *= dim or 1
+    else:
+        if span <= MAX_TENSOR_BYTES:
+            return count
+        problem = f"the tensor would span more than {MAX_TENSOR_BYTES} bytes"
+    raise InvalidArgument(
+        f"[request id: {request_id}] input '{name}' for model '{model}' has an invalid shape "
+        f"{list(shape)}: {problem}"
+    )
+
+
 #: A BYTES element's length prefix.
 _LENGTH = struct.Struct("<I")
 

@@ -19,9 +19,9 @@ from despina.inference import InferenceRequest, InferenceResponse, RequestedOutp
 from despina.shared_memory import SharedMemoryRegistry
 from despina.tensors import (
     DATATYPE_TO_DTYPE,
+    checked_element_count,
     datatype_of,
     deserialize_bytes,
-    element_count,
     serialize_bytes,
 )
 from despina.validation import ModelSignature, validate_request
@@ -130,22 +130,20 @@ class RequestDecoder:
                     f"but model '{self.model}' expects '{expected}'"
                 )
             shape = tuple(tensor.shape)
-            if any(d < 0 for d in shape):
-                raise InvalidArgument(
-                    f"[request id: {self.rid}] input '{name}' for model '{self.model}' has an "
-                    f"invalid shape {list(shape)}: dimensions must be >= 0"
-                )
+            count = checked_element_count(shape, dtype.itemsize, name, self.model, self.rid)
             if tensor.parameters and SHM_REGION in tensor.parameters:
-                array = self._from_shared_memory(name, datatype, dtype, shape, tensor.parameters)
+                array = self._from_shared_memory(
+                    name, datatype, dtype, shape, count, tensor.parameters
+                )
             elif tensor.HasField("contents"):
                 if raw:
                     raise InvalidArgument(
                         f"contents field must not be specified when using raw_input_contents "
                         f"for '{name}' for model '{self.model}'"
                     )
-                array = self._from_contents(name, datatype, dtype, shape, tensor.contents)
+                array = self._from_contents(name, datatype, dtype, shape, count, tensor.contents)
             elif used < len(raw):
-                array = self._from_buffer(name, datatype, dtype, shape, raw[used])
+                array = self._from_buffer(name, datatype, dtype, shape, count, raw[used])
                 used += 1
             else:
                 raise InvalidArgument(
@@ -180,9 +178,14 @@ class RequestDecoder:
         return requested
 
     def _from_buffer(
-        self, name: str, datatype: str, dtype: np.dtype[Any], shape: tuple[int, ...], data: Any
+        self,
+        name: str,
+        datatype: str,
+        dtype: np.dtype[Any],
+        shape: tuple[int, ...],
+        count: int,
+        data: Any,
     ) -> np.ndarray:
-        count = element_count(shape)
         if datatype == "BYTES":
             array = deserialize_bytes(data)
             self._check_string_count(name, count, len(array))
@@ -193,7 +196,13 @@ class RequestDecoder:
         return np.frombuffer(data, dtype).reshape(shape)
 
     def _from_contents(
-        self, name: str, datatype: str, dtype: np.dtype[Any], shape: tuple[int, ...], contents: Any
+        self,
+        name: str,
+        datatype: str,
+        dtype: np.dtype[Any],
+        shape: tuple[int, ...],
+        count: int,
+        contents: Any,
     ) -> np.ndarray:
         field = CONTENTS_FIELD.get(datatype)
         present = [f.name for f, _ in contents.ListFields()]
@@ -205,7 +214,6 @@ class RequestDecoder:
                 + ("" if field else f"; {datatype} tensors must be sent in raw_input_contents")
             )
         values = getattr(contents, field)
-        count = element_count(shape)
         if datatype == "BYTES":
             self._check_string_count(name, count, len(values))
             array = np.empty(count, dtype=np.object_)
@@ -221,6 +229,7 @@ class RequestDecoder:
         datatype: str,
         dtype: np.dtype[Any],
         shape: tuple[int, ...],
+        count: int,
         parameters: Mapping[str, Any],
     ) -> np.ndarray:
         found = params.to_dict(parameters)
@@ -236,7 +245,7 @@ class RequestDecoder:
         view = self.shm.view(region, offset, size)
         try:
             # Copied: the client may rewrite or unregister the region while we compute.
-            return self._from_buffer(name, datatype, dtype, shape, bytes(view))
+            return self._from_buffer(name, datatype, dtype, shape, count, bytes(view))
         finally:
             view.release()
 

@@ -21,7 +21,7 @@ import orjson
 from despina.errors import InvalidArgument, NotFound
 from despina.inference import InferenceRequest, RequestedOutput, SequenceFlags
 from despina.shared_memory import SharedMemoryRegistry
-from despina.tensors import DATATYPE_TO_DTYPE, deserialize_bytes
+from despina.tensors import DATATYPE_TO_DTYPE, checked_element_count, deserialize_bytes
 
 _OBJECT = np.dtype(np.object_)
 #: How many header layouts :class:`HeaderLayouts` keeps (the oldest is dropped first).
@@ -29,6 +29,9 @@ LAYOUTS_KEPT = 256
 #: JSON headers longer than this are parsed every time, never kept.
 LAYOUT_MAX_BYTES = 4096
 _FLAT = (str, int, float, bool, type(None))
+#: Flat JSON data up to this many values is checked for booleans value by value; larger
+#: data only where numpy read a 0 or 1 (cheaper past about this size).
+_SCAN_MAX = 64
 
 
 class BinaryInput(NamedTuple):
@@ -206,28 +209,32 @@ def _decode_input(
     if dtype is None:
         raise InvalidArgument(f"invalid datatype for input {name}")
     shape = item.get("shape")
-    count = _count(shape)
+    count = _count(shape, dtype.itemsize, name, model)
     params = item.get("parameters")
     if params is None:
         params = {}
     elif type(params) is not dict:
         raise _parse_error("parameters", params, "object")
     data = item.get("data")
-    size = params.get("binary_data_size")
+    binary = "binary_data_size" in params
+    if binary:
+        size = params["binary_data_size"]
+        if type(size) is not int or size < 0:  # null, bool, float, negative
+            raise _parse_error("binary_data_size", size, "unsigned-integer", present=True)
     region = params.get("shared_memory_region")
-    if (data is not None) + (size is not None) + (region is not None) != 1:
+    if (data is not None) + binary + (region is not None) != 1:
         given = zip(
-            ("data", "binary_data_size", "shared_memory_region"), (data, size, region), strict=True
+            ("data", "binary_data_size", "shared_memory_region"),
+            (data is not None, binary, region is not None),
+            strict=True,
         )
-        fields = [f for f, value in given if value is not None]
+        fields = [f for f, present in given if present]
         raise InvalidArgument(
             "Input must set only one of the following fields: 'data', 'binary_data_size' in "
             "'parameters', 'shared_memory_region' in 'parameters'. But "
             + ("set " + " ".join(f"'{f}'" for f in fields) if fields else "no field is set")
         )
-    if size is not None:
-        if type(size) is not int or size < 0:
-            raise _parse_error("binary_data_size", size, "unsigned-integer")
+    if binary:
         if offset + size > len(body):
             raise InvalidArgument(
                 f"unexpected size for input '{name}', expecting {offset + size - len(body)} "
@@ -252,16 +259,15 @@ def _decode_input(
     return name, tensor_from_json(data, dtype, datatype, shape, count, name), offset
 
 
-def _count(shape: Any) -> int:
-    """The element count of a JSON shape; Triton's parse errors for a bad one."""
+def _count(shape: Any, itemsize: int, name: str, model: str) -> int:
+    """The element count of a JSON shape; Triton's parse errors for a bad one, and
+    :func:`~despina.tensors.checked_element_count`'s for one no tensor can have."""
     if type(shape) is not list:
         raise _parse_error("shape", shape, "array")
-    count = 1
     for dim in shape:
         if type(dim) is not int or dim < 0:
-            raise _parse_error("shape", "", "unsigned-integer")
-        count *= dim
-    return count
+            raise _parse_error("shape", dim, "unsigned-integer", present=True)
+    return checked_element_count(shape, itemsize, name, model)
 
 
 def _check_size(got: int, expected: int, name: str, model: str) -> None:
@@ -326,6 +332,8 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray
     if dtype.kind not in "iu":
         if parsed.dtype.kind not in kinds:
             raise ValueError(text)
+        if dtype.kind != "b":
+            _no_booleans(data, parsed, text)
         return parsed.astype(dtype)
     if parsed.dtype.kind not in kinds:
         # numpy reads integers past int64 mixed with others as float64 (or object): check
@@ -335,6 +343,7 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray
             raise ValueError(text)
         low, high = min(values), max(values)
     else:
+        _no_booleans(data, parsed, text)
         values, low, high = parsed, parsed.min(), parsed.max()
     limits = np.iinfo(dtype)
     if low < limits.min:
@@ -342,6 +351,20 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray
     if high > limits.max:
         raise ValueError(f"a value is above the range of {datatype}")
     return np.asarray(values, dtype=dtype)
+
+
+def _no_booleans(data: list[Any], parsed: np.ndarray, text: str) -> None:
+    """ValueError(text) when ``data`` (read by numpy into the numbers ``parsed``, flat)
+    holds a JSON boolean: numpy reads ``[1.5, true]`` as ``[1.5, 1.0]``."""
+    if parsed.size <= _SCAN_MAX and len(data) == parsed.size:  # flat: each value's type
+        found = bool in set(map(type, data))
+    else:  # a boolean became 0 or 1: only those values' types
+        candidates = (parsed == 0) | (parsed == 1)
+        found = bool(candidates.any()) and bool in set(
+            map(type, np.asarray(data, dtype=object).reshape(-1)[candidates])
+        )
+    if found:
+        raise ValueError(text)
 
 
 def _flat(data: list[Any]) -> Iterator[Any]:
@@ -358,9 +381,10 @@ def _to_bytes(value: Any) -> bytes:
     raise ValueError("attempt to access JSON non-string as string")
 
 
-def _parse_error(member: str, value: Any, kind: str) -> InvalidArgument:
-    """Triton's text for a missing or mistyped JSON member (Triton answers 500; we 400)."""
-    if value is None:
+def _parse_error(member: str, value: Any, kind: str, present: bool = False) -> InvalidArgument:
+    """Triton's text for a missing or mistyped JSON member (Triton answers 500; we 400);
+    ``present``: the member is there, as null."""
+    if value is None and not present:
         return InvalidArgument(
             f"Unable to parse '{member}': attempt to access non-existing object member '{member}'"
         )

@@ -16,7 +16,8 @@ its response stream's end callback (:class:`AnswerDue`): no task either way. A t
 answers the requests that came meanwhile. A connection's requests are answered in order
 (pipelining works); reading pauses while requests wait; a relayed response is read from
 aiohttp only as fast as the client takes it.
-Bodies are bounded by ``--http-max-input-size`` as they arrive (413).
+Bodies are bounded by ``--http-max-input-size`` (413): a ``Content-Length`` or a chunk's
+size over the limit is refused before the body comes, a chunked body as it passes the limit.
 A client that disconnects cancels its running inference at once. A request refused before
 its body is read (413, 400) gets its answer, then the connection stops writing and drops
 what the client still sends until it closes (closing on unread bytes would reset the
@@ -41,7 +42,7 @@ import httptools
 import orjson
 from aiohttp import web
 
-from despina_frontend_http.body import too_large
+from despina_frontend_http.body import ChunkSizes, too_large
 from despina_frontend_http.context import Context
 from despina_frontend_http.responses import failure
 from despina_frontend_http.routes_infer import (
@@ -151,6 +152,7 @@ class FrontConnection(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.current = Incoming()
+        self.chunks = ChunkSizes()
         self.waiting: collections.deque[Incoming] = collections.deque()
         #: What answers this connection's requests now, if anything.
         self.task: asyncio.Task[None] | AnswerDue | None = None
@@ -179,6 +181,12 @@ class FrontConnection(asyncio.Protocol):
             self._ignore_upgrade(data[exc.args[0] :])
         except httptools.HttpParserError as exc:
             self._bad_request(f"malformed HTTP request: {exc}")
+        else:
+            chunks = self.chunks
+            if chunks.reading or chunks.opened:
+                incoming = self.current
+                if chunks.announced(data, incoming.size) > self.ctx.max_input_size:
+                    self._too_large(incoming)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -229,15 +237,20 @@ class FrontConnection(asyncio.Protocol):
             name.decode("latin-1").lower(): value.decode("latin-1")
             for name, value in incoming.raw_headers
         }
+        if "transfer-encoding" in headers:
+            self.chunks.between()  # llhttp calls on_chunk_header if the body is chunked
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.ctx.max_input_size:
             incoming.over_limit = True
         expects = incoming.version == "1.1" and headers.get("expect", "").lower() == "100-continue"
         if incoming.over_limit or expects:
-            if self.task is None and not self.waiting:
-                self._answer_early(incoming)
-            else:  # once the requests before it are answered: responses stay in order
-                incoming.early_due = True
+            self._early(incoming)
+
+    def on_chunk_header(self) -> None:
+        self.chunks.header(self.current.size)
+
+    def on_chunk_complete(self) -> None:
+        self.chunks.between()
 
     def on_body(self, body: bytes) -> None:
         incoming = self.current
@@ -245,12 +258,12 @@ class FrontConnection(asyncio.Protocol):
             return
         incoming.size += len(body)
         if incoming.size > self.ctx.max_input_size:
-            incoming.over_limit = True
-            incoming.body.clear()
+            self._too_large(incoming)
         else:
             incoming.body.append(body)
 
     def on_message_complete(self) -> None:
+        self.chunks.end()
         incoming = self.current
         incoming.early_due = False  # its body came: answered in turn
         if self.closed:
@@ -296,6 +309,20 @@ class FrontConnection(asyncio.Protocol):
                 self._answer_early(self.current)
         finally:
             self.task = None
+
+    def _too_large(self, incoming: Incoming) -> None:
+        """``incoming``'s body is over the limit: refused (413) before the rest is read."""
+        incoming.over_limit = True
+        incoming.body.clear()
+        self._early(incoming)
+
+    def _early(self, incoming: Incoming) -> None:
+        """Answer ``incoming`` before its body (:meth:`_answer_early`): now, or once the
+        requests before it are answered (responses stay in order)."""
+        if self.task is None and not self.waiting:
+            self._answer_early(incoming)
+        else:
+            incoming.early_due = True
 
     def _answer_early(self, incoming: Incoming) -> None:
         """Before the body: refuse a body over the limit (413), else send 100 Continue."""
