@@ -95,9 +95,9 @@ def test_start_server_binds_port_zero_by_default(
 ) -> None:
     """Without port flags, the test server's ports are the ones its listeners bound."""
     running = despina_server(model_repository.root, args=LOOPBACK)
-    assert running.server.settings.http_port == 0
-    assert running.server.settings.grpc_port == 0
-    assert running.server.settings.metrics_port == 0
+    assert running.server.flags.http_port == 0
+    assert running.server.flags.grpc_port == 0
+    assert running.server.flags.metrics_port == 0
     assert running.http_port == next(f.port for f in running.server.frontends if f.name == "http")
     assert running.grpc_port == next(f.port for f in running.server.frontends if f.name == "grpc")
     assert running.metrics_port == running.server.exporters[0].port

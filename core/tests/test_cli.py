@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from despina.cli import parse_settings
 from despina.plugins import create_plugins
+from despina.settings import CoreSettings
 
 FLAGS_FILE = Path(__file__).with_name("tritonserver_flags.txt")
 #: Flags whose string value is one of a few choices.
@@ -58,7 +59,9 @@ def test_tritonserver_boolean_syntax() -> None:
     plugins = create_plugins()
     assert parse_settings(["--exit-on-error=0"], plugins).exit_on_error is False
     assert parse_settings(["--exit-on-error", "ON"], plugins).exit_on_error is True
-    assert parse_settings(["--strict-model-config=true"], plugins).auto_complete is False
+    strict = CoreSettings.from_namespace(parse_settings(["--strict-model-config=true"], plugins))
+    assert strict.auto_complete is False
+    assert CoreSettings.from_namespace(parse_settings([], plugins)).auto_complete is True
 
 
 def test_model_store_is_an_alias_and_repositories_repeat(tmp_path: Path) -> None:

@@ -64,6 +64,8 @@ _EXPORTS: dict[str, str] = {
     "datatype_of": "despina.tensors",
     "deserialize_bytes": "despina.tensors",
     "element_count": "despina.tensors",
+    "checked_element_count": "despina.tensors",
+    "MAX_TENSOR_BYTES": "despina.tensors",
     "serialize_bytes": "despina.tensors",
     "INTERNAL_KEY_PREFIX": "despina.shared_memory",
     "SharedMemoryRegistry": "despina.shared_memory",
@@ -83,6 +85,10 @@ _EXPORTS: dict[str, str] = {
     "CustomMetrics": "despina.custom_metrics",
     "MetricFamily": "despina.custom_metrics",
     "FAILURE_REASONS": "despina.stats",
+    # settings
+    "CoreSettings": "despina.settings",
+    "Stash": "despina.settings",
+    "StashKey": "despina.settings",
     # frontends
     "Restriction": "despina.restricted",
     "parse_restricted": "despina.restricted",
@@ -112,64 +118,96 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists equal)
-    from despina import errors
+    from despina import errors as errors
     from despina.backend import (
-        CONCURRENT_EXECUTIONS,
-        Backend,
-        InstanceSpec,
-        ModelContext,
-        ModelInstance,
+        CONCURRENT_EXECUTIONS as CONCURRENT_EXECUTIONS,
+        Backend as Backend,
+        InstanceSpec as InstanceSpec,
+        ModelContext as ModelContext,
+        ModelInstance as ModelInstance,
     )
     from despina.config import (
-        ModelConfig,
-        config_json,
-        mc,
-        number_parameter,
-        parameters_of,
-        to_json_dict,
+        ModelConfig as ModelConfig,
+        config_json as config_json,
+        mc as mc,
+        number_parameter as number_parameter,
+        parameters_of as parameters_of,
+        to_json_dict as to_json_dict,
     )
-    from despina.custom_metrics import COUNTER, GAUGE, HISTOGRAM, CustomMetrics, MetricFamily
+    from despina.custom_metrics import (
+        COUNTER as COUNTER,
+        GAUGE as GAUGE,
+        HISTOGRAM as HISTOGRAM,
+        CustomMetrics as CustomMetrics,
+        MetricFamily as MetricFamily,
+    )
     from despina.errors import (
-        AlreadyExists,
-        Cancelled,
-        ConfigError,
-        DeadlineExceeded,
-        DespinaError,
-        Internal,
-        InvalidArgument,
-        NotFound,
-        PermissionDenied,
-        Unavailable,
-        Unknown,
-        Unsupported,
+        AlreadyExists as AlreadyExists,
+        Cancelled as Cancelled,
+        ConfigError as ConfigError,
+        DeadlineExceeded as DeadlineExceeded,
+        DespinaError as DespinaError,
+        Internal as Internal,
+        InvalidArgument as InvalidArgument,
+        NotFound as NotFound,
+        PermissionDenied as PermissionDenied,
+        Unavailable as Unavailable,
+        Unknown as Unknown,
+        Unsupported as Unsupported,
     )
-    from despina.hookspecs import hookimpl
+    from despina.hookspecs import hookimpl as hookimpl
     from despina.inference import (
-        InferenceRequest,
-        InferenceResponse,
-        RequestedOutput,
-        ResponseStream,
-        SequenceFlags,
+        InferenceRequest as InferenceRequest,
+        InferenceResponse as InferenceResponse,
+        RequestedOutput as RequestedOutput,
+        ResponseStream as ResponseStream,
+        SequenceFlags as SequenceFlags,
     )
-    from despina.loader import ModelVersion, instance_specs
-    from despina.paths import check_model_name, safe_join
-    from despina.placement import CallPlacement, NeedsThread, inline_budget, running_inline
-    from despina.ports import BackendHost, FrontendHost, MetricsHost
-    from despina.ragged import RaggedBatch
-    from despina.restricted import Restriction, parse_restricted
-    from despina.server import Server, StartupError
-    from despina.shared_memory import INTERNAL_KEY_PREFIX, SharedMemoryRegistry
-    from despina.signatures import TensorSpec, check_config, complete_config
-    from despina.stats import FAILURE_REASONS
+    from despina.loader import ModelVersion as ModelVersion, instance_specs as instance_specs
+    from despina.paths import check_model_name as check_model_name, safe_join as safe_join
+    from despina.placement import (
+        CallPlacement as CallPlacement,
+        NeedsThread as NeedsThread,
+        inline_budget as inline_budget,
+        running_inline as running_inline,
+    )
+    from despina.ports import (
+        BackendHost as BackendHost,
+        FrontendHost as FrontendHost,
+        MetricsHost as MetricsHost,
+    )
+    from despina.ragged import RaggedBatch as RaggedBatch
+    from despina.restricted import Restriction as Restriction, parse_restricted as parse_restricted
+    from despina.server import Server as Server, StartupError as StartupError
+    from despina.settings import (
+        CoreSettings as CoreSettings,
+        Stash as Stash,
+        StashKey as StashKey,
+    )
+    from despina.shared_memory import (
+        INTERNAL_KEY_PREFIX as INTERNAL_KEY_PREFIX,
+        SharedMemoryRegistry as SharedMemoryRegistry,
+    )
+    from despina.signatures import (
+        TensorSpec as TensorSpec,
+        check_config as check_config,
+        complete_config as complete_config,
+    )
+    from despina.stats import FAILURE_REASONS as FAILURE_REASONS
     from despina.tensors import (
-        DATATYPE_TO_DTYPE,
-        config_to_datatype,
-        datatype_of,
-        deserialize_bytes,
-        element_count,
-        serialize_bytes,
+        DATATYPE_TO_DTYPE as DATATYPE_TO_DTYPE,
+        MAX_TENSOR_BYTES as MAX_TENSOR_BYTES,
+        checked_element_count as checked_element_count,
+        config_to_datatype as config_to_datatype,
+        datatype_of as datatype_of,
+        deserialize_bytes as deserialize_bytes,
+        element_count as element_count,
+        serialize_bytes as serialize_bytes,
     )
-    from despina.threaded import ThreadedInstance
-    from despina.transport.listen import reserve_port
-    from despina.triton_flags import triton_bool
-    from despina.validation import ModelSignature, validate_request
+    from despina.threaded import ThreadedInstance as ThreadedInstance
+    from despina.transport.listen import reserve_port as reserve_port
+    from despina.triton_flags import triton_bool as triton_bool
+    from despina.validation import (
+        ModelSignature as ModelSignature,
+        validate_request as validate_request,
+    )

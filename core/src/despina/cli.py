@@ -217,12 +217,11 @@ def build_serve_parser(plugins: Plugins) -> tuple[argparse.ArgumentParser, dict[
 
 
 def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
-    """Parse a serve command line into settings (argparse exits on an unknown flag)."""
+    """Parse a serve command line into the flags' namespace (argparse exits on an unknown
+    flag), with the default repository filled in and the inert flags given noted. The
+    server reads it once into typed settings (:mod:`despina.settings`)."""
     parser, inert = build_serve_parser(plugins)
     settings = parser.parse_args(list(argv))
-    settings.auto_complete = not (
-        settings.strict_model_config or settings.disable_auto_complete_config
-    )
     if not settings.model_repository:
         default = default_repository()
         settings.model_repository = [str(default)] if default is not None else []
@@ -242,13 +241,11 @@ def _plugins_from_flags(argv: Sequence[str]) -> list[object]:
     return [importlib.import_module(name) for name in known.plugin]
 
 
-def configure_logging(settings: argparse.Namespace) -> None:
-    """Triton-like log lines on stderr (or ``--log-file``)."""
+def configure_logging(log_file: str | None = None, log_format: str = "default") -> None:
+    """Triton-like log lines on stderr (or ``--log-file``), in ``--log-format``."""
     handler: logging.Handler
-    handler = (
-        logging.FileHandler(settings.log_file) if settings.log_file else logging.StreamHandler()
-    )
-    if settings.log_format == "ISO8601":
+    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler()
+    if log_format == "ISO8601":
         fmt = "%(asctime)s %(levelname).1s %(process)d %(filename)s:%(lineno)d] %(message)s"
         handler.setFormatter(logging.Formatter(fmt, "%Y-%m-%dT%H:%M:%SZ"))
     else:
@@ -277,13 +274,18 @@ def cmd_serve(argv: Sequence[str]) -> int:
 
     extra = _plugins_from_flags(argv)
     plugins = create_plugins(extra)
-    settings = parse_settings(argv, plugins)
-    configure_logging(settings)
+    try:
+        server = Server(parse_settings(argv, plugins), extra)
+    except StartupError as exc:
+        configure_logging()
+        log.error("%s", exc)
+        return 1
+    settings = server.settings
+    configure_logging(settings.log_file, settings.log_format)
     for warning in settings.inert_flags_given:
         log.warning("flag has no effect: %s", warning)
     for failure in plugins.failures:
         log.warning("%s", failure.describe())
-    server = Server(settings, extra)
 
     async def run() -> int:
         stop = asyncio.Event()

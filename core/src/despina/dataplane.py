@@ -37,7 +37,8 @@ class DataPlane:
         self._models = server.models
         #: Registered system shared-memory regions (decoders read inputs from them).
         self.shared_memory: SharedMemoryRegistry = server.shared_memory
-        self.settings = server.settings
+        #: The server's typed settings: each plugin's options under its own key.
+        self.stash = server.stash
         #: Custom metric families models created (metrics exporters read them).
         self.custom_metrics = server.custom_metrics
         #: Every READY model version, by name then version (metrics exporters read them).
@@ -194,7 +195,9 @@ class BackendServices:
     def __init__(self, server: Server) -> None:
         self._server = server
         self._models = server.models
-        self.settings = server.settings
+        self._settings = server.settings
+        #: The server's typed settings: each plugin's options under its own key.
+        self.stash = server.stash
         self.custom_metrics = server.custom_metrics
         plane = server.dataplane
         self.model_ready = plane.model_ready
@@ -204,11 +207,11 @@ class BackendServices:
     @property
     def exit_timeout_s(self) -> float:
         """``--exit-timeout-secs``: how long shutdown waits for running work."""
-        return float(self.settings.exit_timeout_secs)
+        return float(self._settings.exit_timeout_secs)
 
     def default_max_batch_size(self, backend: str) -> int:
         """``--backend-config=[<backend>,]default-max-batch-size=N``, else Triton's 4."""
-        return default_max_batch_size(self.settings, backend)
+        return default_max_batch_size(self._settings.backend_config, backend)
 
     async def bls_infer(self, caller: str, request: InferenceRequest) -> InferenceResponse:
         """Run ``caller``'s request on a non-decoupled model; its error raised."""

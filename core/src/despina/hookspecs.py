@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from despina.backend import Backend
     from despina.scheduling.base import Scheduler
     from despina.server import Server
+    from despina.settings import Stash
 
 PROJECT = "despina"
 
@@ -35,11 +36,15 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
 
 
 @hookspec(historic=True)
-def despina_configure(settings: argparse.Namespace) -> None:
-    """Read the parsed settings (every flag of every plugin) before the server starts.
+def despina_configure(settings: argparse.Namespace, stash: Stash) -> None:
+    """Read this plugin's flags from the parsed command line, once, before the server starts.
 
-    Called once per server, before any model loads. Raise ``ValueError`` for an invalid
-    combination of flags; the message is shown to the user. Return nothing.
+    Called once per server, before any model loads. ``settings`` holds every flag of every
+    plugin; read your own into a frozen options object and store it in ``stash`` under a
+    :class:`despina.settings.StashKey` your plugin owns: your frontend, exporter, backend
+    or repository source reads it from there (its host's ``stash``), never a flag name.
+    Raise ``ValueError`` for an invalid value or combination of flags; the message is
+    shown to the user. Return nothing.
     """
 
 
@@ -80,7 +85,7 @@ def despina_repository_sources() -> list[type[Any]]:
     """Return repository source classes, each with ``schemes`` (e.g. ``("s3",)``).
 
     Called once per server. A source turns a repository URL into a local folder:
-    ``Source(url, settings)`` once per ``--model-repository`` URL of its scheme, then
+    ``Source(url, stash)`` (the server's :class:`despina.settings.Stash`) once per ``--model-repository`` URL of its scheme, then
     ``await source.localize() -> pathlib.Path`` at start-up and before every poll (it
     re-syncs the local copy). Plain paths need no source.
     """

@@ -14,12 +14,11 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    import argparse
-
     from despina.config import mc
     from despina.custom_metrics import CustomMetrics
     from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
     from despina.loader import ModelVersion
+    from despina.settings import Stash
     from despina.shared_memory import SharedMemoryRegistry
 
 
@@ -31,8 +30,8 @@ class FrontendHost(Protocol):
     #: Registered system shared-memory regions (decoders read inputs from, and encoders
     #: write outputs into, them).
     shared_memory: SharedMemoryRegistry
-    #: The parsed command line (each frontend reads its own flags).
-    settings: argparse.Namespace
+    #: The server's typed settings: the frontend reads its options under its own key.
+    stash: Stash
 
     @property
     def live(self) -> bool: ...
@@ -106,8 +105,8 @@ class FrontendHost(Protocol):
 class MetricsHost(Protocol):
     """What a metrics exporter reads at scrape time (no per-request work)."""
 
-    #: The parsed command line (an exporter reads its own flags).
-    settings: argparse.Namespace
+    #: The server's typed settings: the exporter reads its options under its own key.
+    stash: Stash
     #: Custom metric families models created.
     custom_metrics: CustomMetrics
 
@@ -150,9 +149,9 @@ class BackendHost(Protocol):
     """What a backend and its models may use of the server: its flags, BLS requests,
     model control (``pb_utils.load_model`` and friends) and custom metrics."""
 
-    #: The parsed command line (a backend reads ``--backend-config`` through
-    #: :meth:`default_max_batch_size`; its own plugin's flags directly).
-    settings: argparse.Namespace
+    #: The server's typed settings: a backend reads its plugin's options under its key
+    #: (``--backend-config`` through :meth:`default_max_batch_size`).
+    stash: Stash
     #: Custom metric families models create (``pb_utils.MetricFamily``).
     custom_metrics: CustomMetrics
 

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import heapq
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 #: A resource key: (name, device) with device None for global resources.
@@ -30,7 +30,7 @@ class Needs:
     executions: int = field(default=0, compare=False)
 
 
-def parse_resource_flags(values: list[str] | None) -> dict[ResourceKey, int]:
+def parse_resource_flags(values: Sequence[str] | None) -> dict[ResourceKey, int]:
     """``name:count[:device]`` values -> available counts; ValueError for bad syntax."""
     limits: dict[ResourceKey, int] = {}
     for value in values or []:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from despina.config import ModelConfig
 from despina.errors import ConfigError, NotFound
 from despina.paths import check_model_name, safe_join
+
+if TYPE_CHECKING:
+    from despina.settings import Stash
 
 
 class ModelRepository:
@@ -24,7 +27,7 @@ class ModelRepository:
         self,
         locations: Sequence[str],
         sources: Mapping[str, type[Any]] | None = None,
-        settings: Any = None,
+        stash: Stash | None = None,
     ) -> None:
         self.locations = list(locations)
         self._remote: list[tuple[int, Any]] = []
@@ -41,7 +44,7 @@ class ModelRepository:
                     f"no installed repository source handles '{scheme}://' "
                     f"(installed schemes: {installed})"
                 )
-            self._remote.append((index, source(location, settings)))
+            self._remote.append((index, source(location, stash)))
             self.roots.append(Path())  # replaced by sync()
 
     async def sync(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,7 @@ class CachedResponse:
     nbytes: int
 
 
-def parse_cache_config(values: list[str] | None, legacy_size: int | None) -> int:
+def parse_cache_config(values: Sequence[str] | None, legacy_size: int | None) -> int:
     """The cache size in bytes from ``--cache-config`` values (``local,size=N``), else the
     legacy flag; 0 disables the cache. Raises ValueError for another cache or bad size."""
     size = int(legacy_size or 0)

@@ -7,12 +7,14 @@ client (Triton's CVE-2024-0087 let a client append logs to any file).
 
 from __future__ import annotations
 
-import argparse
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from despina.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from despina.settings import CoreSettings
 
 _LOG_BOOL_KEYS = ("log_info", "log_warning", "log_error")
 _TRACE_KEYS = (
@@ -37,7 +39,7 @@ class LogSettings:
     log_format: str = "default"
 
     @classmethod
-    def from_settings(cls, settings: argparse.Namespace) -> LogSettings:
+    def from_settings(cls, settings: CoreSettings) -> LogSettings:
         result = cls(
             log_file=settings.log_file or "",
             log_info=settings.log_info,
@@ -104,7 +106,7 @@ class TraceSettings:
     per_model: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     @classmethod
-    def from_settings(cls, settings: argparse.Namespace) -> TraceSettings:
+    def from_settings(cls, settings: CoreSettings) -> TraceSettings:
         return cls(
             values={
                 "trace_level": ["OFF"],

@@ -31,6 +31,7 @@ from despina.repository import ModelRepository
 from despina.response_cache import ResponseCache, cache_key, parse_cache_config
 from despina.runtime_settings import LogSettings, TraceSettings
 from despina.scheduling.base import Scheduler
+from despina.settings import CORE, CoreSettings, Stash
 from despina.shared_memory import SharedMemoryRegistry
 from despina.validation import validate_request
 
@@ -89,25 +90,31 @@ class Server:
 
     def __init__(
         self,
-        settings: argparse.Namespace | None = None,
+        flags: argparse.Namespace | None = None,
         plugins: Sequence[object] = (),
         load_entrypoints: bool = True,
     ) -> None:
         from despina.cli import parse_settings
 
         self.plugins = create_plugins(plugins, load_entrypoints)
-        self.settings = settings if settings is not None else parse_settings([], self.plugins)
+        #: The parsed command line, read once: here into :attr:`settings`, and by each
+        #: plugin's ``despina_configure`` into its own entry of :attr:`stash`.
+        self.flags = flags if flags is not None else parse_settings([], self.plugins)
+        self.stash = Stash()
+        self.stash[CORE] = CoreSettings.from_namespace(self.flags)
+        #: The core's settings (typed, frozen).
+        self.settings = self.stash[CORE]
         self.registry = Registry.build(self.plugins)
         self.id: str = self.settings.id
         self.version: str = __version__
         try:
             repository = ModelRepository(
-                list(self.settings.model_repository or []), self._sources(), self.settings
+                list(self.settings.model_repository), self._sources(), self.stash
             )
         except DespinaError as exc:
             raise StartupError(str(exc)) from None
         self.models = ModelManager(self, repository)
-        self.shared_memory = SharedMemoryRegistry(bool(self.settings.allow_client_shm))
+        self.shared_memory = SharedMemoryRegistry(self.settings.allow_client_shm)
         self.custom_metrics = CustomMetrics()
         try:
             cache_bytes = parse_cache_config(
@@ -172,7 +179,9 @@ class Server:
         Raises StartupError when a model fails and ``--exit-on-error`` is true.
         """
         try:
-            self.plugins.hook.despina_configure.call_historic(kwargs={"settings": self.settings})
+            self.plugins.hook.despina_configure.call_historic(
+                kwargs={"settings": self.flags, "stash": self.stash}
+            )
         except ValueError as exc:
             raise StartupError(str(exc)) from None
         self.live = True

@@ -33,11 +33,11 @@ class TensorSpec:
     shape: tuple[int, ...]
 
 
-def default_max_batch_size(settings: Any, backend: str) -> int:
+def default_max_batch_size(backend_config: Sequence[str], backend: str) -> int:
     """``default-max-batch-size`` from ``--backend-config=<backend>,default-max-batch-size=N``
     (or without the backend prefix), else :data:`DEFAULT_MAX_BATCH_SIZE`."""
     value = DEFAULT_MAX_BATCH_SIZE
-    for entry in getattr(settings, "backend_config", None) or []:
+    for entry in backend_config:
         scope, _, setting = str(entry).rpartition(",")
         key, _, raw = setting.partition("=")
         if key.strip() == "default-max-batch-size" and scope in ("", backend):

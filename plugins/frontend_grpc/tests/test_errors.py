@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from despina.testing import RunningServer
-from tritonclient.grpc import service_pb2 as pb
-from tritonclient.grpc import service_pb2_grpc
+from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 ONES = np.ones(16, np.float32).tobytes()

@@ -26,3 +26,17 @@ def test_flags_have_tritonserver_defaults_and_are_not_inert() -> None:
     assert settings.grpc_keepalive_timeout == 20000
     assert settings.grpc_infer_response_compression_level == "none"
     assert settings.inert_flags_given == []
+
+
+def test_options_are_read_once_and_survive_the_trip_to_a_worker() -> None:
+    from despina_frontend_grpc.options import GrpcOptions
+
+    flags = parse_settings(
+        ["--grpc-restricted-protocol=health,metadata:probe=yes", "--grpc-max-connection-age=5"],
+        create_plugins(),
+    )
+    options = GrpcOptions.from_namespace(flags)
+    assert options.port == 8001 and options.max_connection_age == 5
+    assert options.max_connection_age_grace is None
+    assert options.restrictions["metadata"].header == "triton-grpc-protocol-probe"
+    assert GrpcOptions.from_json(options.to_json()) == options

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from despina.config import ModelConfig, parameters_of
-from despina.errors import ConfigError
+from despina import ConfigError, ModelConfig, parameters_of
 
 #: Triton's TensorRT accelerator keys whose EP option has another name.
 _TRT_RENAMED = {"max_workspace_size_bytes": "trt_max_workspace_size"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from despina.errors import ConfigError
+from despina import ConfigError
 
 _HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 

@@ -7,8 +7,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from despina.errors import ConfigError
-from despina.shared_memory import INTERNAL_KEY_PREFIX
+from despina import INTERNAL_KEY_PREFIX, ConfigError
 
 from despina_backend_python.child import ChildDied, spawn
 from despina_backend_python.execution_env import resolve_environment

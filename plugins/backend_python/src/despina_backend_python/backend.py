@@ -14,10 +14,15 @@ from __future__ import annotations
 import asyncio
 import json
 
-from despina.backend import Backend, InstanceSpec, ModelInstance
-from despina.config import config_json, to_json_dict
-from despina.errors import ConfigError
-from despina.loader import instance_specs
+from despina import (
+    Backend,
+    ConfigError,
+    InstanceSpec,
+    ModelInstance,
+    config_json,
+    instance_specs,
+    to_json_dict,
+)
 from google.protobuf import json_format
 
 from despina_backend_python import inprocess

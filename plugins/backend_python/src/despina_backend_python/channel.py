@@ -17,7 +17,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 HEADER = struct.Struct("<I")
 
@@ -107,7 +107,7 @@ class BlockingChannel:
         del self._buffer[:size]
         return message
 
-    def _fill(self, size: int) -> dict[str, Any] | bool | None:
+    def _fill(self, size: int) -> dict[str, Any] | Literal[True] | None:
         """Read until the buffer holds ``size`` bytes: True; None at end of stream;
         _WOKEN when :meth:`wake` was called."""
         buffer = self._buffer
@@ -126,7 +126,7 @@ class BlockingChannel:
         first, yielding the CPU between polls: a message that comes soon is picked up
         without the sender paying to wake a sleeping process (the largest cost of a
         round trip on virtual machines)."""
-        sources = (self.sock, self._wake_r)
+        sources: list[Any] = [self.sock, self._wake_r]
         if self.poll_s > 0:
             deadline = time.perf_counter() + self.poll_s
             while time.perf_counter() < deadline:
@@ -134,8 +134,7 @@ class BlockingChannel:
                 if ready:
                     return ready
                 os.sched_yield()
-        ready = select.select(sources, (), ())[0]
-        return ready
+        return list(select.select(sources, (), ())[0])
 
     def pump_until(
         self, done: Callable[[], bool], route: Callable[[dict[str, Any] | None], None]

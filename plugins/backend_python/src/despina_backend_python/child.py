@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from despina.inference import InferenceRequest as CoreRequest
+from despina import InferenceRequest as CoreRequest
 
 from despina_backend_python import channel, convert, wire
 from despina_backend_python.pb.errors import TritonModelException
@@ -178,12 +178,15 @@ class ChildProcess(asyncio.Protocol):
     def _deliver(self, message: dict[str, Any]) -> None:
         final = bool(message["final"])
         entry = self.open.pop(message["token"]) if final else self.open.get(message["token"])
-        if entry is None or entry[0].stream is None:
+        if entry is None:
             return
         request, outputs = entry
+        stream = request.stream
+        if stream is None:
+            return
         items = wire.unpack_responses(message, self.incoming)
         if not items:
-            request.stream.send(None, final)
+            stream.send(None, final)
             return
         item = items[0]
         if isinstance(item, str):

@@ -11,10 +11,13 @@ import json
 from typing import Any
 
 import numpy as np
-from despina import errors
-from despina.inference import InferenceRequest as CoreRequest
-from despina.inference import InferenceResponse as CoreResponse
-from despina.inference import RequestedOutput, SequenceFlags
+from despina import (
+    InferenceRequest as CoreRequest,
+    InferenceResponse as CoreResponse,
+    RequestedOutput,
+    SequenceFlags,
+    errors,
+)
 
 from despina_backend_python.pb import messages as pb
 from despina_backend_python.pb.errors import TritonError

@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from despina.errors import ConfigError
+from despina import ConfigError
 
 ENV_KEY = "EXECUTION_ENV_PATH"
 _CACHE = Path(tempfile.gettempdir()) / "despina-python-envs"

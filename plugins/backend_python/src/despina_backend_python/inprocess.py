@@ -19,11 +19,17 @@ from collections.abc import MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from despina.backend import CONCURRENT_EXECUTIONS, InstanceSpec, ModelContext, ModelInstance
-from despina.errors import Internal
-from despina.inference import InferenceRequest as CoreRequest
-from despina.inference import InferenceResponse as CoreResponse
-from despina.placement import CallPlacement, inline_budget
+from despina import (
+    CONCURRENT_EXECUTIONS,
+    CallPlacement,
+    InferenceRequest as CoreRequest,
+    InferenceResponse as CoreResponse,
+    InstanceSpec,
+    Internal,
+    ModelContext,
+    ModelInstance,
+    inline_budget,
+)
 
 from despina_backend_python import convert, responses
 from despina_backend_python.loading import describe_exception, load_model_class

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from despina.hookspecs import hookimpl
+from despina import hookimpl
 
 if TYPE_CHECKING:
-    from despina.backend import Backend
+    from despina import Backend
 
 
 @hookimpl

@@ -15,12 +15,17 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from despina.backend import CONCURRENT_EXECUTIONS, InstanceSpec, ModelInstance
-from despina.config import number_parameter
-from despina.errors import Internal, Unavailable
-from despina.inference import InferenceRequest as CoreRequest
-from despina.inference import InferenceResponse as CoreResponse
-from despina.shared_memory import INTERNAL_KEY_PREFIX
+from despina import (
+    CONCURRENT_EXECUTIONS,
+    INTERNAL_KEY_PREFIX,
+    InferenceRequest as CoreRequest,
+    InferenceResponse as CoreResponse,
+    InstanceSpec,
+    Internal,
+    ModelInstance,
+    Unavailable,
+    number_parameter,
+)
 
 from despina_backend_python import convert, responses
 from despina_backend_python.child import ChildDied, ChildProcess, spawn

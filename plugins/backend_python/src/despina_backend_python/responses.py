@@ -8,9 +8,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from despina.errors import Internal, Unavailable
-from despina.inference import InferenceRequest as CoreRequest
-from despina.inference import InferenceResponse as CoreResponse
+from despina import (
+    InferenceRequest as CoreRequest,
+    InferenceResponse as CoreResponse,
+    Internal,
+    Unavailable,
+)
 
 from despina_backend_python.loading import describe_exception
 

@@ -15,8 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from despina.errors import DespinaError, InvalidArgument
-from despina.placement import NeedsThread, running_inline
+from despina import DespinaError, InvalidArgument, NeedsThread, running_inline
 
 from despina_backend_python import convert
 from despina_backend_python.pb.errors import TritonModelException
@@ -25,7 +24,7 @@ from despina_backend_python.pb.messages import InferenceRequest, InferenceRespon
 from despina_backend_python.pb.runtime import Runtime
 
 if TYPE_CHECKING:
-    from despina.ports import BackendHost
+    from despina import BackendHost
 
 _END = object()
 

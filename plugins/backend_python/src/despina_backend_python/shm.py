@@ -171,7 +171,8 @@ def _write(mapping: mmap.mmap, desc: Descriptor, payload: Any) -> None:
     if not array.nbytes:
         return
     if array.flags.c_contiguous:  # its bytes as they are: ~0.1 µs, not ~1.4 for a view
-        mapping[desc[3] : desc[3] + array.nbytes] = array
+        # an ndarray is a readable buffer; typeshed's mmap stub does not say so
+        mapping[desc[3] : desc[3] + array.nbytes] = array  # type: ignore[call-overload]
         return
     target = np.ndarray(array.shape, array.dtype, buffer=mapping, offset=desc[3])
     np.copyto(target, array, casting="no")

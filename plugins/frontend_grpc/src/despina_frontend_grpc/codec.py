@@ -14,17 +14,21 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from despina.errors import Internal, InvalidArgument
-from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput
-from despina.shared_memory import SharedMemoryRegistry
-from despina.tensors import (
+from despina import (
     DATATYPE_TO_DTYPE,
+    InferenceRequest,
+    InferenceResponse,
+    Internal,
+    InvalidArgument,
+    ModelSignature,
+    RequestedOutput,
+    SharedMemoryRegistry,
     checked_element_count,
     datatype_of,
     deserialize_bytes,
     serialize_bytes,
+    validate_request,
 )
-from despina.validation import ModelSignature, validate_request
 from tritonclient.grpc import service_pb2
 
 from despina_frontend_grpc import parameters as params

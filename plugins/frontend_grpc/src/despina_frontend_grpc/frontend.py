@@ -8,7 +8,7 @@ compression, TLS and restricted-protocol settings of the ``--grpc-*`` flags.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,9 +22,14 @@ from despina_frontend_grpc import calls
 from despina_frontend_grpc.grpc_framing import ZLIB_LEVELS
 from despina_frontend_grpc.http2_server import ConnectionLimits, Http2GrpcServer, tls_context
 from despina_frontend_grpc.infer import Inference
-from despina_frontend_grpc.options import ALLOCATION_POOL_SIZE, COMPRESSION_LEVELS
+from despina_frontend_grpc.options import (
+    ALLOCATION_POOL_SIZE,
+    COMPRESSION_LEVELS,
+    GRPC_OPTIONS,
+    GrpcOptions,
+)
 from despina_frontend_grpc.pool import WorkerPool
-from despina_frontend_grpc.restrict import SERVICE, RestrictionInterceptor, parse_restrictions
+from despina_frontend_grpc.restrict import SERVICE, RestrictionInterceptor, method_rules
 from despina_frontend_grpc.service import InferenceServicer, add_to_server
 from despina_frontend_grpc.wire import HEALTH_SERVICE
 
@@ -34,92 +39,91 @@ if TYPE_CHECKING:
 log = logging.getLogger("despina.frontend.grpc")
 
 
-def server_options(settings: argparse.Namespace) -> list[tuple[str, Any]]:
-    """grpc channel arguments from the flags (keepalive, message size, port reuse)."""
-    options: list[tuple[str, Any]] = [
-        ("grpc.max_receive_message_length", settings.grpc_max_message_size),
-        ("grpc.max_send_message_length", settings.grpc_max_message_size),
-        ("grpc.so_reuseport", int(settings.reuse_grpc_port)),
-        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time),
-        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout),
-        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
-        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+def server_options(options: GrpcOptions) -> list[tuple[str, Any]]:
+    """grpc channel arguments from the options (keepalive, message size, port reuse)."""
+    arguments: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", options.max_message_size),
+        ("grpc.max_send_message_length", options.max_message_size),
+        ("grpc.so_reuseport", int(options.reuse_port)),
+        ("grpc.keepalive_time_ms", options.keepalive_time),
+        ("grpc.keepalive_timeout_ms", options.keepalive_timeout),
+        ("grpc.keepalive_permit_without_calls", int(options.keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", options.http2_max_pings_without_data),
         (
             "grpc.http2.min_recv_ping_interval_without_data_ms",
-            settings.grpc_http2_min_recv_ping_interval_without_data,
+            options.http2_min_recv_ping_interval_without_data,
         ),
-        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+        ("grpc.http2.max_ping_strikes", options.http2_max_ping_strikes),
         # a level, not an algorithm: grpc picks one the client accepts (gzip, deflate)
         (
             "grpc.default_compression_level",
-            COMPRESSION_LEVELS[settings.grpc_infer_response_compression_level],
+            COMPRESSION_LEVELS[options.infer_response_compression_level],
         ),
     ]
-    if settings.grpc_max_connection_age is not None:
-        options.append(("grpc.max_connection_age_ms", settings.grpc_max_connection_age))
-    if settings.grpc_max_connection_age_grace is not None:
-        options.append(("grpc.max_connection_age_grace_ms", settings.grpc_max_connection_age_grace))
-    return options
+    if options.max_connection_age is not None:
+        arguments.append(("grpc.max_connection_age_ms", options.max_connection_age))
+    if options.max_connection_age_grace is not None:
+        arguments.append(("grpc.max_connection_age_grace_ms", options.max_connection_age_grace))
+    return arguments
 
 
-def connection_limits(settings: argparse.Namespace) -> ConnectionLimits:
-    """The flags' limits and keepalive rules for Despina's own HTTP/2 server."""
+def connection_limits(options: GrpcOptions) -> ConnectionLimits:
+    """The options' limits and keepalive rules for Despina's own HTTP/2 server."""
 
     def seconds(ms: int | None) -> float | None:
         return None if ms is None else ms / 1000.0
 
     return ConnectionLimits(
-        max_receive=settings.grpc_max_message_size,
-        max_send=settings.grpc_max_message_size,
-        zlib_level=ZLIB_LEVELS[COMPRESSION_LEVELS[settings.grpc_infer_response_compression_level]],
-        keepalive_time=settings.grpc_keepalive_time / 1000.0,
-        keepalive_timeout=settings.grpc_keepalive_timeout / 1000.0,
-        permit_without_calls=bool(settings.grpc_keepalive_permit_without_calls),
-        max_pings_without_data=settings.grpc_http2_max_pings_without_data,
-        min_recv_ping_interval=settings.grpc_http2_min_recv_ping_interval_without_data / 1000.0,
-        max_ping_strikes=settings.grpc_http2_max_ping_strikes,
-        max_connection_age=seconds(settings.grpc_max_connection_age),
-        max_connection_age_grace=seconds(settings.grpc_max_connection_age_grace),
+        max_receive=options.max_message_size,
+        max_send=options.max_message_size,
+        zlib_level=ZLIB_LEVELS[COMPRESSION_LEVELS[options.infer_response_compression_level]],
+        keepalive_time=options.keepalive_time / 1000.0,
+        keepalive_timeout=options.keepalive_timeout / 1000.0,
+        permit_without_calls=options.keepalive_permit_without_calls,
+        max_pings_without_data=options.http2_max_pings_without_data,
+        min_recv_ping_interval=options.http2_min_recv_ping_interval_without_data / 1000.0,
+        max_ping_strikes=options.http2_max_ping_strikes,
+        max_connection_age=seconds(options.max_connection_age),
+        max_connection_age_grace=seconds(options.max_connection_age_grace),
     )
 
 
-def credentials(settings: argparse.Namespace) -> grpc.ServerCredentials | None:
+def credentials(options: GrpcOptions) -> grpc.ServerCredentials | None:
     """TLS credentials (mutual when ``--grpc-use-ssl-mutual``), or None for plaintext."""
-    mutual = bool(settings.grpc_use_ssl_mutual)
-    if not (settings.grpc_use_ssl or mutual):
+    if not options.tls:
         return None
-    key = Path(settings.grpc_server_key).read_bytes()
-    cert = Path(settings.grpc_server_cert).read_bytes()
-    root = Path(settings.grpc_root_cert).read_bytes() if settings.grpc_root_cert else None
+    key = Path(options.server_key).read_bytes()
+    cert = Path(options.server_cert).read_bytes()
+    root = Path(options.root_cert).read_bytes() if options.root_cert else None
     return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=root, require_client_auth=mutual
+        [(key, cert)], root_certificates=root, require_client_auth=options.use_ssl_mutual
     )
 
 
-def bind_address(settings: argparse.Namespace, port: int | None = None) -> str:
-    """``host:port`` (``--grpc-port`` unless ``port`` is given), bracketing IPv6 hosts."""
-    host = str(settings.grpc_address)
+def bind_address(options: GrpcOptions, port: int | None = None) -> str:
+    """``host:port`` (the options' port unless ``port`` is given), bracketing IPv6 hosts."""
+    host = options.address
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"{host}:{settings.grpc_port if port is None else port}"
+    return f"{host}:{options.port if port is None else port}"
 
 
-def create_server(settings: argparse.Namespace, share_port: bool = False) -> grpc.aio.Server:
-    """A grpc.aio server with the flags' options and restricted protocols; ``share_port``
-    forces SO_REUSEPORT (worker processes share the port among themselves)."""
-    restrictions = parse_restrictions(settings.grpc_restricted_protocol)
+def create_server(options: GrpcOptions, share_port: bool = False) -> grpc.aio.Server:
+    """A grpc.aio server with the options' channel arguments and restricted protocols;
+    ``share_port`` forces SO_REUSEPORT (worker processes share the port among themselves)."""
+    restrictions = method_rules(options.restrictions)
     interceptors = [RestrictionInterceptor(restrictions)] if restrictions else []
-    options = server_options(settings)
+    arguments = server_options(options)
     if share_port:
-        options = [(k, v) for k, v in options if k != "grpc.so_reuseport"]
-        options.append(("grpc.so_reuseport", 1))
-    return grpc.aio.server(options=options, interceptors=interceptors)
+        arguments = [(k, v) for k, v in arguments if k != "grpc.so_reuseport"]
+        arguments.append(("grpc.so_reuseport", 1))
+    return grpc.aio.server(options=arguments, interceptors=interceptors)
 
 
-def bind(server: grpc.aio.Server, settings: argparse.Namespace) -> int:
-    """Add the flags' port (TLS or plaintext) to ``server``; OSError when it cannot bind."""
-    address = bind_address(settings)
-    creds = credentials(settings)
+def bind(server: grpc.aio.Server, options: GrpcOptions) -> int:
+    """Add the options' port (TLS or plaintext) to ``server``; OSError when it cannot bind."""
+    address = bind_address(options)
+    creds = credentials(options)
     try:
         port = (
             server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
@@ -167,7 +171,6 @@ class GrpcFrontend:
 
     def __init__(self, host: FrontendHost) -> None:
         self.host = host
-        self.settings = host.settings
         self.grpc_server: grpc.aio.Server | None = None
         self.http2_server: Http2GrpcServer | None = None
         self.pool: WorkerPool | None = None
@@ -177,80 +180,79 @@ class GrpcFrontend:
 
     async def start(self) -> None:
         """Bind and start serving; OSError when the address cannot be bound."""
-        settings = self.settings
-        if not settings.allow_grpc:
+        options = self.host.stash[GRPC_OPTIONS]
+        if not options.allow_grpc:
             return
-        if settings.grpc_infer_allocation_pool_size != ALLOCATION_POOL_SIZE:
+        if options.infer_allocation_pool_size != ALLOCATION_POOL_SIZE:
             log.warning(
                 "--grpc-infer-allocation-pool-size has no effect: Python allocates per request"
             )
-        inference = Inference(self.host, settings.grpc_header_forward_pattern)
+        inference = Inference(self.host, options.header_forward_pattern)
         servicer = InferenceServicer(self.host, inference)
         self.health = ReadinessHealth(self.host)
         await self.health.refresh()
         servicers = {SERVICE: servicer, HEALTH_SERVICE: self.health}
-        if settings.grpc_worker_processes > 0:
-            self.pool, self.port = await self._start_workers(servicers)
-            stack = f"grpcio in {settings.grpc_worker_processes} worker processes"
-        elif settings.grpc_stack == "grpcio":
-            self.grpc_server, self.port = await self._serve_here(servicer)
+        if options.worker_processes > 0:
+            self.pool, self.port = await self._start_workers(servicers, options)
+            stack = f"grpcio in {options.worker_processes} worker processes"
+        elif options.stack == "grpcio":
+            self.grpc_server, self.port = await self._serve_here(servicer, options)
             stack = "grpcio"
         else:
-            self.http2_server, self.port = await self._serve_http2(servicers)
+            self.http2_server, self.port = await self._serve_http2(servicers, options)
             stack = "despina"
-        log.info(
-            "Started GRPCInferenceService at %s (%s)", bind_address(settings, self.port), stack
-        )
+        log.info("Started GRPCInferenceService at %s (%s)", bind_address(options, self.port), stack)
 
-    async def _start_workers(self, servicers: dict[str, Any]) -> tuple[WorkerPool, int]:
-        """Start the workers on the flags' port, or on one ephemeral port all of them share
-        for port 0; OSError when they cannot bind."""
-        settings = self.settings
-        count = int(settings.grpc_worker_processes)
-        if settings.grpc_port:
-            pool = WorkerPool(servicers, settings)
-            return pool, await pool.start(count)
+    @staticmethod
+    async def _start_workers(
+        servicers: dict[str, Any], options: GrpcOptions
+    ) -> tuple[WorkerPool, int]:
+        """Start the workers on the options' port, or on one ephemeral port all of them
+        share for port 0; OSError when they cannot bind."""
+        if options.port:
+            pool = WorkerPool(servicers, options)
+            return pool, await pool.start(options.worker_processes)
         try:
-            reserved = reserve_port(str(settings.grpc_address))
+            reserved = reserve_port(options.address)
         except OSError as exc:
-            raise OSError(f"cannot bind gRPC to {bind_address(settings)}: {exc}") from None
+            raise OSError(f"cannot bind gRPC to {bind_address(options)}: {exc}") from None
         with reserved:
             port = int(reserved.getsockname()[1])
-            pool = WorkerPool(
-                servicers, argparse.Namespace(**{**vars(settings), "grpc_port": port})
-            )
-            return pool, await pool.start(count)
+            pool = WorkerPool(servicers, dataclasses.replace(options, port=port))
+            return pool, await pool.start(options.worker_processes)
 
-    async def _serve_here(self, servicer: InferenceServicer) -> tuple[grpc.aio.Server, int]:
-        server = create_server(self.settings)
+    async def _serve_here(
+        self, servicer: InferenceServicer, options: GrpcOptions
+    ) -> tuple[grpc.aio.Server, int]:
+        server = create_server(options)
         add_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        port = bind(server, self.settings)
+        port = bind(server, options)
         await server.start()
         return server, port
 
-    async def _serve_http2(self, servicers: dict[str, Any]) -> tuple[Http2GrpcServer, int]:
-        settings = self.settings
+    @staticmethod
+    async def _serve_http2(
+        servicers: dict[str, Any], options: GrpcOptions
+    ) -> tuple[Http2GrpcServer, int]:
         context = None
-        if settings.grpc_use_ssl or settings.grpc_use_ssl_mutual:
+        if options.tls:
             context = tls_context(
-                settings.grpc_server_cert,
-                settings.grpc_server_key,
-                settings.grpc_root_cert or None,
-                bool(settings.grpc_use_ssl_mutual),
+                options.server_cert,
+                options.server_key,
+                options.root_cert or None,
+                options.use_ssl_mutual,
             )
         server = Http2GrpcServer(
             calls.route_table(servicers),
-            connection_limits(settings),
-            parse_restrictions(settings.grpc_restricted_protocol),
+            connection_limits(options),
+            method_rules(options.restrictions),
             context,
         )
         try:
-            port = await server.start(
-                str(settings.grpc_address), settings.grpc_port, bool(settings.reuse_grpc_port)
-            )
+            port = await server.start(options.address, options.port, options.reuse_port)
         except OSError as exc:
-            raise OSError(f"cannot bind gRPC to {bind_address(settings)}: {exc}") from None
+            raise OSError(f"cannot bind gRPC to {bind_address(options)}: {exc}") from None
         return server, port
 
     async def stop(self) -> None:

@@ -30,8 +30,7 @@ from typing import Any
 import grpc
 import hpack
 
-from despina_frontend_grpc import calls, http2, wire
-from despina_frontend_grpc import grpc_framing as framing
+from despina_frontend_grpc import calls, grpc_framing as framing, http2, wire
 from despina_frontend_grpc.errors import INTERNAL_TEXT
 from despina_frontend_grpc.header_cache import CachingDecoder
 

@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from despina.errors import DespinaError, Internal, Unsupported
-from despina.inference import InferenceRequest, InferenceResponse
+from despina import DespinaError, InferenceRequest, InferenceResponse, Internal, Unsupported
 from tritonclient.grpc import service_pb2
 
 from despina_frontend_grpc import parameters as params
@@ -23,8 +22,7 @@ from despina_frontend_grpc.codec import RequestDecoder, encode_response
 from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_text
 
 if TYPE_CHECKING:
-    from despina.loader import ModelVersion
-    from despina.ports import FrontendHost
+    from despina import FrontendHost, ModelVersion
 
 #: Requests of one stream running at once; further messages wait unread, so HTTP/2 flow
 #: control holds back a client that sends without reading its responses.

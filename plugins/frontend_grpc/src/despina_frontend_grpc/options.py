@@ -1,4 +1,5 @@
-"""The gRPC frontend's flags: tritonserver's names, types and defaults.
+"""The gRPC frontend's flags (tritonserver's names, types and defaults) and the
+:class:`GrpcOptions` read from them once (``despina_configure``).
 
 Importing this module is cheap (argparse only): ``despina --help`` and ``despina plugins``
 import it without grpc.
@@ -7,8 +8,11 @@ import it without grpc.
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 
-from despina.triton_flags import triton_bool
+from despina import Restriction, StashKey, parse_restricted, triton_bool
 
 #: grpc's own default would cap requests at 4 MiB; Triton accepts messages up to 2 GiB.
 MAX_MESSAGE_SIZE = 2**31 - 1
@@ -18,6 +22,10 @@ ALLOCATION_POOL_SIZE = 8
 COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 #: ``--grpc-stack`` choices: Despina's own HTTP/2 server, or grpc.aio.
 STACKS = ("despina", "grpcio")
+#: The flag whose values restrict protocol groups.
+RESTRICTED_FLAG = "--grpc-restricted-protocol"
+#: A restricted group's key ``KEY`` is called with the metadata ``<prefix>KEY``.
+HEADER_PREFIX = "triton-grpc-protocol-"
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -181,3 +189,119 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="largest request and response message in bytes (Despina; default: 2147483647, as Triton)",
     )
+
+
+@dataclass(frozen=True)
+class GrpcOptions:
+    """``--allow-grpc``, ``--grpc-*`` and ``--reuse-grpc-port``, typed and checked.
+
+    Times are in milliseconds, as the flags give them.
+    """
+
+    allow_grpc: bool
+    address: str
+    port: int
+    reuse_port: bool
+    header_forward_pattern: str
+    #: Accepted for compatibility; only a value other than the default is warned about.
+    infer_allocation_pool_size: int
+    use_ssl: bool
+    use_ssl_mutual: bool
+    server_cert: str
+    server_key: str
+    root_cert: str
+    #: A key of :data:`COMPRESSION_LEVELS`.
+    infer_response_compression_level: str
+    keepalive_time: int
+    keepalive_timeout: int
+    keepalive_permit_without_calls: bool
+    http2_max_pings_without_data: int
+    http2_min_recv_ping_interval_without_data: int
+    http2_max_ping_strikes: int
+    #: None: unlimited.
+    max_connection_age: int | None
+    max_connection_age_grace: int | None
+    #: ``--grpc-restricted-protocol`` as given (worker processes parse it again).
+    restricted_protocol: tuple[str, ...]
+    #: The restricted protocol groups: ``{group: Restriction}`` (headers prefixed).
+    restrictions: Mapping[str, Restriction]
+    #: A member of :data:`STACKS`.
+    stack: str
+    worker_processes: int
+    max_message_size: int
+
+    @classmethod
+    def from_namespace(cls, flags: argparse.Namespace) -> GrpcOptions:
+        """Read and check the flags; ValueError naming the flag for a malformed
+        ``--grpc-restricted-protocol`` or for TLS without its files."""
+        restricted = tuple(flags.grpc_restricted_protocol)
+        options = cls(
+            allow_grpc=bool(flags.allow_grpc),
+            address=str(flags.grpc_address),
+            port=int(flags.grpc_port),
+            reuse_port=bool(flags.reuse_grpc_port),
+            header_forward_pattern=str(flags.grpc_header_forward_pattern),
+            infer_allocation_pool_size=int(flags.grpc_infer_allocation_pool_size),
+            use_ssl=bool(flags.grpc_use_ssl),
+            use_ssl_mutual=bool(flags.grpc_use_ssl_mutual),
+            server_cert=str(flags.grpc_server_cert),
+            server_key=str(flags.grpc_server_key),
+            root_cert=str(flags.grpc_root_cert),
+            infer_response_compression_level=str(flags.grpc_infer_response_compression_level),
+            keepalive_time=int(flags.grpc_keepalive_time),
+            keepalive_timeout=int(flags.grpc_keepalive_timeout),
+            keepalive_permit_without_calls=bool(flags.grpc_keepalive_permit_without_calls),
+            http2_max_pings_without_data=int(flags.grpc_http2_max_pings_without_data),
+            http2_min_recv_ping_interval_without_data=int(
+                flags.grpc_http2_min_recv_ping_interval_without_data
+            ),
+            http2_max_ping_strikes=int(flags.grpc_http2_max_ping_strikes),
+            max_connection_age=_optional_int(flags.grpc_max_connection_age),
+            max_connection_age_grace=_optional_int(flags.grpc_max_connection_age_grace),
+            restricted_protocol=restricted,
+            restrictions=parse_restrictions(restricted),
+            stack=str(flags.grpc_stack),
+            worker_processes=int(flags.grpc_worker_processes),
+            max_message_size=int(flags.grpc_max_message_size),
+        )
+        if options.allow_grpc and options.tls:
+            if not (options.server_cert and options.server_key):
+                raise ValueError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+            if options.use_ssl_mutual and not options.root_cert:
+                raise ValueError("--grpc-use-ssl-mutual needs --grpc-root-cert")
+        return options
+
+    @property
+    def tls(self) -> bool:
+        """Whether the port is served over TLS (``--grpc-use-ssl`` or ``-mutual``)."""
+        return self.use_ssl or self.use_ssl_mutual
+
+    def to_json(self) -> str:
+        """These options for a worker process's command line; :meth:`from_json` reads them
+        back (``restrictions`` are not sent: the worker parses ``restricted_protocol``)."""
+        return json.dumps(
+            {f.name: getattr(self, f.name) for f in fields(self) if f.name != "restrictions"}
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> GrpcOptions:
+        """The options :meth:`to_json` wrote."""
+        data = json.loads(text)
+        restricted = tuple(data.pop("restricted_protocol"))
+        return cls(
+            **data, restricted_protocol=restricted, restrictions=parse_restrictions(restricted)
+        )
+
+
+def parse_restrictions(values: Iterable[str]) -> Mapping[str, Restriction]:
+    """``{group: Restriction}`` from ``--grpc-restricted-protocol``'s values (headers carry
+    :data:`HEADER_PREFIX`); ValueError with Triton's texts, naming the flag."""
+    return parse_restricted(values, RESTRICTED_FLAG, "protocol", HEADER_PREFIX)
+
+
+def _optional_int(value: int | None) -> int | None:
+    return None if value is None else int(value)
+
+
+#: Where the gRPC frontend's options live in the server's stash.
+GRPC_OPTIONS: StashKey[GrpcOptions] = StashKey("despina-frontend-grpc")

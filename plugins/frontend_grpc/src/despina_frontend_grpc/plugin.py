@@ -6,11 +6,14 @@ Cheap to import: grpc is imported only when the server asks for frontends.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from despina import hookimpl
 
-from despina_frontend_grpc.options import add_options
+from despina_frontend_grpc.options import GRPC_OPTIONS, GrpcOptions, add_options
+
+if TYPE_CHECKING:
+    from despina import Stash
 
 
 @hookimpl
@@ -19,16 +22,10 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
 
 
 @hookimpl
-def despina_configure(settings: argparse.Namespace) -> None:
-    """Refuse malformed ``--grpc-restricted-protocol`` values and TLS without files."""
-    from despina_frontend_grpc.restrict import parse_restrictions
-
-    parse_restrictions(settings.grpc_restricted_protocol)
-    if settings.allow_grpc and (settings.grpc_use_ssl or settings.grpc_use_ssl_mutual):
-        if not (settings.grpc_server_cert and settings.grpc_server_key):
-            raise ValueError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
-        if settings.grpc_use_ssl_mutual and not settings.grpc_root_cert:
-            raise ValueError("--grpc-use-ssl-mutual needs --grpc-root-cert")
+def despina_configure(settings: argparse.Namespace, stash: Stash) -> None:
+    """Store the :class:`GrpcOptions`; ValueError for malformed
+    ``--grpc-restricted-protocol`` values and TLS without files."""
+    stash[GRPC_OPTIONS] = GrpcOptions.from_namespace(settings)
 
 
 @hookimpl

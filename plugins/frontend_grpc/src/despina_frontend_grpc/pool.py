@@ -7,10 +7,8 @@ worker forwarded; its status and messages go back to the worker.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import shutil
 import socket
@@ -21,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from despina_frontend_grpc import calls, wire
+from despina_frontend_grpc.options import GrpcOptions
 
 log = logging.getLogger("despina.frontend.grpc")
 
@@ -112,10 +111,11 @@ class WorkerConnection(asyncio.Protocol):
 class WorkerPool:
     """N worker processes serving the gRPC port for one server's servicers."""
 
-    def __init__(self, servicers: dict[str, Any], settings: argparse.Namespace) -> None:
-        """``servicers``: service name -> the object whose methods serve its RPCs."""
+    def __init__(self, servicers: dict[str, Any], options: GrpcOptions) -> None:
+        """``servicers``: service name -> the object whose methods serve its RPCs;
+        ``options``: what the workers serve (their port is not 0)."""
         self._routes = calls.route_table(servicers)
-        self.settings = settings
+        self.options = options
         self.connections: list[WorkerConnection] = []
         self.processes: list[asyncio.subprocess.Process] = []
         self.folder = Path(tempfile.mkdtemp(prefix="despina-grpc-"))
@@ -131,15 +131,15 @@ class WorkerPool:
 
     async def start(self, count: int) -> int:
         """Start ``count`` workers; return the bound port. OSError if one cannot bind."""
-        if not self.settings.reuse_grpc_port:
-            _refuse_taken_port(self.settings)
+        if not self.options.reuse_port:
+            _refuse_taken_port(self.options)
         socket_path = str(self.folder / "frontend.sock")
         loop = asyncio.get_running_loop()
         self.server = await loop.create_unix_server(lambda: WorkerConnection(self), socket_path)
-        settings = json.dumps({k: v for k, v in vars(self.settings).items() if _worker_setting(k)})
+        options = self.options.to_json()
         for _ in range(count):
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "despina_frontend_grpc.worker", socket_path, settings
+                sys.executable, "-m", "despina_frontend_grpc.worker", socket_path, options
             )
             self.processes.append(process)
         port = 0
@@ -173,20 +173,14 @@ class WorkerPool:
             shutil.rmtree(self.folder)
 
 
-def _refuse_taken_port(settings: argparse.Namespace) -> None:
+def _refuse_taken_port(options: GrpcOptions) -> None:
     """OSError when something already accepts on the port: the workers bind with
     SO_REUSEPORT among themselves and would otherwise share it silently."""
-    host = str(settings.grpc_address)
+    host = options.address
     host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
     try:
-        with socket.create_connection((host, int(settings.grpc_port)), timeout=1):
+        with socket.create_connection((host, options.port), timeout=1):
             pass
     except OSError:
         return
-    raise OSError(
-        f"cannot bind gRPC to {settings.grpc_address}:{settings.grpc_port}: address in use"
-    )
-
-
-def _worker_setting(key: str) -> bool:
-    return key.startswith("grpc_") or key in ("reuse_grpc_port", "allow_grpc")
+    raise OSError(f"cannot bind gRPC to {options.address}:{options.port}: address in use")

@@ -2,21 +2,21 @@
 
 The flag's value is ``<group>[,<group>...]:<key>=<value>``; a call of a restricted group
 must carry the metadata ``triton-grpc-protocol-<key>: <value>``, else it fails with
-UNAVAILABLE and Triton's text. The interceptor is installed only when restrictions exist.
+UNAVAILABLE and Triton's text. The values are parsed by
+:func:`despina_frontend_grpc.options.parse_restrictions`; the interceptor is installed only
+when restrictions exist.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
-from despina import parse_restricted
+from despina import Restriction
 
 SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
-HEADER_PREFIX = "triton-grpc-protocol-"
-FLAG = "--grpc-restricted-protocol"
 
 #: Protocol group -> the RPC methods it covers (full method paths).
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -46,12 +46,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
-def parse_restrictions(values: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """Method path -> (metadata key, value) from the flag's values; ValueError if malformed."""
-    rules = parse_restricted(values, FLAG, "protocol", HEADER_PREFIX)
+def method_rules(restrictions: Mapping[str, Restriction]) -> dict[str, tuple[str, str]]:
+    """Method path -> (metadata key, value) of every method in a restricted group."""
     return {
         method: (rule.header, rule.value)
-        for group, rule in rules.items()
+        for group, rule in restrictions.items()
         for method in GROUPS[group]
     }
 

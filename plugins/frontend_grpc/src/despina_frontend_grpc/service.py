@@ -13,8 +13,7 @@ import grpc
 from despina import InvalidArgument
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
-from tritonclient.grpc import service_pb2 as pb
-from tritonclient.grpc import service_pb2_grpc
+from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
 
 from despina_frontend_grpc import parameters as params
 from despina_frontend_grpc.errors import UNPARSABLE, guarded

@@ -1,6 +1,6 @@
 """A gRPC worker process: serves the gRPC port and forwards every call to the server.
 
-Run as ``python -m despina_frontend_grpc.worker SOCKET SETTINGS_JSON`` by the frontend
+Run as ``python -m despina_frontend_grpc.worker SOCKET OPTIONS_JSON`` by the frontend
 (``--grpc-worker-processes``). It connects to the server's Unix socket, binds the port
 (SO_REUSEPORT, shared with its siblings), reports HELLO, and serves until the server
 closes the socket. Restricted protocols are checked here; everything else runs in the
@@ -9,10 +9,8 @@ server process.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
-import json
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import grpc
 
 from despina_frontend_grpc import wire
+from despina_frontend_grpc.options import GrpcOptions
 
 
 class ServerLink(asyncio.Protocol):
@@ -153,14 +152,14 @@ def _status(code: int) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-async def serve(socket_path: str, settings: argparse.Namespace) -> None:
+async def serve(socket_path: str, options: GrpcOptions) -> None:
     """Connect, bind, report HELLO, serve until the server closes the socket."""
     from despina_frontend_grpc.frontend import bind, create_server
 
     loop = asyncio.get_running_loop()
     _, link = await loop.create_unix_connection(ServerLink, socket_path)
-    server = create_server(settings, share_port=True)
-    forwarder = Forwarder(link, bool(settings.grpc_header_forward_pattern))
+    server = create_server(options, share_port=True)
+    forwarder = Forwarder(link, bool(options.header_forward_pattern))
     handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
     for index, method in enumerate(wire.METHODS):
         service = method.path.split("/")[1]
@@ -169,7 +168,7 @@ async def serve(socket_path: str, settings: argparse.Namespace) -> None:
         tuple(grpc.method_handlers_generic_handler(s, h) for s, h in handlers.items())
     )
     try:
-        port = bind(server, settings)
+        port = bind(server, options)
     except OSError as exc:
         link.send(wire.HELLO, 0, 1, str(exc).encode())
         await asyncio.sleep(0)  # let the frame go out
@@ -181,8 +180,8 @@ async def serve(socket_path: str, settings: argparse.Namespace) -> None:
 
 
 def main(argv: list[str]) -> None:
-    socket_path, settings_json = argv
-    asyncio.run(serve(socket_path, argparse.Namespace(**json.loads(settings_json))))
+    socket_path, options_json = argv
+    asyncio.run(serve(socket_path, GrpcOptions.from_json(options_json)))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from concurrent.futures import Executor
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
-from despina.errors import DespinaError, InvalidArgument
+from despina import DespinaError, InvalidArgument
 
 #: Bodies larger than this are (de)compressed in the executor, off the event loop.
 OFFLOAD_BYTES = 256 * 1024

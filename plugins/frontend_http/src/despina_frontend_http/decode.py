@@ -14,14 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 import orjson
-from despina.errors import InvalidArgument, NotFound
-from despina.inference import InferenceRequest, RequestedOutput, SequenceFlags
-from despina.shared_memory import SharedMemoryRegistry
-from despina.tensors import DATATYPE_TO_DTYPE, checked_element_count, deserialize_bytes
+from despina import (
+    DATATYPE_TO_DTYPE,
+    InferenceRequest,
+    InvalidArgument,
+    NotFound,
+    RequestedOutput,
+    SequenceFlags,
+    SharedMemoryRegistry,
+    checked_element_count,
+    deserialize_bytes,
+)
 
 _OBJECT = np.dtype(np.object_)
 #: How many header layouts :class:`HeaderLayouts` keeps (the oldest is dropped first).
@@ -338,10 +345,11 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray
     if parsed.dtype.kind not in kinds:
         # numpy reads integers past int64 mixed with others as float64 (or object): check
         # the JSON values themselves on this rare path, exactly.
-        values = list(_flat(data))
-        if any(type(v) is not int for v in values):
+        exact = list(_flat(data))
+        if any(type(v) is not int for v in exact):
             raise ValueError(text)
-        low, high = min(values), max(values)
+        values: Any = exact
+        low, high = min(exact), max(exact)
     else:
         _no_booleans(data, parsed, text)
         values, low, high = parsed, parsed.min(), parsed.max()
@@ -401,7 +409,7 @@ def region_view(shm: SharedMemoryRegistry, region: Any, offset: int, byte_size: 
         raise NotFound(f"Unable to find shared memory region: '{region}'") from None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

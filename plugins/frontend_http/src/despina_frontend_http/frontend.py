@@ -3,7 +3,7 @@ relaying to an aiohttp application (default), aiohttp alone, or worker processes
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +21,7 @@ from despina_frontend_http import (
 )
 from despina_frontend_http.context import Context
 from despina_frontend_http.front import Front
+from despina_frontend_http.options import HTTP_OPTIONS, HttpOptions
 from despina_frontend_http.responses import endpoint
 from despina_frontend_http.restricted import Restrictions
 from despina_frontend_http.workers import WorkerPool
@@ -69,55 +70,48 @@ class HttpFrontend:
 
     async def start(self) -> None:
         """Bind and serve; OSError when the port cannot be bound."""
-        settings = self.host.settings
-        if not settings.allow_http:
+        options = self.host.stash[HTTP_OPTIONS]
+        if not options.allow_http:
             return
-        pattern = settings.http_header_forward_pattern
+        pattern = options.header_forward_pattern
         self._executor = ThreadPoolExecutor(
-            max_workers=max(int(settings.http_thread_count), 1), thread_name_prefix="despina-http"
+            max_workers=options.thread_count, thread_name_prefix="despina-http"
         )
         context = Context(
             host=self.host,
-            max_input_size=int(settings.http_max_input_size),
+            max_input_size=options.max_input_size,
             executor=self._executor,
-            restrictions=Restrictions(settings.http_restricted_api),
+            restrictions=Restrictions(options.restrictions),
             forward=re.compile(pattern, re.IGNORECASE) if pattern else None,
         )
-        if settings.http_worker_processes > 0:
-            self._pool = WorkerPool(
-                context, build_app(context), int(settings.http_worker_processes)
-            )
+        if options.worker_processes > 0:
+            self._pool = WorkerPool(context, build_app(context), options.worker_processes)
             try:
-                self.port = await self._start_workers(self._pool, settings)
+                self.port = await self._start_workers(self._pool, options)
             except OSError:
                 await self.stop()
                 raise
             log.info(
                 "Started HTTPService at %s:%d (%d worker processes)",
-                settings.http_address,
+                options.address,
                 self.port,
-                settings.http_worker_processes,
+                options.worker_processes,
             )
             return
-        if settings.http_stack == "despina":
+        if options.stack == "despina":
             front = Front(context, build_app(context))
             try:
-                self.port = await front.start(
-                    settings.http_address, int(settings.http_port), bool(settings.reuse_http_port)
-                )
+                self.port = await front.start(options.address, options.port, options.reuse_port)
             except OSError:
                 self._executor.shutdown(wait=False)
                 raise
             self._front = front
-            log.info("Started HTTPService at %s:%d", settings.http_address, self.port)
+            log.info("Started HTTPService at %s:%d", options.address, self.port)
             return
         runner = web.AppRunner(build_app(context), access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(
-            runner,
-            settings.http_address,
-            int(settings.http_port),
-            reuse_port=bool(settings.reuse_http_port) or None,
+            runner, options.address, options.port, reuse_port=options.reuse_port or None
         )
         try:
             await site.start()
@@ -127,19 +121,18 @@ class HttpFrontend:
             raise
         self._runner = runner
         self.port = int(runner.addresses[0][1])
-        log.info("Started HTTPService at %s:%d", settings.http_address, self.port)
+        log.info("Started HTTPService at %s:%d", options.address, self.port)
 
     @staticmethod
-    async def _start_workers(pool: WorkerPool, settings: argparse.Namespace) -> int:
+    async def _start_workers(pool: WorkerPool, options: HttpOptions) -> int:
         """Start the workers on the flags' port, or on one ephemeral port all of them share
         for port 0; the port."""
-        port = int(settings.http_port)
-        if port:
-            await pool.start(settings)
-            return port
-        with reserve_port(settings.http_address) as reserved:
+        if options.port:
+            await pool.start(options)
+            return options.port
+        with reserve_port(options.address) as reserved:
             port = int(reserved.getsockname()[1])
-            await pool.start(argparse.Namespace(**{**vars(settings), "http_port": port}))
+            await pool.start(dataclasses.replace(options, port=port))
         return port
 
     async def stop(self) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from despina import hookimpl, triton_bool
+
+if TYPE_CHECKING:
+    from despina import Stash
 
 #: Triton's default for --http-max-input-size (bytes).
 DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
@@ -88,14 +91,10 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
 
 
 @hookimpl
-def despina_configure(settings: argparse.Namespace) -> None:
-    from despina_frontend_http.restricted import Restrictions
+def despina_configure(settings: argparse.Namespace, stash: Stash) -> None:
+    from despina_frontend_http.options import HTTP_OPTIONS, HttpOptions
 
-    Restrictions(settings.http_restricted_api)
-    if settings.http_worker_processes < 0:
-        raise ValueError("--http-worker-processes must be >= 0")
-    if settings.http_max_input_size <= 0:
-        raise ValueError("--http-max-input-size must be positive")
+    stash[HTTP_OPTIONS] = HttpOptions.from_namespace(settings)
 
 
 @hookimpl

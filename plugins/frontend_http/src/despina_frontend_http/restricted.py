@@ -1,20 +1,17 @@
-"""``--http-restricted-api``: endpoint groups that need a header (Triton's restricted APIs,
-parsed by :func:`despina.restricted.parse_restricted`)."""
+"""Restricted endpoint groups (Triton's restricted APIs): checks a request's headers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from despina import PermissionDenied, parse_restricted
-
-FLAG = "--http-restricted-api"
+from despina import PermissionDenied, Restriction
 
 
 class Restrictions:
     """Checks a request's headers against the rules of one endpoint group."""
 
-    def __init__(self, values: Iterable[str]) -> None:
-        self.rules = parse_restricted(values, FLAG)
+    def __init__(self, rules: Mapping[str, Restriction]) -> None:
+        self.rules = rules
 
     def check(self, group: str, headers: Mapping[str, str]) -> None:
         """Raise PermissionDenied (Triton's text) unless the group is open or the header matches."""

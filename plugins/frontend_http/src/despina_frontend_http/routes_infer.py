@@ -14,9 +14,7 @@ from concurrent.futures import Executor
 from typing import Any, NamedTuple
 
 from aiohttp import web
-from despina.errors import Unsupported
-from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
-from despina.loader import ModelVersion
+from despina import InferenceRequest, InferenceResponse, ModelVersion, ResponseStream, Unsupported
 
 from despina_frontend_http.body import accepted_encoding, compress, read_body
 from despina_frontend_http.context import Context, Route, versioned

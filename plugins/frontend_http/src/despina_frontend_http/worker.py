@@ -19,11 +19,12 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from despina import DespinaError, Unavailable
+from despina import DespinaError, Unavailable, parse_restricted
 
 from despina_frontend_http import wire
 from despina_frontend_http.body import read_body
 from despina_frontend_http.context import versioned
+from despina_frontend_http.options import RESTRICTED_FLAG
 from despina_frontend_http.responses import error_response
 from despina_frontend_http.restricted import Restrictions
 from despina_frontend_http.routes_infer import respond
@@ -87,7 +88,7 @@ def build_worker_app(
 ) -> web.Application:
     """The worker's application: INFER forwarding plus a proxy for everything else."""
     limit = int(settings["max_input_size"])
-    restrictions = Restrictions(settings["restricted"])
+    restrictions = Restrictions(parse_restricted(settings["restricted"], RESTRICTED_FLAG))
     pattern = settings["forward_pattern"]
     forward = re.compile(pattern, re.IGNORECASE) if pattern else None
     executor = ThreadPoolExecutor(max_workers=max(int(settings["threads"]), 1))

@@ -14,12 +14,12 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
 from despina_frontend_http.context import Context
 from despina_frontend_http.link import WorkerConnection
+from despina_frontend_http.options import HttpOptions
 
 
 class WorkerPool:
@@ -35,7 +35,7 @@ class WorkerPool:
         self.connections: list[WorkerConnection] = []
         self.processes: list[asyncio.subprocess.Process] = []
 
-    async def start(self, settings: Any) -> None:
+    async def start(self, options: HttpOptions) -> None:
         """Start the workers; OSError if one cannot bind the port or start in time."""
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self.runner.setup()
@@ -50,20 +50,25 @@ class WorkerPool:
 
         link = str(self.folder / "link.sock")
         self.link = await asyncio.get_running_loop().create_unix_server(connection, link)
-        options = json.dumps(
+        worker_options = json.dumps(
             {
-                "address": settings.http_address,
-                "port": int(settings.http_port),
+                "address": options.address,
+                "port": options.port,
                 "max_input_size": self.ctx.max_input_size,
-                "restricted": list(settings.http_restricted_api),
-                "forward_pattern": settings.http_header_forward_pattern,
-                "threads": int(settings.http_thread_count),
+                "restricted": list(options.restricted_api),
+                "forward_pattern": options.header_forward_pattern,
+                "threads": options.thread_count,
             }
         )
         for _ in range(self.count):
             self.processes.append(
                 await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "despina_frontend_http.worker", link, proxy, options
+                    sys.executable,
+                    "-m",
+                    "despina_frontend_http.worker",
+                    link,
+                    proxy,
+                    worker_options,
                 )
             )
         await self._wait_hello(hello)

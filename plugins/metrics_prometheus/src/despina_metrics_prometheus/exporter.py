@@ -13,7 +13,7 @@ from aiohttp import web
 from despina_metrics_prometheus.collector import StatsCollector
 from despina_metrics_prometheus.cpu import CpuSampler
 from despina_metrics_prometheus.exposition import CONTENT_TYPE, render
-from despina_metrics_prometheus.options import parse_metrics_config
+from despina_metrics_prometheus.options import EXPORTER_OPTIONS
 
 if TYPE_CHECKING:
     from despina import MetricsHost
@@ -35,22 +35,20 @@ class PrometheusExporter:
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
-        settings = host.settings
-        self.cpu = CpuSampler() if settings.allow_cpu_metrics else None
-        self.collector = StatsCollector(
-            host, parse_metrics_config(settings.metrics_config), self.cpu
-        )
+        self.options = host.stash[EXPORTER_OPTIONS]
+        self.cpu = CpuSampler() if self.options.allow_cpu_metrics else None
+        self.collector = StatsCollector(host, self.options.metrics, self.cpu)
 
     async def start(self) -> None:
         """Bind and serve ``/metrics``; OSError when the port cannot be bound."""
-        settings = self.host.settings
-        if not settings.allow_metrics:
+        options = self.options
+        if not options.allow_metrics:
             return
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, settings.metrics_address, int(settings.metrics_port))
+        site = web.TCPSite(runner, options.address, options.port)
         try:
             await site.start()
         except OSError:
@@ -59,10 +57,8 @@ class PrometheusExporter:
         self._runner = runner
         self.port = int(runner.addresses[0][1])
         if self.cpu is not None:
-            self._sampler = asyncio.create_task(
-                self._sample(float(settings.metrics_interval_ms) / 1000)
-            )
-        log.info("Started Metrics Service at %s:%d", settings.metrics_address, self.port)
+            self._sampler = asyncio.create_task(self._sample(options.interval_ms / 1000))
+        log.info("Started Metrics Service at %s:%d", options.address, self.port)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(

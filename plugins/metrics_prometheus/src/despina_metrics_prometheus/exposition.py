@@ -29,6 +29,6 @@ def render(metrics: Iterable[Metric]) -> bytes:
         for sample in metric.samples:
             labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(sample.labels.items()))
             name = f"{sample.name}{{{labels}}}" if labels else sample.name
-            lines.append(f"{name} {floatToGoString(sample.value)}")
+            lines.append(f"{name} {floatToGoString(sample.value)}")  # type: ignore[no-untyped-call]
     lines.append("")
     return "\n".join(lines).encode()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from despina import hookimpl, triton_bool
+
+if TYPE_CHECKING:
+    from despina import Stash
 
 
 @hookimpl
@@ -58,12 +61,12 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
 
 
 @hookimpl
-def despina_configure(settings: argparse.Namespace) -> None:
-    from despina_metrics_prometheus.options import parse_metrics_config
+def despina_configure(settings: argparse.Namespace, stash: Stash) -> None:
+    """Store the :class:`ExporterOptions`; ValueError for a bad ``--metrics-config`` or
+    ``--metrics-interval-ms``."""
+    from despina_metrics_prometheus.options import EXPORTER_OPTIONS, ExporterOptions
 
-    parse_metrics_config(settings.metrics_config)
-    if settings.metrics_interval_ms <= 0:
-        raise ValueError("--metrics-interval-ms must be positive")
+    stash[EXPORTER_OPTIONS] = ExporterOptions.from_namespace(settings)
 
 
 @hookimpl
