@@ -90,12 +90,11 @@ OV_TYPES = {
 
 @pytest.fixture
 def ov_models(tmp_path: Path) -> dict[str, Callable[..., Any]]:
-    """Builders: ``add_sub`` / ``add_dynamic`` / ``identity`` IR file sets, ``add_sub_onnx`` bytes."""
+    """Builders: ``add_sub`` / ``add_dynamic`` IR file sets, ``add_sub_onnx`` bytes. The
+    conformance suite (test_conformance.py) calls the module's functions directly."""
     scratch = tmp_path / "ir"
     return {
         "add_sub": lambda **kw: add_sub_ir(scratch / "add_sub", **kw),
         "add_dynamic": lambda: add_dynamic_ir(scratch / "add_dynamic"),
-        "identity": lambda datatypes: identity_ir(scratch / "identity", datatypes),
         "add_sub_onnx": add_sub_onnx,
-        "datatypes": lambda: list(OV_TYPES),
     }

@@ -230,24 +230,6 @@ class TritonPythonModel:
         return out
 """
 
-AUTO_COMPLETE = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    @staticmethod
-    def auto_complete_config(auto_complete_model_config):
-        auto_complete_model_config.add_input({"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]})
-        auto_complete_model_config.add_output({"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]})
-        auto_complete_model_config.set_max_batch_size(4)
-        auto_complete_model_config.set_dynamic_batching()
-        return auto_complete_model_config
-
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy() * 3)])
-                for r in requests]
-"""
-
 CRASHY = """
 import os
 import signal
@@ -313,5 +295,60 @@ class TritonPythonModel:
                 out = pb_utils.get_output_tensor_by_name(answer, "OUTPUT0")
             responses.append(pb_utils.InferenceResponse([
                 out, pb_utils.Tensor("IN_THREAD", np.array([in_thread]))]))
+        return responses
+"""
+
+#: The conformance suite's add/sub model: any batch size; when the config lists no inputs
+#: (no config.pbtxt at all), auto_complete_config declares the FP32 [4] tensors.
+ADD_SUB_ANY_BATCH = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        if not config.as_dict().get("input"):
+            for name in ("INPUT0", "INPUT1"):
+                config.add_input({"name": name, "data_type": "TYPE_FP32", "dims": [4]})
+            for name in ("OUTPUT0", "OUTPUT1"):
+                config.add_output({"name": name, "data_type": "TYPE_FP32", "dims": [4]})
+            config.set_max_batch_size(4)
+            config.set_dynamic_batching()
+        return config
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+
+#: Gives back input IN as output OUT, whatever its datatype.
+IDENTITY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+                    "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+                for r in requests]
+"""
+
+#: Doubles X; a request holding a negative value gets an error response.
+PICKY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            if (x < 0).any():
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    "negative values are not allowed", pb_utils.TritonError.INVALID_ARG)))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * 2)]))
         return responses
 """

@@ -1,15 +1,15 @@
-"""Custom metrics and Logger into the server, and auto-complete, in both modes."""
+"""Custom metrics and Logger into the server, in both modes (auto-complete runs in the
+conformance suite, test_conformance.py)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-import numpy as np
 import pytest
 
 from .helpers import infer, pair
-from .models import ADD_SUB_IO, AUTO_COMPLETE, METRICS, MODE_KEY, add
+from .models import ADD_SUB_IO, METRICS, add
 
 
 @pytest.fixture(params=["process", "in-process"])
@@ -41,21 +41,3 @@ def test_custom_metrics_and_logger(
 
         text = urllib.request.urlopen(running.metrics_url, timeout=10).read().decode()
         assert 'test_requests_total{model="metrics"} 2' in text
-
-
-def test_auto_complete_config(
-    mode: str, model_repository: Any, despina_server: Any, http_client: Any
-) -> None:
-    model_repository.add(
-        "auto",
-        f'parameters {{ key: "{MODE_KEY}" value {{ string_value: "{mode}" }} }}\n',
-        {"1/model.py": AUTO_COMPLETE},
-    )
-    client = http_client(despina_server(model_repository.root))
-    config = client.get_model_config("auto")
-    assert config["backend"] == "python" and config["max_batch_size"] == 4
-    assert "dynamic_batching" in config
-    assert [i["name"] for i in config["input"]] == ["INPUT0"]
-    assert config["output"][0]["dims"] == [4]
-    result = infer(client, "auto", {"INPUT0": np.ones((2, 4), np.float32)})
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((2, 4), 3.0))

@@ -1,4 +1,6 @@
-"""Load errors name the model, file and mismatch; run-time failures fail only their request."""
+"""Errors particular to PyTorch: configs that do not fit forward(), model.py modules,
+results that do not fit the outputs, strings. Corrupt files and run-time failures every
+backend shares run in test_conformance.py."""
 
 from __future__ import annotations
 
@@ -57,17 +59,6 @@ def test_config_that_does_not_fit_forward_fails_the_load(
     assert fragment in row["reason"]
 
 
-@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 not a zip"], ids=["empty", "garbage"])
-def test_corrupt_torchscript_file(
-    model_repository: RepositoryBuilder, despina_server: Start, served, content: bytes
-) -> None:
-    model_repository.add(
-        "corrupt", config([("a", FP32), ("b", FP32)], OUTS), {"1/model.pt": content}
-    )
-    row = served(despina_server(model_repository.root, KEEP_GOING)).index()["corrupt"]
-    assert "model 'corrupt': torch cannot load '1/model.pt'" in row["reason"]
-
-
 def test_export_program_dims_disagreeing_with_config(
     model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
 ) -> None:
@@ -90,25 +81,6 @@ def test_model_py_needs_exactly_one_module(
     model_repository.add("two", text, {"1/model.py": source})
     reason = served(despina_server(model_repository.root, KEEP_GOING)).index()["two"]["reason"]
     assert "'1/model.py' must define exactly one torch.nn.Module subclass (found A, B)" in reason
-
-
-def test_forward_raising_fails_only_its_requests(
-    model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
-) -> None:
-    text = config([("x", FP32)], [("OUTPUT__0", FP32)]) + (
-        "dynamic_batching { max_queue_delay_microseconds: 50000 }\n"
-    )
-    model_repository.add("picky", text, {"1/model.pt": torch_models["picky"]()})
-    client = served(despina_server(model_repository.root))
-    good, bad = np.ones((1, 4), np.float32), -np.ones((1, 4), np.float32)
-    results = client.infer_many("picky", [{"x": a} for a in (good, bad, good, good, bad)])
-    for position, result in enumerate(results):
-        if position in (1, 4):
-            assert isinstance(result, InferenceServerException)
-            assert "PyTorch execute failure" in str(result)
-            assert "negative values are not allowed" in str(result)
-        else:
-            assert result["OUTPUT__0"].tolist() == [[2.0] * 4]
 
 
 @pytest.mark.parametrize(

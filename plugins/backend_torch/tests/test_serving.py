@@ -1,4 +1,7 @@
-"""Serving TorchScript, torch.export and model.py models: naming, batching, instances, types."""
+"""Serving what is particular to PyTorch: TorchScript input naming, strings as lists,
+model.py modules with state dicts, instances in parallel. The checks every backend shares
+(auto-complete of torch.export programs, batching, instances, datatypes) run in
+test_conformance.py."""
 
 from __future__ import annotations
 
@@ -83,59 +86,9 @@ def test_torchscript_without_config_says_what_to_write(
     assert "INPUT__<i>" in row["reason"]
 
 
-def test_dynamic_batching_with_instances_under_concurrency(
+def test_strings_reach_forward_as_a_list(
     model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
 ) -> None:
-    model = torch_models["add_sub"]()
-    extra = (
-        "dynamic_batching { max_queue_delay_microseconds: 20000 }\n"
-        "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
-        'parameters { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }\n'
-    )
-    model_repository.add("batched", add_sub_config(extra=extra), {"1/model.pt": model})
-    client = served(despina_server(model_repository.root))
-    assert len(client.server.models.get("batched").instances) == 2
-    requests = [
-        dict(zip(("INPUT__0", "INPUT__1"), pair(1 + i % 3, i), strict=True)) for i in range(24)
-    ]
-    for inputs, outputs in zip(requests, client.infer_many("batched", requests), strict=True):
-        expected = direct(model, inputs["INPUT__0"], inputs["INPUT__1"])
-        np.testing.assert_array_equal(outputs["OUTPUT__0"], expected[0])
-        np.testing.assert_array_equal(outputs["OUTPUT__1"], expected[1])
-    stats = client.stats("batched")
-    assert stats["execution_count"] < len(requests)
-
-
-DATATYPES = {
-    "BOOL": np.bool_,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "FP16": np.float16,
-    "FP32": np.float32,
-    "FP64": np.float64,
-    "BF16": "bfloat16",
-}
-
-
-def test_every_torch_datatype_and_strings(
-    model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
-) -> None:
-    import ml_dtypes
-
-    identity = torch_models["identity"]()
-    for datatype in DATATYPES:
-        config = (
-            f'platform: "pytorch_libtorch"\nmax_batch_size: 4\n'
-            f'input [ {{ name: "x" data_type: TYPE_{datatype} dims: [ -1 ] }} ]\n'
-            f'output [ {{ name: "OUTPUT__0" data_type: TYPE_{datatype} dims: [ -1 ] }} ]\n'
-        )
-        model_repository.add(f"id_{datatype.lower()}", config, {"1/model.pt": identity})
     strings = (
         'platform: "pytorch_libtorch"\n'
         'input [ { name: "words" data_type: TYPE_STRING dims: [ -1 ] } ]\n'
@@ -143,13 +96,6 @@ def test_every_torch_datatype_and_strings(
     )
     model_repository.add("upper", strings, {"1/model.pt": torch_models["upper"]()})
     client = served(despina_server(model_repository.root))
-    rng = np.random.default_rng(3)
-    for datatype, dtype in DATATYPES.items():
-        dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
-        sent = (rng.random((2, 5)) * 50).astype(dtype)
-        got = client.infer(f"id_{datatype.lower()}", {"x": sent})["OUTPUT__0"]
-        assert got.dtype == sent.dtype, datatype
-        np.testing.assert_array_equal(got, sent)
     words = np.array([b"ab", b"h\xc3\xa9llo", b""], dtype=object)
     # TorchScript upper() changes ASCII letters only.
     assert client.infer("upper", {"words": words})["OUTPUT__0"].tolist() == [
@@ -157,25 +103,6 @@ def test_every_torch_datatype_and_strings(
         "HéLLO".encode(),
         b"",
     ]
-
-
-def test_torch_export_program_is_auto_completed(
-    model_repository: RepositoryBuilder, despina_server: Start, served, torch_models
-) -> None:
-    text = 'backend: "pytorch"\ndefault_model_filename: "model.pt2"\n'
-    model_repository.add("exported", text, {"1/model.pt2": torch_models["add_sub_pt2"]()})
-    client = served(despina_server(model_repository.root))
-    config = client.config("exported")
-    assert config["max_batch_size"] == 4 and "dynamic_batching" in config
-    assert [(i["name"], i["data_type"], i["dims"]) for i in config["input"]] == [
-        ("a", "TYPE_FP32", [4]),
-        ("b", "TYPE_FP32", [4]),
-    ]
-    assert [o["name"] for o in config["output"]] == ["OUTPUT__0", "OUTPUT__1"]
-    x, y = pair(3)
-    outputs = client.infer("exported", {"a": x, "b": y})
-    np.testing.assert_allclose(outputs["OUTPUT__0"], x + y)
-    np.testing.assert_allclose(outputs["OUTPUT__1"], x - y)
 
 
 MODEL_PY = """
