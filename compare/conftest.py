@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,9 +95,27 @@ def _wait_loaded(served: Served, log: Path, models: int) -> None:
 class Pair:
     despina: Served
     triton: Served
+    #: The repository both serve.
+    repository: Path
 
     def __iter__(self) -> Iterator[Served]:
         return iter((self.despina, self.triton))
+
+    def as_despina_writes_paths(self, answer: Any) -> Any:
+        """Triton's ``answer`` with each path inside a model folder written relative to it
+        (``<repository>/broken/1/model.py`` -> ``1/model.py``), as Despina writes paths
+        in error texts (the README's difference: clients never see server paths)."""
+        folders = {str(self.repository), str(self.repository.resolve())}
+        pattern = re.compile("|".join(re.escape(f) + "/[^/]+/" for f in sorted(folders)))
+        if isinstance(answer, str):
+            return pattern.sub("", answer)
+        if isinstance(answer, bytes):
+            return pattern.sub("", answer.decode()).encode()
+        if isinstance(answer, dict):
+            return {k: self.as_despina_writes_paths(v) for k, v in answer.items()}
+        if isinstance(answer, list | tuple):
+            return type(answer)(self.as_despina_writes_paths(v) for v in answer)
+        return answer
 
 
 @pytest.fixture(scope="session", params=["process", "in-process"])
@@ -112,7 +132,7 @@ def pair(
     command = [sys.executable, "-m", "despina", "serve", "--allow-client-shm=true"]
     despina = _start("despina", command, repo.root, root / "despina.log")
     triton = _start("triton", [TRITONSERVER], repo.root, root / "triton.log")
-    both = Pair(despina, triton)
+    both = Pair(despina, triton, repo.root)
     try:
         for served in both:
             _wait_loaded(served, root / f"{served.name}.log", len(list(repo.root.iterdir())))

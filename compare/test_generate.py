@@ -90,10 +90,8 @@ def _post(served: Served, path: str, body: Any) -> tuple[int, str, bytes]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_same_answer(pair: Pair, case: Case) -> None:
-    ours, theirs = (
-        _post(pair.despina, case.path, case.body),
-        _post(pair.triton, case.path, case.body),
-    )
+    ours = _post(pair.despina, case.path, case.body)
+    theirs = pair.as_despina_writes_paths(_post(pair.triton, case.path, case.body))
     assert ours[1:] == theirs[1:]
     assert (ours[0], theirs[0]) == (case.statuses or (theirs[0], theirs[0]))
 

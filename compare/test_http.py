@@ -316,7 +316,7 @@ def _newer_schema_fields(body: Any) -> Any:
 def test_same_answer(pair: Pair, case: Case) -> None:
     (ours, our_body), (theirs, their_body) = _call(pair.despina, case), _call(pair.triton, case)
     our_body = _newer_schema_fields(our_body)
-    assert our_body == their_body
+    assert our_body == pair.as_despina_writes_paths(their_body)
     assert (ours, theirs) == (case.statuses or (theirs, theirs))
 
 
@@ -423,7 +423,7 @@ def test_statistics_of_every_model_list_the_same_models(pair: Pair) -> None:
 
 def test_repository_index(pair: Pair) -> None:
     index = Case("index", "POST", "/v2/repository/index", {})
-    assert _call(pair.despina, index) == _call(pair.triton, index)
+    assert _call(pair.despina, index) == pair.as_despina_writes_paths(_call(pair.triton, index))
 
 
 def test_binary_tensors(pair: Pair) -> None:

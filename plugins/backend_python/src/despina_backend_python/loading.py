@@ -27,6 +27,19 @@ def _server_files() -> tuple[str, ...]:
 #: The outermost frames, up to the model's own, are the server's way in: left out.
 _CALLER_FILES = _server_files()
 
+#: The model folders (``<repository>/<model>/``) of the models imported in this process:
+#: a traceback names their files relative to them, as clients may see it.
+_MODEL_FOLDERS: set[str] = set()
+
+
+def _shown(filename: str) -> str:
+    """A frame's file as a client sees it: relative to its model folder
+    (``1/model.py``), else its last component, never a server path."""
+    for folder in _MODEL_FOLDERS:
+        if filename.startswith(folder):
+            return filename[len(folder) :]
+    return Path(filename).name
+
 
 def load_model_class(model_file: Path, module_name: str) -> type[Any]:
     """Import ``model_file`` as ``module_name`` and return its ``TritonPythonModel``.
@@ -36,6 +49,7 @@ def load_model_class(model_file: Path, module_name: str) -> type[Any]:
     """
     if not model_file.is_file():
         raise FileNotFoundError(f"Python model file not found in '{model_file}'")
+    _MODEL_FOLDERS.add(f"{model_file.parent.parent}/")
     for folder in (model_file.parent, model_file.parent.parent):
         if str(folder) not in sys.path:
             sys.path.append(str(folder))
@@ -75,12 +89,13 @@ def initialize_args(
 
 def describe_exception(exc: BaseException) -> str:
     """``Type: message`` then ``At:`` and the model's frames, innermost first (Triton's form):
-    from the first frame outside the server's calling code, without this package's."""
+    from the first frame outside the server's calling code, without this package's; each
+    frame's file relative to its model folder (:func:`_shown`: no server path)."""
     text = f"{type(exc).__name__}: {exc}"
     stack = traceback.extract_tb(exc.__traceback__)
     first = next((i for i, f in enumerate(stack) if not f.filename.startswith(_CALLER_FILES)), 0)
     frames = [
-        f"  {frame.filename}({frame.lineno}): {frame.name}\n"
+        f"  {_shown(frame.filename)}({frame.lineno}): {frame.name}\n"
         for frame in stack[first:]
         if not frame.filename.startswith(_OWN_FILES)
     ]
