@@ -16,9 +16,9 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from despina.testing import RepositoryBuilder, free_port
