@@ -9,22 +9,21 @@ the model's load with the agent's message.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from despina.config import ModelConfig
 from despina.errors import DespinaError, Unavailable
 
-if TYPE_CHECKING:
-    from despina.server import Server
 
-
-async def run_agents(server: Server, config: ModelConfig, model_dir: Path) -> Path:
-    """Run the config's agents in order; return the folder the model loads from."""
+async def run_agents(agents: Mapping[str, type[Any]], config: ModelConfig, model_dir: Path) -> Path:
+    """Run the config's agents (looked up by name in ``agents``, the installed agent
+    classes) in order; return the folder the model loads from."""
     for spec in config.model_repository_agents.agents:
-        cls = server.registry.agents.get(spec.name)
+        cls = agents.get(spec.name)
         if cls is None:
-            installed = ", ".join(sorted(server.registry.agents)) or "none"
+            installed = ", ".join(sorted(agents)) or "none"
             raise Unavailable(
                 f"model '{model_dir.name}': unknown repository agent '{spec.name}'; installed: {installed}"
             )

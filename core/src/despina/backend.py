@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from despina.config import ModelConfig, parameters_of
 from despina.inference import InferenceRequest, InferenceResponse
@@ -29,7 +29,47 @@ from despina.paths import safe_join
 from despina.placement import NeedsThread
 
 if TYPE_CHECKING:
-    from despina.ports import BackendHost
+    from despina.custom_metrics import CustomMetrics
+    from despina.settings import Stash
+
+
+class BackendHost(Protocol):
+    """What a backend and its models may use of the server: its flags, BLS requests,
+    model control (``pb_utils.load_model`` and friends) and custom metrics."""
+
+    #: The server's typed settings: a backend reads its plugin's options under its key
+    #: (``--backend-config`` through :meth:`default_max_batch_size`).
+    stash: Stash
+    #: Custom metric families models create (``pb_utils.MetricFamily``).
+    custom_metrics: CustomMetrics
+
+    @property
+    def exit_timeout_s(self) -> float:
+        """``--exit-timeout-secs``: how long shutdown waits for running work."""
+        ...
+
+    def default_max_batch_size(self, backend: str) -> int:
+        """``--backend-config=[<backend>,]default-max-batch-size=N``, else Triton's 4."""
+        ...
+
+    async def bls_infer(self, caller: str, request: InferenceRequest) -> InferenceResponse:
+        """Run a request from model ``caller`` on a non-decoupled model (recorded as a model
+        ``caller`` uses, for ``unload_dependents``); its error raised."""
+        ...
+
+    def bls_stream(
+        self, caller: str, request: InferenceRequest
+    ) -> AsyncGenerator[InferenceResponse, None]:
+        """Every response of a request from model ``caller`` on any model."""
+        ...
+
+    def model_ready(self, name: str, version: str = "") -> bool: ...
+
+    async def load(
+        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None: ...
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None: ...
 
 
 @dataclass

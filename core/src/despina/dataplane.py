@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from despina.config import mc
 from despina.errors import DespinaError, InvalidArgument, NotFound, Unsupported
@@ -25,14 +25,63 @@ from despina.signatures import default_max_batch_size
 from despina.tensors import config_to_datatype
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.custom_metrics import CustomMetrics
+    from despina.inference import ResponseStream
+    from despina.loader import ModelVersion
+    from despina.models import ModelManager
+    from despina.ports import FrontendHost
+    from despina.runtime_settings import LogSettings, TraceSettings
+    from despina.settings import CoreSettings, Stash
     from despina.shared_memory import SharedMemoryRegistry
 
 
-class DataPlane:
-    """What one :class:`~despina.server.Server` offers its frontends."""
+class Core(Protocol):
+    """What the services below read of the server (:class:`despina.server.Server` is
+    one): declared here so this module never imports the server's."""
 
-    def __init__(self, server: Server) -> None:
+    models: ModelManager
+    shared_memory: SharedMemoryRegistry
+    stash: Stash
+    settings: CoreSettings
+    custom_metrics: CustomMetrics
+    log_settings: LogSettings
+    trace_settings: TraceSettings
+    dataplane: FrontendHost
+    id: str
+    version: str
+
+    @property
+    def live(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def extensions(self) -> list[str]: ...
+
+    def inference_model(self, name: str, version: str = "") -> ModelVersion: ...
+
+    def submit(
+        self, request: InferenceRequest, streaming: bool = True, model: ModelVersion | None = None
+    ) -> tuple[ModelVersion, ResponseStream]: ...
+
+    async def infer(
+        self, request: InferenceRequest, model: ModelVersion | None = None
+    ) -> InferenceResponse: ...
+
+    def outcome(
+        self, model: ModelVersion, response: InferenceResponse | None
+    ) -> InferenceResponse: ...
+
+    def infer_stream(
+        self, request: InferenceRequest
+    ) -> AsyncGenerator[InferenceResponse, None]: ...
+
+
+class DataPlane:
+    """What one server offers its frontends."""
+
+    def __init__(self, server: Core) -> None:
         self._server = server
         self._models = server.models
         #: Registered system shared-memory regions (decoders read inputs from them).
@@ -192,7 +241,7 @@ class BackendServices:
     """What one server offers its backends and their models
     (:class:`despina.ports.BackendHost`)."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Core) -> None:
         self._server = server
         self._models = server.models
         self._settings = server.settings
@@ -233,11 +282,14 @@ class SchedulerServices:
     SETTLE_WAIT_S = 120.0
     _POLL_S = 0.01
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Core) -> None:
         self._models = server.models
         self._startup = set(server.settings.load_model or [])
-        self.ready_model = self._models.get
         self.infer_stream = server.infer_stream
+
+    def ready_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        """The config of the READY version serving ``name``; NotFound / Unavailable."""
+        return self._models.get(name, version).config
 
     def known_models(self) -> set[str]:
         """Every model name in a repository or loaded."""

@@ -15,8 +15,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from despina.backend import Backend
+    from despina.ports import FrontendHost
     from despina.scheduling.base import Scheduler
-    from despina.server import Server
     from despina.settings import Stash
 
 PROJECT = "despina"
@@ -115,10 +115,12 @@ def despina_metrics_exporters() -> list[type[Any]]:
 
 
 @hookspec
-def despina_server_started(server: Server) -> None:
-    """Called once after the models loaded and every frontend started."""
+def despina_server_started(server: FrontendHost) -> None:
+    """Called once after the models loaded and every frontend started; ``server`` is
+    the server's :class:`despina.ports.FrontendHost` (its data plane)."""
 
 
 @hookspec
-def despina_server_stopping(server: Server) -> None:
-    """Called once when shutdown begins, before frontends stop and models unload."""
+def despina_server_stopping(server: FrontendHost) -> None:
+    """Called once when shutdown begins, before frontends stop and models unload;
+    ``server`` as for :func:`despina_server_started`."""

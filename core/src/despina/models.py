@@ -345,7 +345,7 @@ class ModelManager:
             config = cfg.parse_json(config_json, f"config of '{name}'")
         else:
             config, _ = cfg.read_model_config(entry.model_dir)
-        entry.model_dir = await run_agents(self.server, config, entry.model_dir)
+        entry.model_dir = await run_agents(self.server.registry.agents, config, entry.model_dir)
         versions = available_versions(entry.model_dir)
         backend_cls = await prepare_config(self.server, config, entry.model_dir, versions)
         entry.config = config

@@ -5,13 +5,20 @@ backend (through its :class:`~despina.backend.ModelContext`) a :class:`BackendHo
 scheduler (through its :class:`~despina.scheduling.base.ScheduledModel`) a
 :class:`SchedulerHost`. Plugins program against these and never against
 :class:`~despina.server.Server`, which stays free to change. The implementations live in
-:mod:`despina.dataplane`; mypy checks each where the server assigns it.
+:mod:`despina.dataplane`; mypy checks each where the server assigns it. ``BackendHost``
+and ``SchedulerHost`` are defined beside the contracts they serve (:mod:`despina.backend`,
+:mod:`despina.scheduling.base`), so those modules never import this one.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+
+from despina.backend import BackendHost
+from despina.scheduling.base import SchedulerHost
+
+__all__ = ["BackendHost", "FrontendHost", "MetricsHost", "SchedulerHost"]
 
 if TYPE_CHECKING:
     from despina.config import mc
@@ -113,72 +120,3 @@ class MetricsHost(Protocol):
     def ready_versions(self) -> list[ModelVersion]:
         """Every READY model version, by name then version, with its statistics."""
         ...
-
-
-class SchedulerHost(Protocol):
-    """What a scheduler may use of the server: the other models (an ensemble runs its
-    steps on them and waits for them to load)."""
-
-    def known_models(self) -> set[str]:
-        """Every model name in a repository or loaded."""
-        ...
-
-    async def settle(self, name: str) -> None:
-        """Wait while model ``name`` is loading or due to load at start-up (bounded); in
-        explicit control mode load it when it is not ready and nothing else will."""
-        ...
-
-    def ready_model(self, name: str, version: str = "") -> ModelVersion:
-        """The READY version serving ``name``; NotFound / Unavailable otherwise."""
-        ...
-
-    def has_ready_version(self, name: str) -> bool:
-        """Whether any version of ``name`` is READY (another version may be asked for)."""
-        ...
-
-    def load_failure(self, name: str) -> str:
-        """Why ``name`` failed to load, or "" when it did not fail (or never loaded)."""
-        ...
-
-    def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[InferenceResponse, None]:
-        """Every response of a request on any model (errors as ``error`` set)."""
-        ...
-
-
-class BackendHost(Protocol):
-    """What a backend and its models may use of the server: its flags, BLS requests,
-    model control (``pb_utils.load_model`` and friends) and custom metrics."""
-
-    #: The server's typed settings: a backend reads its plugin's options under its key
-    #: (``--backend-config`` through :meth:`default_max_batch_size`).
-    stash: Stash
-    #: Custom metric families models create (``pb_utils.MetricFamily``).
-    custom_metrics: CustomMetrics
-
-    @property
-    def exit_timeout_s(self) -> float:
-        """``--exit-timeout-secs``: how long shutdown waits for running work."""
-        ...
-
-    def default_max_batch_size(self, backend: str) -> int:
-        """``--backend-config=[<backend>,]default-max-batch-size=N``, else Triton's 4."""
-        ...
-
-    async def bls_infer(self, caller: str, request: InferenceRequest) -> InferenceResponse:
-        """Run a request from model ``caller`` on a non-decoupled model (recorded as a model
-        ``caller`` uses, for ``unload_dependents``); its error raised."""
-        ...
-
-    def bls_stream(
-        self, caller: str, request: InferenceRequest
-    ) -> AsyncGenerator[InferenceResponse, None]:
-        """Every response of a request from model ``caller`` on any model."""
-        ...
-
-    def model_ready(self, name: str, version: str = "") -> bool: ...
-
-    async def load(
-        self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
-    ) -> None: ...
-
-    async def unload(self, name: str, unload_dependents: bool = False) -> None: ...

@@ -211,7 +211,7 @@ class Server:
             self.poller = RepositoryPoller(self.models, float(self.settings.repository_poll_secs))
             self.poller.remember_loaded()
             self.poller.start()
-        self.plugins.hook.despina_server_started(server=self)
+        self.plugins.hook.despina_server_started(server=self.dataplane)
 
     async def stop(self) -> None:
         """Stop: refuse new requests, finish in-flight ones, fail queued ones, unload."""
@@ -220,7 +220,7 @@ class Server:
         self._stopping = True
         if self.poller is not None:
             await self.poller.stop()
-        self.plugins.hook.despina_server_stopping(server=self)
+        self.plugins.hook.despina_server_stopping(server=self.dataplane)
         await self.models.unload_all()
         for frontend in reversed(self.frontends):
             await frontend.stop()

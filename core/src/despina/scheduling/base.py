@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from despina.backend import ModelInstance
 from despina.classification import classify_outputs
@@ -27,12 +27,43 @@ from despina.response_cache import ResponseCache
 from despina.stats import ModelStats
 
 if TYPE_CHECKING:
-    from despina.ports import SchedulerHost
+    from collections.abc import AsyncGenerator
 
 log = logging.getLogger("despina.scheduling")
 
 #: How often :meth:`Scheduler.drain` looks whether the queue emptied.
 DRAIN_POLL_S = 0.005
+
+
+class SchedulerHost(Protocol):
+    """What a scheduler may use of the server: the other models (an ensemble runs its
+    steps on them and waits for them to load)."""
+
+    def known_models(self) -> set[str]:
+        """Every model name in a repository or loaded."""
+        ...
+
+    async def settle(self, name: str) -> None:
+        """Wait while model ``name`` is loading or due to load at start-up (bounded); in
+        explicit control mode load it when it is not ready and nothing else will."""
+        ...
+
+    def ready_config(self, name: str, version: str = "") -> ModelConfig:
+        """The config of the READY version serving ``name``; NotFound / Unavailable
+        otherwise."""
+        ...
+
+    def has_ready_version(self, name: str) -> bool:
+        """Whether any version of ``name`` is READY (another version may be asked for)."""
+        ...
+
+    def load_failure(self, name: str) -> str:
+        """Why ``name`` failed to load, or "" when it did not fail (or never loaded)."""
+        ...
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[InferenceResponse, None]:
+        """Every response of a request on any model (errors as ``error`` set)."""
+        ...
 
 
 @dataclass

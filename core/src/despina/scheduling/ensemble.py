@@ -80,7 +80,7 @@ class EnsembleScheduler(Scheduler):
         """The config of the composing model's version; Triton's texts when it has none."""
         host = self._host
         try:
-            return host.ready_model(name, version).config
+            return host.ready_config(name, version)
         except DespinaError:
             pass
         prefix = f"ensemble '{self.model.name}' depends on '{name}'"
@@ -95,7 +95,7 @@ class EnsembleScheduler(Scheduler):
         """True while every composing model has a ready version."""
         for step in self.graph.steps:
             try:
-                self._host.ready_model(step.model_name, step.model_version)
+                self._host.ready_config(step.model_name, step.model_version)
             except DespinaError:
                 return False
         return True
