@@ -14,7 +14,7 @@ import numpy as np
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from despina.testing import RunningServer
+from despina.testing_server import RunningServer
 
 
 class ModelClient:
