@@ -1,4 +1,4 @@
-# make serve · make test · make lint · make bench — each sets up .venv itself.
+# make serve · make test · make lint · make bench · make fuzz — each sets up .venv itself.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,7 @@ PLUGINS := $(sort $(wildcard plugins/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGINS))
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench compare venv clean
+.PHONY: serve test lint bench compare fuzz venv clean
 
 venv: $(STAMP)
 
@@ -15,7 +15,8 @@ $(STAMP): constraints.txt core/pyproject.toml $(PLUGINS)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/pip install -q -c constraints.txt -e 'core[testing]' $(addprefix -e ,$(PLUGIN_DIRS)) \
-		pytest pytest-timeout ruff mypy onnx 'moto[server]' boto3 gcsfs adlfs gcp-storage-emulator h2
+		pytest pytest-timeout ruff mypy onnx 'moto[server]' boto3 gcsfs adlfs gcp-storage-emulator h2 trustme \
+		hypothesis schemathesis
 	@if command -v npm >/dev/null; then npm install -s --no-audit --no-fund --prefix $(VENV)/node azurite@3.37.0; \
 	else echo 'npm not found: the as:// repository tests (Azurite) will be skipped'; fi
 	touch $(STAMP)
@@ -30,6 +31,12 @@ test: $(STAMP)
 # `make test`: it needs Triton, by default ../shared/tools/tritonserver, or $TRITONSERVER).
 compare: $(STAMP)
 	$(BIN)/python -m pytest compare $(PYTEST_ARGS)
+
+# The property tests of tests/fuzz/ (bounded in `make test`) as long campaigns: every target
+# runs FUZZ_EXAMPLES cases (default 100000) and prints cases / crashes / hangs / 5xx.
+FUZZ_EXAMPLES ?= 100000
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzz/campaign.py --examples $(FUZZ_EXAMPLES) $(FUZZ_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check core plugins tests bench compare

@@ -11,6 +11,11 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from despina_frontend_http.decode import HeaderLayouts
+from despina_frontend_http.plugin import (
+    DEFAULT_MAX_HEADER_SIZE,
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_OUTPUTS,
+)
 from despina_frontend_http.restricted import Restrictions
 
 if TYPE_CHECKING:
@@ -34,6 +39,10 @@ class Context:
     forward: re.Pattern[str] | None
     #: Inference requests' JSON headers already decoded (see :mod:`.decode`).
     layouts: HeaderLayouts = field(default_factory=HeaderLayouts)
+    #: ``--http-max-header-size``, ``--http-max-json-depth``, ``--http-max-outputs``.
+    max_header_size: int = DEFAULT_MAX_HEADER_SIZE
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_outputs: int = DEFAULT_MAX_OUTPUTS
 
 
 def versioned(path: str) -> list[str]:

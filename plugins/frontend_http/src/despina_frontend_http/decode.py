@@ -30,6 +30,9 @@ from despina import (
     deserialize_bytes,
 )
 
+from despina_frontend_http.limits import check_json_depth
+from despina_frontend_http.plugin import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_OUTPUTS
+
 _OBJECT = np.dtype(np.object_)
 #: How many header layouts :class:`HeaderLayouts` keeps (the oldest is dropped first).
 LAYOUTS_KEPT = 256
@@ -131,8 +134,11 @@ class HeaderLayouts:
         )
 
 
-def parse_header(body: bytes | memoryview, header_length: str | None) -> tuple[dict[str, Any], int]:
-    """The request's JSON object and where its binary part starts."""
+def parse_header(
+    body: bytes | memoryview, header_length: str | None, max_depth: int = DEFAULT_MAX_JSON_DEPTH
+) -> tuple[dict[str, Any], int]:
+    """The request's JSON object and where its binary part starts; InvalidArgument for
+    JSON nested deeper than ``max_depth`` (before parsing)."""
     if header_length is None:
         size = len(body)
         text: bytes | memoryview = body
@@ -146,6 +152,11 @@ def parse_header(body: bytes | memoryview, header_length: str | None) -> tuple[d
                 f"inference header size should be in range (0, {len(body)}), got: {size}"
             )
         text = memoryview(body)[:size]
+    # bytes are counted in place; a worker's frame (a view) is checked on a copy
+    if not isinstance(body, bytes) or (
+        body.count(b"[", 0, size) + body.count(b"{", 0, size) > max_depth
+    ):
+        check_json_depth(text, max_depth)
     try:
         header = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -162,15 +173,19 @@ def decode_request(
     version: str,
     shm: SharedMemoryRegistry,
     layouts: HeaderLayouts,
+    max_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    max_outputs: int = DEFAULT_MAX_OUTPUTS,
 ) -> InferenceRequest:
-    """Build the request for ``model``; InvalidArgument for anything malformed.
-    ``layouts``: where headers already seen are looked up, and new ones kept."""
+    """Build the request for ``model``; InvalidArgument for anything malformed, JSON
+    nested deeper than ``max_depth`` or more than ``max_outputs`` outputs.
+    ``layouts``: where headers already seen are looked up, and new ones kept (only
+    headers within both limits are)."""
     key = HeaderLayouts.key(body, header_length)
     if key is not None:
         layout = layouts.get(key)
         if layout is not None and layout.end == len(body):
             return layout.request(body, model, version)
-    header, offset = parse_header(body, header_length)
+    header, offset = parse_header(body, header_length, max_depth)
     inputs_json = header.get("inputs")
     if not isinstance(inputs_json, list):
         raise _parse_error("inputs", inputs_json, "array")
@@ -193,6 +208,11 @@ def decode_request(
     if outputs_json is not None:
         if not isinstance(outputs_json, list):
             raise InvalidArgument("Unable to parse 'outputs': expected a JSON array")
+        if len(outputs_json) > max_outputs:
+            raise InvalidArgument(
+                f"the request names {len(outputs_json)} outputs, more than {max_outputs}; "
+                "use --http-max-outputs to increase the limit"
+            )
         request.outputs = [_decode_output(o) for o in outputs_json]
     if params:
         _sequence_and_policy(request, params)

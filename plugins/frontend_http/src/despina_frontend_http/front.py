@@ -33,6 +33,7 @@ import http
 import logging
 import re
 import shutil
+import ssl
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ import httptools
 import orjson
 from aiohttp import web
 
+from despina_frontend_http.aioserver import head_too_large
 from despina_frontend_http.body import ChunkSizes, too_large
 from despina_frontend_http.context import Context
 from despina_frontend_http.responses import failure
@@ -61,11 +63,8 @@ log = logging.getLogger("despina.http")
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
 #: Requests a connection may have waiting before it stops reading.
 MAX_WAITING = 16
-#: Largest request line plus headers (aiohttp is configured for 64 KiB fields).
-MAX_HEAD_BYTES = 1 << 20
 #: Seconds a refused connection reads and drops what its client still sends.
 LINGER_S = 5.0
-_HEAD_TOO_LARGE = "request line and headers over 1 MiB"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 #: Request targets already parsed by :func:`infer_target` (clients repeat one or a few).
@@ -107,6 +106,7 @@ class Incoming:
         "over_limit",
         "raw_headers",
         "refusal",
+        "refusal_status",
         "size",
         "url",
         "version",
@@ -124,8 +124,10 @@ class Incoming:
         self.head_bytes = 0
         self.over_limit = False
         self.early_due = False
-        #: Why the request could not be parsed (answered 400 in its turn), else None.
+        #: Why the request could not be parsed (answered in its turn), else None.
         self.refusal: str | None = None
+        #: The status answering :attr:`refusal`: 400, or 431 for a head over the limit.
+        self.refusal_status = 400
 
 
 class AnswerDue:
@@ -162,12 +164,22 @@ class FrontConnection(asyncio.Protocol):
         self.draining = False
         self.parse_failed = False
         self.closed = False
+        #: The parser is reading a request's line and headers (or waits for a request).
+        self.in_head = True
+        #: Bytes fed to the parser while :attr:`in_head`, since the head began.
+        self.head_fed = 0
+        #: A head passed ``--http-max-header-size`` within a parser callback.
+        self.head_over = False
 
     # --- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if len(self.front.connections) >= self.front.max_connections:
+            self.closed = True  # over --http-max-connections: nothing read, closed now
+            transport.close()
+            return
         self.front.connections.add(self)
         if self.front.stopping:  # accepted as the listener closed: nothing read, closed now
             self.close_when_idle()
@@ -175,18 +187,50 @@ class FrontConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed or self.parse_failed:  # refused: dropped (see _refuse)
             return
+        if self.in_head:  # a head being read: never more than the limit reaches the parser
+            room = self.ctx.max_header_size - self.head_fed
+            if len(data) > room:
+                if not self._feed_head(data[: max(room, 0)]):
+                    return
+                data = data[room:]
+            else:
+                self.head_fed += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
             self._ignore_upgrade(data[exc.args[0] :])
         except httptools.HttpParserError as exc:
-            self._bad_request(f"malformed HTTP request: {exc}")
+            self._parse_error(exc)
         else:
             chunks = self.chunks
             if chunks.reading or chunks.opened:
                 incoming = self.current
                 if chunks.announced(data, incoming.size) > self.ctx.max_input_size:
                     self._too_large(incoming)
+
+    def _feed_head(self, head: bytes) -> bool:
+        """Feed the bytes the head may still take; False (answered: 431 or 400) when the
+        head did not end within them."""
+        try:
+            self.parser.feed_data(head)
+        except httptools.HttpParserUpgrade:
+            pass  # the head ended (an upgrade offer): the rest is parsed again
+        except httptools.HttpParserError as exc:
+            self._parse_error(exc)
+            return False
+        if self.in_head:
+            self._head_too_large()
+            return False
+        return True
+
+    def _parse_error(self, exc: httptools.HttpParserError) -> None:
+        if self.head_over:
+            self._head_too_large()
+        else:
+            self._bad_request(f"malformed HTTP request: {exc}")
+
+    def _head_too_large(self) -> None:
+        self._bad_request(head_too_large(self.ctx.max_header_size), 431)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -215,6 +259,7 @@ class FrontConnection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self.current = Incoming()
+        self.in_head = True
 
     def on_url(self, url: bytes) -> None:
         self.current.url += url
@@ -223,11 +268,14 @@ class FrontConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         current = self.current
         current.raw_headers.append((name, value))
-        current.head_bytes += len(name) + len(value)
-        if current.head_bytes > MAX_HEAD_BYTES:
-            raise httptools.HttpParserError(_HEAD_TOO_LARGE)
+        current.head_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        if current.head_bytes > self.ctx.max_header_size:
+            self.head_over = True
+            raise httptools.HttpParserError("request head too large")
 
     def on_headers_complete(self) -> None:
+        self.in_head = False
+        self.head_fed = 0
         incoming = self.current
         parser = self.parser
         incoming.method = parser.get_method()
@@ -263,6 +311,7 @@ class FrontConnection(asyncio.Protocol):
             incoming.body.append(body)
 
     def on_message_complete(self) -> None:
+        self.in_head = True  # what follows is the next request's head
         self.chunks.end()
         incoming = self.current
         incoming.early_due = False  # its body came: answered in turn
@@ -335,7 +384,7 @@ class FrontConnection(asyncio.Protocol):
     async def _answer(self, incoming: Incoming) -> bool:
         """Answer one request; whether the connection stays open."""
         if incoming.refusal is not None:
-            self._write_error(incoming, 400, incoming.refusal)
+            self._write_error(incoming, incoming.refusal_status, incoming.refusal)
             self._refuse()
             return False
         if incoming.over_limit:
@@ -450,7 +499,7 @@ class FrontConnection(asyncio.Protocol):
         lines = [f"HTTP/{incoming.version} {status} {_PHRASES[status]}\r\n"]
         lines += [f"{key}: {value}\r\n" for key, value in headers.items()]
         lines.append(f"Content-Length: {sum(len(p) for p in parts)}\r\n")
-        if not incoming.keep_alive or status == 413 or self._drained():
+        if not incoming.keep_alive or status in (413, 431) or self._drained():
             lines.append("Connection: close\r\n")
         elif incoming.version == "1.0":
             lines.append("Connection: keep-alive\r\n")
@@ -461,22 +510,25 @@ class FrontConnection(asyncio.Protocol):
         body = orjson.dumps({"error": message})
         self._write_response(incoming, status, {"Content-Type": "application/json"}, [body])
 
-    def _bad_request(self, message: str) -> None:
-        """A request that does not parse: 400 after the answers before it, then close."""
+    def _bad_request(self, message: str, status: int = 400) -> None:
+        """A request that does not parse (400) or whose head is over the limit (431):
+        answered after the answers before it, then the connection closes."""
         incoming = Incoming()
         incoming.keep_alive = False
         incoming.refusal = message
+        incoming.refusal_status = status
         self.parse_failed = True
         if self.task is None and not self.waiting:
-            self._write_error(incoming, 400, message)
+            self._write_error(incoming, status, message)
             self._refuse()
         else:
             self.waiting.append(incoming)
 
     def _count_head(self, size: int) -> None:
         self.current.head_bytes += size
-        if self.current.head_bytes > MAX_HEAD_BYTES:
-            raise httptools.HttpParserError(_HEAD_TOO_LARGE)
+        if self.current.head_bytes > self.ctx.max_header_size:
+            self.head_over = True
+            raise httptools.HttpParserError("request head too large")
 
     def _ignore_upgrade(self, rest: bytes) -> None:
         """Only HTTP/1.1 is spoken here: a request offering an upgrade (curl's h2c) was
@@ -507,7 +559,8 @@ class FrontConnection(asyncio.Protocol):
         if self.transport is not None:
             if self.reading_paused:
                 self.transport.resume_reading()
-            self.transport.write_eof()
+            if self.transport.can_write_eof():  # not over TLS: the linger closes it
+                self.transport.write_eof()
             asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
 
     def close_when_idle(self) -> None:
@@ -603,9 +656,11 @@ class AppLink(asyncio.Protocol):
 class Front:
     """The listener, and the aiohttp application it relays to."""
 
-    def __init__(self, ctx: Context, app: web.Application) -> None:
+    def __init__(self, ctx: Context, app: web.Application, max_connections: int = 1 << 62) -> None:
         self.ctx = ctx
         self.app = app
+        #: ``--http-max-connections``: a connection beyond it is closed at once.
+        self.max_connections = max_connections
         self.connections: set[FrontConnection] = set()
         self.links: set[AppLink] = set()
         self.folder = Path(tempfile.mkdtemp(prefix="despina-http-"))
@@ -615,8 +670,11 @@ class Front:
         #: Set when :meth:`stop` begins: a connection made after it is closed at once.
         self.stopping = False
 
-    async def start(self, host: str, port: int, reuse_port: bool) -> int:
-        """Serve the application on its socket, then listen; the bound port (OSError)."""
+    async def start(
+        self, host: str, port: int, reuse_port: bool, ssl_context: ssl.SSLContext | None = None
+    ) -> int:
+        """Serve the application on its socket, then listen (over TLS with
+        ``ssl_context``); the bound port (OSError)."""
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self.runner.setup()
         await web.UnixSite(self.runner, self.socket_path).start()
@@ -628,6 +686,7 @@ class Front:
                 port,
                 reuse_port=reuse_port or None,
                 backlog=1024,
+                ssl=ssl_context,
             )
         except OSError:
             await self.stop()

@@ -19,6 +19,7 @@ from despina_frontend_http import (
     routes_meta,
     routes_shm,
 )
+from despina_frontend_http.aioserver import GuardedSite, handler_args
 from despina_frontend_http.context import Context
 from despina_frontend_http.front import Front
 from despina_frontend_http.options import HTTP_OPTIONS, HttpOptions
@@ -35,7 +36,8 @@ log = logging.getLogger("despina.http")
 def build_app(context: Context) -> web.Application:
     """The aiohttp application with every endpoint (also usable without a socket)."""
     app = web.Application(
-        client_max_size=context.max_input_size, handler_args={"max_field_size": 65536}
+        client_max_size=context.max_input_size,
+        handler_args=handler_args(context.max_header_size),
     )
     table = [
         *routes_infer.routes(context),
@@ -48,6 +50,11 @@ def build_app(context: Context) -> web.Application:
     for method, path, group, handler in table:
         app.router.add_route(method, path, endpoint(group, context.restrictions)(handler))
     return app
+
+
+def _service(options: HttpOptions) -> str:
+    """The log's name for the service: Triton's ``HTTPService``, or ``HTTPSService``."""
+    return "HTTPSService" if options.tls else "HTTPService"
 
 
 class HttpFrontend:
@@ -83,6 +90,9 @@ class HttpFrontend:
             executor=self._executor,
             restrictions=Restrictions(options.restrictions),
             forward=re.compile(pattern, re.IGNORECASE) if pattern else None,
+            max_header_size=options.max_header_size,
+            max_json_depth=options.max_json_depth,
+            max_outputs=options.max_outputs,
         )
         if options.worker_processes > 0:
             self._pool = WorkerPool(context, build_app(context), options.worker_processes)
@@ -92,26 +102,35 @@ class HttpFrontend:
                 await self.stop()
                 raise
             log.info(
-                "Started HTTPService at %s:%d (%d worker processes)",
+                "Started %s at %s:%d (%d worker processes)",
+                _service(options),
                 options.address,
                 self.port,
                 options.worker_processes,
             )
             return
         if options.stack == "despina":
-            front = Front(context, build_app(context))
+            front = Front(context, build_app(context), options.max_connections)
             try:
-                self.port = await front.start(options.address, options.port, options.reuse_port)
+                self.port = await front.start(
+                    options.address, options.port, options.reuse_port, options.ssl_context
+                )
             except OSError:
                 self._executor.shutdown(wait=False)
                 raise
             self._front = front
-            log.info("Started HTTPService at %s:%d", options.address, self.port)
+            log.info("Started %s at %s:%d", _service(options), options.address, self.port)
             return
         runner = web.AppRunner(build_app(context), access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(
-            runner, options.address, options.port, reuse_port=options.reuse_port or None
+        site = GuardedSite(
+            runner,
+            options.address,
+            options.port,
+            max_connections=options.max_connections,
+            max_header_size=options.max_header_size,
+            ssl_context=options.ssl_context,
+            reuse_port=options.reuse_port or None,
         )
         try:
             await site.start()
@@ -121,7 +140,7 @@ class HttpFrontend:
             raise
         self._runner = runner
         self.port = int(runner.addresses[0][1])
-        log.info("Started HTTPService at %s:%d", options.address, self.port)
+        log.info("Started %s at %s:%d", _service(options), options.address, self.port)
 
     @staticmethod
     async def _start_workers(pool: WorkerPool, options: HttpOptions) -> int:

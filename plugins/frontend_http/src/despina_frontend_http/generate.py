@@ -32,6 +32,7 @@ from despina import (
 
 from despina_frontend_http.decode import tensor_from_json
 from despina_frontend_http.encode import json_data
+from despina_frontend_http.plugin import DEFAULT_MAX_JSON_DEPTH
 from despina_frontend_http.responses import json_body
 
 #: Input name -> (datatype, metadata shape with -1 for variable dimensions).
@@ -50,10 +51,15 @@ def input_shapes(metadata: Mapping[str, Any]) -> dict[str, tuple[str, list[int]]
 
 
 def generate_request(
-    body: bytes, model: str, version: str, inputs: InputShapes
+    body: bytes,
+    model: str,
+    version: str,
+    inputs: InputShapes,
+    max_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> InferenceRequest:
-    """The request a generate body asks for; InvalidArgument with Triton's texts."""
-    document = json_body(body, allow_empty=False)
+    """The request a generate body asks for; InvalidArgument with Triton's texts (and
+    for JSON nested deeper than ``max_depth``)."""
+    document = json_body(body, allow_empty=False, max_depth=max_depth)
     request = InferenceRequest(model, {}, model_version=version)
     request_id = document.get("id")
     if request_id is not None:

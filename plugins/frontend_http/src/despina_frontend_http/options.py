@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from despina import Restriction, StashKey, parse_restricted
+
+from despina_frontend_http.tls import server_context
 
 #: The flag whose values restrict endpoint groups.
 RESTRICTED_FLAG = "--http-restricted-api"
@@ -29,6 +34,51 @@ class HttpOptions:
     #: The restricted endpoint groups: ``{group: Restriction}``.
     restrictions: Mapping[str, Restriction]
     max_input_size: int
+    #: ``--http-max-header-size``: request line plus headers, in bytes.
+    max_header_size: int
+    #: ``--http-max-connections``: open client connections (per worker process).
+    max_connections: int
+    max_json_depth: int
+    max_outputs: int
+    use_ssl: bool
+    use_ssl_mutual: bool
+    server_cert: str
+    server_key: str
+    root_cert: str
+    #: The port's TLS context (built once, files checked) when :attr:`tls`, else None.
+    ssl_context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def tls(self) -> bool:
+        """Whether the port is served over TLS (``--http-use-ssl`` or ``-mutual``)."""
+        return self.use_ssl or self.use_ssl_mutual
+
+    def build_ssl_context(self) -> ssl.SSLContext | None:
+        """A new TLS context from the certificate flags, or None without TLS (OSError,
+        ssl.SSLError for unusable files)."""
+        if not self.tls:
+            return None
+        return server_context(
+            self.server_cert, self.server_key, self.root_cert or None, self.use_ssl_mutual
+        )
+
+    def worker_settings(self) -> dict[str, Any]:
+        """What a worker process needs (JSON-ready; it builds its own TLS context)."""
+        return {
+            "address": self.address,
+            "port": self.port,
+            "max_input_size": self.max_input_size,
+            "restricted": list(self.restricted_api),
+            "forward_pattern": self.header_forward_pattern,
+            "threads": self.thread_count,
+            "max_header_size": self.max_header_size,
+            "max_connections": self.max_connections,
+            "tls": self.tls,
+            "server_cert": self.server_cert,
+            "server_key": self.server_key,
+            "root_cert": self.root_cert,
+            "use_ssl_mutual": self.use_ssl_mutual,
+        }
 
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> HttpOptions:
@@ -37,8 +87,12 @@ class HttpOptions:
             raise ValueError("--http-worker-processes must be >= 0")
         if flags.http_max_input_size <= 0:
             raise ValueError("--http-max-input-size must be positive")
+        for flag, minimum in _MINIMUMS.items():
+            value = getattr(flags, flag.lstrip("-").replace("-", "_"))
+            if value < minimum:
+                raise ValueError(f"{flag} must be at least {minimum}")
         restricted = tuple(flags.http_restricted_api)
-        return cls(
+        options = cls(
             allow_http=bool(flags.allow_http),
             port=int(flags.http_port),
             address=str(flags.http_address),
@@ -50,7 +104,39 @@ class HttpOptions:
             restricted_api=restricted,
             restrictions=parse_restricted(restricted, RESTRICTED_FLAG),
             max_input_size=int(flags.http_max_input_size),
+            max_header_size=int(flags.http_max_header_size),
+            max_connections=int(flags.http_max_connections),
+            max_json_depth=int(flags.http_max_json_depth),
+            max_outputs=int(flags.http_max_outputs),
+            use_ssl=bool(flags.http_use_ssl),
+            use_ssl_mutual=bool(flags.http_use_ssl_mutual),
+            server_cert=str(flags.http_server_cert),
+            server_key=str(flags.http_server_key),
+            root_cert=str(flags.http_root_cert),
         )
+        if not (options.allow_http and options.tls):
+            return options
+        if not (options.server_cert and options.server_key):
+            raise ValueError("--http-use-ssl needs --http-server-cert and --http-server-key")
+        if options.use_ssl_mutual and not options.root_cert:
+            raise ValueError("--http-use-ssl-mutual needs --http-root-cert")
+        try:
+            context = options.build_ssl_context()
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(
+                "cannot use --http-server-cert / --http-server-key / --http-root-cert: "
+                f"{exc.strerror or exc}"
+            ) from None
+        return dataclasses.replace(options, ssl_context=context)
+
+
+#: Smallest values of the limit flags (a smaller one would refuse every request).
+_MINIMUMS = {
+    "--http-max-header-size": 1024,
+    "--http-max-connections": 1,
+    "--http-max-json-depth": 4,
+    "--http-max-outputs": 0,
+}
 
 
 #: Where the HTTP frontend's options live in the server's stash.

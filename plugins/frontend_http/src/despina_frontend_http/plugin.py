@@ -12,6 +12,12 @@ if TYPE_CHECKING:
 
 #: Triton's default for --http-max-input-size (bytes).
 DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
+#: Defaults of the other limit flags (as in :mod:`despina_frontend_http.limits`, which
+#: imports numpy: this module stays cheap to import).
+DEFAULT_MAX_HEADER_SIZE = 64 * 1024
+DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_MAX_JSON_DEPTH = 64
+DEFAULT_MAX_OUTPUTS = 256
 
 
 @hookimpl
@@ -87,6 +93,70 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_INPUT_SIZE,
         metavar="BYTES",
         help="largest request body accepted, after decompression (default: 64 MiB)",
+    )
+    group.add_argument(
+        "--http-max-header-size",
+        type=int,
+        default=DEFAULT_MAX_HEADER_SIZE,
+        metavar="BYTES",
+        help="largest request line plus headers; larger is answered 431 and the connection "
+        "closed (Despina; default: 65536)",
+    )
+    group.add_argument(
+        "--http-max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="INT",
+        help="open client connections (per worker process); a connection beyond it is closed "
+        "at once (Despina; default: 4096)",
+    )
+    group.add_argument(
+        "--http-max-json-depth",
+        type=int,
+        default=DEFAULT_MAX_JSON_DEPTH,
+        metavar="INT",
+        help="deepest nesting of arrays and objects in a JSON body; deeper is answered 400 "
+        "before parsing (Despina; default: 64, enough for rank-32 tensors)",
+    )
+    group.add_argument(
+        "--http-max-outputs",
+        type=int,
+        default=DEFAULT_MAX_OUTPUTS,
+        metavar="INT",
+        help="outputs one inference request may name; more is answered 400 (Despina; default: 256)",
+    )
+    group.add_argument(
+        "--http-use-ssl",
+        type=triton_bool,
+        default=False,
+        metavar="BOOL",
+        help="serve HTTPS: TLS 1.2 or later (Despina; default: false)",
+    )
+    group.add_argument(
+        "--http-use-ssl-mutual",
+        type=triton_bool,
+        default=False,
+        metavar="BOOL",
+        help="HTTPS with client certificates required, checked against --http-root-cert "
+        "(Despina; default: false)",
+    )
+    group.add_argument(
+        "--http-server-cert",
+        default="",
+        metavar="PATH",
+        help="PEM server certificate (chain) for --http-use-ssl",
+    )
+    group.add_argument(
+        "--http-server-key",
+        default="",
+        metavar="PATH",
+        help="PEM server private key for --http-use-ssl",
+    )
+    group.add_argument(
+        "--http-root-cert",
+        default="",
+        metavar="PATH",
+        help="PEM root certificate that client certificates must chain to (mutual TLS)",
     )
 
 

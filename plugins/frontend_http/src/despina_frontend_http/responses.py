@@ -12,6 +12,8 @@ import orjson
 from aiohttp import web
 from despina import DespinaError, InvalidArgument
 
+from despina_frontend_http.limits import check_json_depth
+from despina_frontend_http.plugin import DEFAULT_MAX_JSON_DEPTH
 from despina_frontend_http.restricted import Restrictions
 
 log = logging.getLogger("despina.http")
@@ -37,12 +39,16 @@ def ok() -> web.Response:
     return web.Response(status=200)
 
 
-def json_body(raw: bytes, allow_empty: bool = True) -> dict[str, Any]:
-    """A request's JSON object; InvalidArgument for malformed JSON or a non-object."""
+def json_body(
+    raw: bytes, allow_empty: bool = True, max_depth: int = DEFAULT_MAX_JSON_DEPTH
+) -> dict[str, Any]:
+    """A request's JSON object; InvalidArgument for malformed JSON, a non-object or JSON
+    nested deeper than ``max_depth``."""
     if not raw.strip():
         if allow_empty:
             return {}
         raise InvalidArgument("failed to parse the request JSON buffer: the body is empty")
+    check_json_depth(raw, max_depth)
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

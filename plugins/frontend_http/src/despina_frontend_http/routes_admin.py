@@ -21,7 +21,8 @@ def routes(ctx: Context) -> list[Route]:
     host = ctx.host
 
     async def body_of(request: web.Request, limit: int = SMALL_BODY) -> dict[str, Any]:
-        return json_body(await read_body(request, min(limit, ctx.max_input_size)))
+        body = await read_body(request, min(limit, ctx.max_input_size))
+        return json_body(body, max_depth=ctx.max_json_depth)
 
     async def index(request: web.Request) -> web.StreamResponse:
         options = await body_of(request)

@@ -64,7 +64,8 @@ def routes(ctx: Context) -> list[Route]:
         info = http.match_info
         name, version = info["model"], info.get("version", "")
         shapes = input_shapes(ctx.host.model_metadata(name, version))
-        return generate_request(await read_body(http, limit), name, version, shapes)
+        body = await read_body(http, limit)
+        return generate_request(body, name, version, shapes, ctx.max_json_depth)
 
     async def generate(http: web.Request) -> web.StreamResponse:
         request = await parse(http)

@@ -77,7 +77,16 @@ def start_infer(
     model = host.inference_model(name, version)  # unknown model/version: before the body
     if model.decoupled:
         raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
-    request = decode_request(body, header_length, name, version, host.shared_memory, ctx.layouts)
+    request = decode_request(
+        body,
+        header_length,
+        name,
+        version,
+        host.shared_memory,
+        ctx.layouts,
+        ctx.max_json_depth,
+        ctx.max_outputs,
+    )
     if forwarded:
         for key, value in forwarded.items():
             request.parameters.setdefault(key, value)

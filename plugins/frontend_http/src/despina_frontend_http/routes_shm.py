@@ -24,7 +24,8 @@ def routes(ctx: Context) -> list[Route]:
 
     async def register(request: web.Request) -> web.StreamResponse:
         region = request.match_info["region"]
-        body = json_body(await read_body(request, 65536), allow_empty=False)
+        raw = await read_body(request, 65536)
+        body = json_body(raw, allow_empty=False, max_depth=ctx.max_json_depth)
         key, offset, size = body.get("key"), body.get("offset", 0), body.get("byte_size")
         if not isinstance(key, str) or not _is_int(offset) or not _is_int(size):
             raise InvalidArgument(

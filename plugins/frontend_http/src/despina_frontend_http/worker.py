@@ -22,12 +22,14 @@ from aiohttp import web
 from despina import DespinaError, Unavailable, parse_restricted
 
 from despina_frontend_http import wire
+from despina_frontend_http.aioserver import GuardedSite, handler_args
 from despina_frontend_http.body import read_body
 from despina_frontend_http.context import versioned
 from despina_frontend_http.options import RESTRICTED_FLAG
 from despina_frontend_http.responses import error_response
 from despina_frontend_http.restricted import Restrictions
 from despina_frontend_http.routes_infer import respond
+from despina_frontend_http.tls import server_context
 
 #: Request headers not forwarded to the server (hop-by-hop, or describing the raw body).
 _HOP = {
@@ -144,7 +146,9 @@ def build_worker_app(
                 pass
             return stream
 
-    app = web.Application(client_max_size=limit)
+    app = web.Application(
+        client_max_size=limit, handler_args=handler_args(int(settings["max_header_size"]))
+    )
     for path in versioned("/infer"):
         app.router.add_post(path, infer)
     app.router.add_route("*", "/{tail:.*}", proxy)
@@ -164,7 +168,25 @@ async def serve(link_path: str, proxy_path: str, settings: dict[str, Any]) -> No
             build_worker_app(link, session, settings), access_log=None, handle_signals=False
         )
         await runner.setup()
-        site = web.TCPSite(runner, settings["address"], int(settings["port"]), reuse_port=True)
+        context = (
+            server_context(
+                settings["server_cert"],
+                settings["server_key"],
+                settings["root_cert"] or None,
+                bool(settings["use_ssl_mutual"]),
+            )
+            if settings["tls"]
+            else None
+        )
+        site = GuardedSite(
+            runner,
+            settings["address"],
+            int(settings["port"]),
+            max_connections=int(settings["max_connections"]),
+            max_header_size=int(settings["max_header_size"]),
+            ssl_context=context,
+            reuse_port=True,
+        )
         try:
             await site.start()
         except OSError as exc:

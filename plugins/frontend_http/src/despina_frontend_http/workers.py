@@ -50,16 +50,7 @@ class WorkerPool:
 
         link = str(self.folder / "link.sock")
         self.link = await asyncio.get_running_loop().create_unix_server(connection, link)
-        worker_options = json.dumps(
-            {
-                "address": options.address,
-                "port": options.port,
-                "max_input_size": self.ctx.max_input_size,
-                "restricted": list(options.restricted_api),
-                "forward_pattern": options.header_forward_pattern,
-                "threads": options.thread_count,
-            }
-        )
+        worker_options = json.dumps(options.worker_settings())
         for _ in range(self.count):
             self.processes.append(
                 await asyncio.create_subprocess_exec(
