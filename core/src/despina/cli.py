@@ -38,6 +38,13 @@ def default_repository() -> Path | None:
 
 def add_core_flags(parser: argparse.ArgumentParser) -> None:
     """The flags the core implements, with tritonserver's names and defaults."""
+
+    def non_negative_int(text: str) -> int:
+        value = int(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+        return value
+
     server = parser.add_argument_group("server")
     server.add_argument(
         "--id",
@@ -73,6 +80,15 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         help="microseconds the event loop polls for new events before sleeping; saves "
         "the wake-up latency at low concurrency for CPU while traffic flows, 0 turns "
         f"it off (default: {default_busy_poll_us()}; 0 on a single CPU)",
+    )
+    server.add_argument(
+        "--max-pending-requests",
+        type=non_negative_int,
+        default=4096,
+        metavar="INT",
+        help="requests each model version queues (per priority level) where its config sets "
+        "no max_queue_size; more are refused with UNAVAILABLE 'Exceeds maximum queue size'; "
+        "0 = unbounded, as Triton (Despina; default: 4096)",
     )
     repo = parser.add_argument_group("model repository")
     repo.add_argument(

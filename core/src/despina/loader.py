@@ -248,6 +248,7 @@ async def load_version(
             cache=server.response_cache if version.config.response_cache.enable else None,
             limiter=server.rate_limiter,
             needs=rate_limiter_needs(server, version.config, specs),
+            max_pending=server.settings.max_pending_requests,
         )
         version.scheduler = scheduler_cls(model)
         await version.scheduler.start()

@@ -84,6 +84,9 @@ class CoreSettings:
     backend_config: tuple[str, ...]
     #: Why each tritonserver flag given that Despina accepts without effect does nothing.
     inert_flags_given: tuple[str, ...]
+    #: ``--max-pending-requests`` (Despina's): requests each model version queues (per
+    #: priority level) where its config sets no ``max_queue_size``; 0: unbounded.
+    max_pending_requests: int = 4096
 
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> CoreSettings:
@@ -113,6 +116,7 @@ class CoreSettings:
             log_file=flags.log_file,
             backend_config=tuple(flags.backend_config or ()),
             inert_flags_given=tuple(flags.inert_flags_given),
+            max_pending_requests=int(flags.max_pending_requests),
         )
 
 

@@ -33,6 +33,11 @@ log = logging.getLogger("despina.scheduling")
 
 #: How often :meth:`Scheduler.drain` looks whether the queue emptied.
 DRAIN_POLL_S = 0.005
+#: ``--max-pending-requests``'s default: requests a model version's queue holds (per
+#: priority level) where its config sets no ``max_queue_size``; beyond it a request is
+#: refused at once with UNAVAILABLE "Exceeds maximum queue size" (Triton's text for a full
+#: queue), so a flood costs bounded memory. 0: unbounded, as Triton.
+DEFAULT_MAX_PENDING_REQUESTS = 4096
 
 
 class SchedulerHost(Protocol):
@@ -85,6 +90,9 @@ class ScheduledModel:
     #: needs in ``instances`` order (None: the instance is not rate limited).
     limiter: RateLimiter | None = None
     needs: list[Needs | None] = field(default_factory=list)
+    #: ``--max-pending-requests``: the queue bound where the config sets no
+    #: ``max_queue_size`` (0: unbounded).
+    max_pending: int = DEFAULT_MAX_PENDING_REQUESTS
     #: The outputs the config declares: what a request that names none receives.
     output_names: frozenset[str] = field(init=False)
 

@@ -32,10 +32,11 @@ class DynamicBatchScheduler(QueueScheduler):
     def make_queue(self) -> RequestQueue:
         batching = self.model.config.dynamic_batching
         levels = int(batching.priority_levels) or 1
+        default_max = self.model.max_pending
         policies = [
-            _policy(batching.priority_queue_policy[level])
+            _policy(batching.priority_queue_policy[level], default_max)
             if level in batching.priority_queue_policy
-            else _policy(batching.default_queue_policy)
+            else _policy(batching.default_queue_policy, default_max)
             for level in range(1, levels + 1)
         ]
         return RequestQueue(self._reject, policies, int(batching.default_priority_level) or 1)
@@ -75,10 +76,12 @@ class DynamicBatchScheduler(QueueScheduler):
         return batch
 
 
-def _policy(policy: Any) -> QueuePolicy:
-    """A config ``ModelQueuePolicy`` as a :class:`QueuePolicy`."""
+def _policy(policy: Any, default_max: int = 0) -> QueuePolicy:
+    """A config ``ModelQueuePolicy`` as a :class:`QueuePolicy`; a level whose
+    ``max_queue_size`` is 0 (unbounded in Triton) holds at most ``default_max``
+    (``--max-pending-requests``; 0: unbounded)."""
     return QueuePolicy(
-        max_size=int(policy.max_queue_size),
+        max_size=int(policy.max_queue_size) or default_max,
         default_timeout_us=int(policy.default_timeout_microseconds),
         allow_timeout_override=bool(policy.allow_timeout_override),
         delay_on_timeout=policy.timeout_action == mc.ModelQueuePolicy.DELAY,

@@ -18,7 +18,7 @@ from despina.scheduling.base import (
     run_batch_now,
     stopping_error,
 )
-from despina.scheduling.queue import RequestQueue
+from despina.scheduling.queue import QueuePolicy, RequestQueue
 
 
 class QueueScheduler(Scheduler):
@@ -36,8 +36,9 @@ class QueueScheduler(Scheduler):
         self._running: list[int] = []
 
     def make_queue(self) -> RequestQueue:
-        """The queue; subclasses pass their queue policy."""
-        return RequestQueue(self._reject)
+        """The queue, bounded by ``--max-pending-requests``; subclasses pass their queue
+        policy."""
+        return RequestQueue(self._reject, (QueuePolicy(max_size=self.model.max_pending),))
 
     def _reject(self, request: InferenceRequest, error: DespinaError) -> None:
         reject(self.model, request, error)

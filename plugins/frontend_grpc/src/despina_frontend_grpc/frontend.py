@@ -54,12 +54,16 @@ def server_options(options: GrpcOptions) -> list[tuple[str, Any]]:
             options.http2_min_recv_ping_interval_without_data,
         ),
         ("grpc.http2.max_ping_strikes", options.http2_max_ping_strikes),
+        ("grpc.max_concurrent_streams", options.max_concurrent_streams),
         # a level, not an algorithm: grpc picks one the client accepts (gzip, deflate)
         (
             "grpc.default_compression_level",
             COMPRESSION_LEVELS[options.infer_response_compression_level],
         ),
     ]
+    if options.max_connections:
+        # grpc closes a connection accepted beyond it at once (no GOAWAY)
+        arguments.append(("grpc.max_allowed_incoming_connections", options.max_connections))
     if options.max_connection_age is not None:
         arguments.append(("grpc.max_connection_age_ms", options.max_connection_age))
     if options.max_connection_age_grace is not None:
@@ -85,6 +89,8 @@ def connection_limits(options: GrpcOptions) -> ConnectionLimits:
         max_ping_strikes=options.http2_max_ping_strikes,
         max_connection_age=seconds(options.max_connection_age),
         max_connection_age_grace=seconds(options.max_connection_age_grace),
+        max_concurrent_streams=options.max_concurrent_streams,
+        max_connections=options.max_connections,
     )
 
 

@@ -38,7 +38,23 @@ def split_messages(buffer: bytearray, max_size: int, encoding: str | None) -> li
     soon as the output passes ``max_size`` (see :func:`inflate`); INTERNAL for one that
     cannot be decompressed.
     """
-    messages = []
+    messages, pending = take_messages(buffer, max_size, encoding, None)
+    assert pending is None
+    return messages
+
+
+def take_messages(
+    buffer: bytearray, max_size: int, encoding: str | None, inline_output: int | None
+) -> tuple[list[bytes], Inflation | None]:
+    """Remove the complete messages at the start of ``buffer``: those ready (inflated),
+    and the first compressed one that did not finish inflating within ``inline_output``
+    bytes of output (None: no bound), to be finished with :meth:`Inflation.finish`
+    (off the event loop); the messages after it stay in ``buffer``.
+
+    Raises MessageError as :func:`split_messages` does.
+    """
+    messages: list[bytes] = []
+    pending: Inflation | None = None
     offset = 0
     while len(buffer) - offset >= 5:
         compressed = buffer[offset]
@@ -53,11 +69,19 @@ def split_messages(buffer: bytearray, max_size: int, encoding: str | None) -> li
             break
         with memoryview(buffer) as view:
             data = bytes(view[offset + 5 : end])
-        messages.append(inflate(data, encoding, max_size) if compressed else data)
         offset = end
+        if not compressed:
+            messages.append(data)
+            continue
+        inflation = Inflation(data, encoding, max_size)
+        if inflation.advance(inline_output):
+            messages.append(inflation.result())
+        else:
+            pending = inflation
+            break
     if offset:
         del buffer[:offset]
-    return messages
+    return messages, pending
 
 
 #: Output bytes inflated per step, and compressed bytes fed per step: a message is
@@ -67,44 +91,110 @@ def split_messages(buffer: bytearray, max_size: int, encoding: str | None) -> li
 INFLATE_STEP = 1 << 18
 
 
+class Inflation:
+    """One gzip/deflate message inflating step by step (:data:`INFLATE_STEP`), checked
+    against ``max_size`` after every step.
+
+    :meth:`advance` may run on the event loop for a bounded amount of output and
+    :meth:`finish` in a worker thread (zlib releases the GIL while it inflates);
+    :meth:`cancel` (from any thread) makes a running :meth:`finish` stop after its
+    current step.
+    """
+
+    __slots__ = (
+        "_cancelled",
+        "_chunk",
+        "_done",
+        "_encoding",
+        "_full",
+        "_inflater",
+        "_input",
+        "_max_size",
+        "_pieces",
+        "_start",
+        "_total",
+    )
+
+    def __init__(self, data: bytes, encoding: str | None, max_size: int) -> None:
+        if encoding == "gzip":
+            self._inflater = zlib.decompressobj(wbits=31)
+        elif encoding == "deflate":
+            self._inflater = zlib.decompressobj()
+        else:
+            raise MessageError(
+                grpc.StatusCode.INTERNAL, "a compressed message arrived without a grpc-encoding"
+            )
+        self._encoding = encoding
+        self._input = data
+        self._max_size = max_size
+        self._start = 0  # of the next input step
+        self._chunk: bytes | memoryview = b""  # what the last step left unconsumed
+        self._full = False  # the last step's output was a whole step: more may be due
+        self._pieces: list[bytes] = []
+        self._total = 0
+        self._done = False
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        """Stop inflating at the next step (the caller no longer wants the message)."""
+        self._cancelled = True
+
+    def finish(self) -> bool:
+        """Inflate the rest; False when cancelled first. Raises MessageError."""
+        return self.advance(None)
+
+    def advance(self, output_budget: int | None) -> bool:
+        """Inflate until the message is whole (True) or this call produced more than
+        ``output_budget`` bytes (False; None: no budget) or was cancelled (False).
+
+        Raises MessageError RESOURCE_EXHAUSTED as soon as the output passes ``max_size``
+        (the rest is never inflated), INTERNAL for data that is not valid.
+        """
+        produced = 0
+        data, step, inflater = self._input, INFLATE_STEP, self._inflater
+        try:
+            while not self._done:
+                if self._cancelled or (output_budget is not None and produced > output_budget):
+                    return False
+                if not self._chunk and not self._full:
+                    if self._start >= len(data):
+                        self._done = True
+                        break
+                    self._chunk = memoryview(data)[self._start : self._start + step]
+                    self._start += step
+                piece = inflater.decompress(self._chunk, step)
+                produced += len(piece)
+                self._total += len(piece)
+                if self._total > self._max_size:
+                    self._pieces.clear()
+                    # grpc.aio's answer to the same message
+                    raise MessageError(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"
+                    )
+                self._pieces.append(piece)
+                self._chunk = inflater.unconsumed_tail
+                self._full = len(piece) == step
+        except zlib.error as exc:
+            raise MessageError(
+                grpc.StatusCode.INTERNAL, f"cannot decompress a {self._encoding} message: {exc}"
+            ) from None
+        return True
+
+    def result(self) -> bytes:
+        """The inflated message (once :meth:`advance` or :meth:`finish` returned True)."""
+        pieces, self._pieces = self._pieces, []
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
 def inflate(data: bytes, encoding: str | None, max_size: int) -> bytes:
     """``data`` decompressed with ``encoding`` (gzip or deflate), incrementally.
 
     Raises MessageError RESOURCE_EXHAUSTED as soon as the output passes ``max_size`` (the
     rest is never inflated), INTERNAL when ``encoding`` is neither or ``data`` is not valid.
     """
-    if encoding == "gzip":
-        inflater = zlib.decompressobj(wbits=31)
-    elif encoding == "deflate":
-        inflater = zlib.decompressobj()
-    else:
-        raise MessageError(
-            grpc.StatusCode.INTERNAL, "a compressed message arrived without a grpc-encoding"
-        )
-    pieces: list[bytes] = []
-    total = 0
-    try:
-        with memoryview(data) as view:
-            for start in range(0, len(data), INFLATE_STEP):
-                chunk: bytes | memoryview = view[start : start + INFLATE_STEP]
-                while True:
-                    piece = inflater.decompress(chunk, INFLATE_STEP)
-                    total += len(piece)
-                    if total > max_size:
-                        # grpc.aio's answer to the same message
-                        raise MessageError(
-                            grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            "Decompressed message larger than max",
-                        )
-                    pieces.append(piece)
-                    chunk = inflater.unconsumed_tail
-                    if not chunk and len(piece) < INFLATE_STEP:
-                        break
-    except zlib.error as exc:
-        raise MessageError(
-            grpc.StatusCode.INTERNAL, f"cannot decompress a {encoding} message: {exc}"
-        ) from None
-    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    inflation = Inflation(data, encoding, max_size)
+    inflation.advance(None)
+    return inflation.result()
 
 
 def frame_message(data: bytes, zlib_level: int, gzip: bool) -> tuple[bytes, bytes]:

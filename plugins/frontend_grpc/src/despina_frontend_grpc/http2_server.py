@@ -9,7 +9,16 @@ streaming calls, message compression (gzip, deflate), ``grpc-timeout`` deadlines
 keepalive and ping-abuse rules of tritonserver's ``--grpc-*`` flags, maximum connection
 age, message size limits, restricted protocols and graceful shutdown. Abuse of HTTP/2
 itself (floods of resets, SETTINGS, PINGs or CONTINUATION frames, HPACK bombs, too many
-streams) meets the limits below: GOAWAY, and the connection closes.
+streams) meets the limits below: GOAWAY, and the connection closes. A connection past
+``--grpc-max-connections`` is closed as soon as it is accepted, before any frame, as
+grpc.aio does (a GOAWAY would make grpc clients retry at once, in a tight loop; a closed
+connection makes them back off), and logged at most once per :data:`FLOOD_WINDOW`.
+
+A compressed request message inflates on the event loop for its first
+:data:`INLINE_INFLATE` bytes of output; a larger one finishes inflating in a worker
+thread (zlib releases the GIL), checked against the size limit step by step as before,
+so a compression bomb holds up only its own call, not the other clients'. While it
+inflates its stream's credit is held back, and the call's later messages wait behind it.
 
 Flow control: a stream's credit is returned as its bytes arrive, except while a streaming
 call has :data:`INBOX_LIMIT` messages its handler has not taken (then a client that sends
@@ -21,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import random
 import ssl
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +59,13 @@ MAX_HEADER_BLOCK = 1 << 16
 
 # Limits on HTTP/2 abuse (RFC 9113 section 10.5), per connection. A client past one gets
 # GOAWAY and the connection closes; the numbers are far above what a gRPC client sends.
-#: SETTINGS_MAX_CONCURRENT_STREAMS: a stream opened beyond it is refused (RST_STREAM
-#: REFUSED_STREAM); grpc clients queue their calls instead of opening it.
+#: SETTINGS_MAX_CONCURRENT_STREAMS (default of ``--grpc-max-concurrent-streams``): a
+#: stream opened beyond it is refused (RST_STREAM REFUSED_STREAM); grpc clients queue
+#: their calls instead of opening it.
 MAX_CONCURRENT_STREAMS = 1024
+#: Connections served at once (default of ``--grpc-max-connections``); one accepted
+#: beyond it is closed at once.
+MAX_CONNECTIONS = 1024
 #: CONTINUATION frames one header block may take (a block of MAX_HEADER_BLOCK bytes needs
 #: at most 4 at the smallest frame size); beyond it: ENHANCE_YOUR_CALM (the CONTINUATION
 #: flood, CVE-2024-27316, sends empty ones).
@@ -72,6 +87,10 @@ INBOX_LIMIT = 64
 OUTBOX_LIMIT = 1 << 22
 #: The opaque data of our keepalive PINGs.
 KEEPALIVE_OPAQUE = b"despina!"
+#: Output bytes of a compressed message inflated on the event loop; the rest of a larger
+#: one inflates in a worker thread (one of :data:`INFLATE_THREADS`).
+INLINE_INFLATE = 1 << 20
+INFLATE_THREADS = min(4, os.cpu_count() or 1)
 
 Route = tuple[wire.Method, Callable[..., Any]]
 
@@ -91,6 +110,10 @@ class ConnectionLimits:
     max_ping_strikes: int = 2
     max_connection_age: float | None = None
     max_connection_age_grace: float | None = None
+    #: SETTINGS_MAX_CONCURRENT_STREAMS, advertised and enforced.
+    max_concurrent_streams: int = MAX_CONCURRENT_STREAMS
+    #: Connections served at once by the server; 0: no limit.
+    max_connections: int = MAX_CONNECTIONS
 
 
 class Stream:
@@ -105,6 +128,7 @@ class Stream:
         "headers_sent",
         "id",
         "inbox",
+        "inflating",
         "messages",
         "metadata",
         "outbox",
@@ -138,6 +162,8 @@ class Stream:
         self.finished = False
         self.unacked = 0
         self.deadline: asyncio.TimerHandle | None = None
+        #: The request message inflating in a worker thread; later messages wait for it.
+        self.inflating: framing.Inflation | None = None
 
 
 class ConnectionError_(Exception):
@@ -213,17 +239,25 @@ class Connection(asyncio.Protocol):
         self.timers: list[asyncio.TimerHandle] = []
         self.keepalive_timer: asyncio.TimerHandle | None = None
         self.ping_ack_timer: asyncio.TimerHandle | None = None
+        #: Tasks waiting for a message inflating in a worker thread.
+        self.inflations: set[asyncio.Task[None]] = set()
 
     # --- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        limits = self.limits
+        if limits.max_connections and len(self.server.connections) >= limits.max_connections:
+            self.closing = True
+            transport.close()
+            self.server.connection_refused()
+            return
         self.server.connections.add(self)
         self._write(
             http2.settings_frame(
                 (
-                    (http2.MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS),
+                    (http2.MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
                     (http2.INITIAL_WINDOW_SIZE, STREAM_WINDOW),
                     (http2.MAX_FRAME_SIZE, MAX_FRAME),
                     (http2.MAX_HEADER_LIST_SIZE, MAX_HEADER_BLOCK),
@@ -231,7 +265,6 @@ class Connection(asyncio.Protocol):
             )
             + http2.window_update(0, CONNECTION_WINDOW - http2.DEFAULT_WINDOW)
         )
-        limits = self.limits
         self.keepalive_timer = self.loop.call_later(limits.keepalive_time, self._keepalive)
         if limits.max_connection_age is not None:
             age = limits.max_connection_age * random.uniform(0.9, 1.1)
@@ -239,6 +272,8 @@ class Connection(asyncio.Protocol):
         self._flush()
 
     def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
         buffer = self.buffer
         buffer += data
         try:
@@ -266,6 +301,8 @@ class Connection(asyncio.Protocol):
             self._forget(stream)
             if stream.task is not None:
                 stream.task.cancel()
+        for task in list(self.inflations):
+            task.cancel()
         self.server.connection_closed()
 
     def pause_writing(self) -> None:
@@ -338,18 +375,7 @@ class Connection(asyncio.Protocol):
         data = _unpad(flags, payload)
         if not stream.finished:
             stream.body += data
-            try:
-                messages = framing.split_messages(
-                    stream.body, self.limits.max_receive, stream.encoding
-                )
-            except framing.MessageError as exc:
-                self._finish(stream, exc.code.value[0], exc.details)
-            else:
-                if stream.inbox is not None:
-                    for message in messages:
-                        stream.inbox.put_nowait(message)
-                else:
-                    stream.messages += messages
+            self._take_messages(stream)
         if flags & http2.END_STREAM:
             self._end_of_requests(stream)
         else:
@@ -404,7 +430,7 @@ class Connection(asyncio.Protocol):
                 return
             raise ConnectionError_(http2.PROTOCOL_ERROR, f"bad new stream id {stream_id}")
         self.last_stream = stream_id
-        if len(self.streams) >= MAX_CONCURRENT_STREAMS:
+        if len(self.streams) >= self.limits.max_concurrent_streams:
             self._reset_for_client(stream_id, http2.REFUSED_STREAM)
             return
         if self.goaway_sent:
@@ -569,10 +595,66 @@ class Connection(asyncio.Protocol):
         if end_stream:
             self._end_of_requests(stream)
 
+    def _take_messages(self, stream: Stream) -> None:
+        """Hand the stream's complete request messages to its call; a compressed one
+        that is large once inflated finishes inflating in a worker thread
+        (:meth:`_inflate`), and the messages after it wait in ``stream.body``."""
+        if stream.inflating is not None or stream.finished:
+            return
+        try:
+            messages, pending = framing.take_messages(
+                stream.body, self.limits.max_receive, stream.encoding, INLINE_INFLATE
+            )
+        except framing.MessageError as exc:
+            self._finish(stream, exc.code.value[0], exc.details)
+            return
+        self._deliver(stream, messages)
+        if pending is not None:
+            stream.inflating = pending
+            task = self.loop.create_task(self._inflate(stream, pending))
+            self.inflations.add(task)
+            task.add_done_callback(self.inflations.discard)
+
+    def _deliver(self, stream: Stream, messages: list[bytes]) -> None:
+        if stream.inbox is not None:
+            for message in messages:
+                stream.inbox.put_nowait(message)
+        else:
+            stream.messages += messages
+
+    async def _inflate(self, stream: Stream, inflation: framing.Inflation) -> None:
+        """Finish inflating a message off the event loop, then go on with the stream."""
+        try:
+            whole = await self.loop.run_in_executor(self.server.inflater(), inflation.finish)
+        except framing.MessageError as exc:
+            stream.inflating = None
+            self._finish(stream, exc.code.value[0], exc.details)
+            return
+        except Exception:  # a bug here fails this call, not the connection
+            log.exception("inflating a gRPC message failed")
+            stream.inflating = None
+            self._finish(stream, 13, INTERNAL_TEXT)
+            return
+        stream.inflating = None
+        if not whole or stream.finished:  # cancelled, reset, expired or connection gone
+            return
+        self._deliver(stream, [inflation.result()])
+        self._take_messages(stream)
+        if stream.inflating is None and not stream.finished:
+            if stream.remote_closed:
+                self._requests_ended(stream)
+            else:
+                self._return_credit(stream)
+        self._flush_soon()
+
     def _end_of_requests(self, stream: Stream) -> None:
         stream.remote_closed = True
         if stream.finished:  # answered already; trailers may wait for credit
             return
+        if stream.inflating is None:  # else _inflate goes on once the message is whole
+            self._requests_ended(stream)
+
+    def _requests_ended(self, stream: Stream) -> None:
         if stream.body:
             self._finish(stream, 13, "the request ended inside a message")
         elif stream.inbox is not None:
@@ -675,6 +757,8 @@ class Connection(asyncio.Protocol):
         if stream.finished:
             return
         stream.finished = True
+        if stream.inflating is not None:
+            stream.inflating.cancel()
         if stream.deadline is not None:
             stream.deadline.cancel()
             stream.deadline = None
@@ -735,6 +819,8 @@ class Connection(asyncio.Protocol):
     def _return_credit(self, stream: Stream) -> None:
         if stream.remote_closed or stream.unacked < STREAM_WINDOW // 4:
             return
+        if stream.inflating is not None:  # held back until the message is whole
+            return
         if stream.inbox is not None and stream.inbox.qsize() >= INBOX_LIMIT:
             return
         self._write(http2.window_update(stream.id, stream.unacked))
@@ -749,6 +835,8 @@ class Connection(asyncio.Protocol):
 
     def _forget(self, stream: Stream) -> None:
         stream.finished = True
+        if stream.inflating is not None:
+            stream.inflating.cancel()
         self.streams.pop(stream.id, None)
         self.blocked.discard(stream)
         if stream.deadline is not None:
@@ -878,6 +966,17 @@ class Http2GrpcServer:
         self.connections: set[Connection] = set()
         self.listener: asyncio.AbstractServer | None = None
         self._idle = asyncio.Event()
+        self._inflater: ThreadPoolExecutor | None = None
+        self._refused = 0
+        self._refused_logged = float("-inf")
+
+    def inflater(self) -> ThreadPoolExecutor:
+        """The threads that inflate large compressed messages (started on first use)."""
+        if self._inflater is None:
+            self._inflater = ThreadPoolExecutor(
+                INFLATE_THREADS, thread_name_prefix="despina-grpc-inflate"
+            )
+        return self._inflater
 
     def refusal(self, path: str, metadata: tuple[tuple[str, Any], ...]) -> str | None:
         """Why a restricted method may not be called with this metadata, or None."""
@@ -902,6 +1001,21 @@ class Http2GrpcServer:
         )
         return int(self.listener.sockets[0].getsockname()[1])
 
+    def connection_refused(self) -> None:
+        """Count a connection closed for ``--grpc-max-connections``; log the count at
+        most once per :data:`FLOOD_WINDOW`."""
+        self._refused += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._refused_logged >= FLOOD_WINDOW:
+            log.warning(
+                "gRPC connections refused: %d since the last report, %d open "
+                "(--grpc-max-connections=%d)",
+                self._refused,
+                len(self.connections),
+                self.limits.max_connections,
+            )
+            self._refused, self._refused_logged = 0, now
+
     def connection_closed(self) -> None:
         if not self.connections:
             self._idle.set()
@@ -922,6 +1036,11 @@ class Http2GrpcServer:
                 await self._closed_within(1.0)
         if self.listener is not None:
             await self.listener.wait_closed()
+        if self._inflater is not None:
+            # inflations still running were cancelled with their connections: each
+            # stops after its current step
+            self._inflater.shutdown(wait=False, cancel_futures=True)
+            self._inflater = None
 
     async def _closed_within(self, seconds: float) -> None:
         """Wait for the connections to close; drop those still open after ``seconds``

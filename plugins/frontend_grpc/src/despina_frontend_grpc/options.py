@@ -18,6 +18,10 @@ from despina import Restriction, StashKey, parse_restricted, triton_bool
 MAX_MESSAGE_SIZE = 2**31 - 1
 #: tritonserver's ``--grpc-infer-allocation-pool-size`` default.
 ALLOCATION_POOL_SIZE = 8
+#: ``--grpc-max-concurrent-streams`` default: calls one connection may have open at once.
+MAX_CONCURRENT_STREAMS = 1024
+#: ``--grpc-max-connections`` default: connections served at once.
+MAX_CONNECTIONS = 1024
 #: ``--grpc-infer-response-compression-level`` -> grpc's compression level.
 COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 #: ``--grpc-stack`` choices: Despina's own HTTP/2 server, or grpc.aio.
@@ -189,6 +193,23 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="largest request and response message in bytes (Despina; default: 2147483647, as Triton)",
     )
+    add(
+        "--grpc-max-concurrent-streams",
+        type=int,
+        default=MAX_CONCURRENT_STREAMS,
+        metavar="INT",
+        help="calls one connection may have open at once (HTTP/2 "
+        "SETTINGS_MAX_CONCURRENT_STREAMS, advertised and enforced; Despina; default: 1024)",
+    )
+    add(
+        "--grpc-max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        metavar="INT",
+        help="connections served at once; one more is closed at once (--grpc-stack=despina: "
+        "after a GOAWAY); per worker process with --grpc-worker-processes; 0 = no limit "
+        "(Despina; default: 1024)",
+    )
 
 
 @dataclass(frozen=True)
@@ -229,6 +250,10 @@ class GrpcOptions:
     stack: str
     worker_processes: int
     max_message_size: int
+    #: ``--grpc-max-concurrent-streams``: at least 1.
+    max_concurrent_streams: int = MAX_CONCURRENT_STREAMS
+    #: ``--grpc-max-connections``: 0 for no limit.
+    max_connections: int = MAX_CONNECTIONS
 
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> GrpcOptions:
@@ -263,7 +288,13 @@ class GrpcOptions:
             stack=str(flags.grpc_stack),
             worker_processes=int(flags.grpc_worker_processes),
             max_message_size=int(flags.grpc_max_message_size),
+            max_concurrent_streams=int(flags.grpc_max_concurrent_streams),
+            max_connections=int(flags.grpc_max_connections),
         )
+        if options.max_concurrent_streams < 1:
+            raise ValueError("--grpc-max-concurrent-streams must be at least 1")
+        if options.max_connections < 0:
+            raise ValueError("--grpc-max-connections must be 0 (no limit) or more")
         if options.allow_grpc and options.tls:
             if not (options.server_cert and options.server_key):
                 raise ValueError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")

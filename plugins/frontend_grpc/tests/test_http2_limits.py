@@ -1,0 +1,268 @@
+"""Limits of the gRPC port a user may set: compressed messages inflate off the event loop
+(a compression bomb under a large ``--grpc-max-message-size`` holds up only its own call),
+``--grpc-max-concurrent-streams`` and ``--grpc-max-connections`` on both stacks."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from despina.testing import RunningServer
+from despina_frontend_grpc import grpc_framing, http2
+from despina_frontend_grpc.http2_server import INLINE_INFLATE
+from test_http2_abuse import (
+    DESPINA,
+    RESOURCE_EXHAUSTED,
+    RawClient,
+    add_sub_request,
+    assert_serves,
+    grpc_message,
+    send_gzip_call,
+)
+from tritonclient.utils import InferenceServerException
+
+Serve = Callable[..., RunningServer]
+GRPCIO = "--grpc-stack=grpcio"
+STACKS = pytest.mark.parametrize("stack", [DESPINA, GRPCIO], ids=["despina", "grpcio"])
+
+
+@pytest.fixture
+def connect() -> Iterator[Callable[..., RawClient]]:
+    """``connect(running, reads=False)``: a RawClient closed after the test."""
+    opened: list[RawClient] = []
+
+    def factory(running: RunningServer, reads: bool = False) -> RawClient:
+        opened.append(RawClient(running, reads))
+        return opened[-1]
+
+    yield factory
+    for client in opened:
+        client.close()
+
+
+def add_sub_inputs() -> list[grpcclient.InferInput]:
+    data = np.arange(16, dtype=np.float32).reshape(1, 16)
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = grpcclient.InferInput(name, [1, 16], "FP32")
+        tensor.set_data_from_numpy(data)
+        inputs.append(tensor)
+    return inputs
+
+
+def gzip_zeros(size: int) -> bytes:
+    """``size`` zero bytes gzipped, compressed a MiB at a time (never all in memory)."""
+    deflater = zlib.compressobj(9, wbits=31)
+    block = bytes(1 << 20)
+    parts = [deflater.compress(block) for _ in range(size >> 20)]
+    return b"".join(parts) + deflater.flush()
+
+
+# --- compressed messages inflate off the event loop
+
+#: The bomb's limit and what it inflates to: ~1 s of inflation (300 KiB on the wire).
+BOMB_LIMIT = 256 << 20
+BOMB_INFLATED = BOMB_LIMIT + (16 << 20)
+
+
+def test_bomb_inflating_does_not_hold_up_other_clients(
+    serve: Serve, connect: Callable[..., RawClient]
+) -> None:
+    """While a bomb inflates (in a worker thread) on one connection, a tritonclient on
+    another connection is answered; the bomb's RESOURCE_EXHAUSTED comes after."""
+    running = serve(DESPINA, f"--grpc-max-message-size={BOMB_LIMIT}")
+    bomb = gzip_zeros(BOMB_INFLATED)
+    assert len(bomb) < BOMB_INFLATED // 500
+    inputs = add_sub_inputs()
+    with grpcclient.InferenceServerClient(running.grpc_url) as other:
+        other.infer("add_sub", inputs)  # connected, and the model warm
+        attacker = connect(running)
+        start = time.perf_counter()
+        sid = send_gzip_call(attacker, grpc_message(bomb, compressed=True))
+        time.sleep(0.05)  # the bomb is being inflated
+        answers = [other.infer("add_sub", inputs) for _ in range(3)]
+        answered = time.perf_counter() - start
+        attacker._poll()  # whatever the server sent the attacker so far
+        assert "grpc-status" not in attacker.headers(sid), "the bomb ended first"
+    for result in answers:
+        assert result.as_numpy("OUTPUT1") is not None
+    attacker.read_until(lambda: "grpc-status" in attacker.headers(sid))
+    refused = time.perf_counter() - start
+    assert attacker.headers(sid)["grpc-status"] == str(RESOURCE_EXHAUSTED)
+    assert attacker.headers(sid)["grpc-message"] == "Decompressed message larger than max"
+    print(
+        f"\ngzip bomb ({len(bomb) >> 10} KiB -> {BOMB_INFLATED >> 20} MiB, limit "
+        f"{BOMB_LIMIT >> 20} MiB): another client's 3 calls answered after "
+        f"{answered * 1000:.0f} ms, the bomb refused after {refused * 1000:.0f} ms"
+    )
+    assert_serves(running)
+
+
+def test_large_compressed_messages_are_served_whole(
+    serve: Serve, connect: Callable[..., RawClient]
+) -> None:
+    """Messages inflating past INLINE_INFLATE (finished in a thread) are served whole and
+    in order: a unary call, and a call whose END_STREAM arrives while it inflates."""
+    running = serve(DESPINA)
+    client = connect(running, reads=True)
+    from tritonclient.grpc import service_pb2 as pb
+
+    rows = 3 * INLINE_INFLATE // (2 * 16 * 4)  # two FP32 inputs: 3 MiB inflated
+    request = pb.ModelInferRequest(model_name="add_sub")
+    data = np.full((rows, 16), 2.0, np.float32)
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=data.shape)
+        request.raw_input_contents.append(data.tobytes())
+    deflater = zlib.compressobj(9, wbits=31)
+    body = deflater.compress(request.SerializeToString()) + deflater.flush()
+    sids = [send_gzip_call(client, grpc_message(body, compressed=True)) for _ in range(3)]
+    for sid in sids:
+        client.read_until(lambda sid=sid: "grpc-status" in client.headers(sid))  # type: ignore[misc]
+        assert client.headers(sid)["grpc-status"] == "0", client.headers(sid)
+        payload = b"".join(p for k, _, s, p in client.frames if k == http2.DATA and s == sid)
+        response = pb.ModelInferResponse.FromString(payload[5:])
+        out = np.frombuffer(response.raw_output_contents[0], np.float32)
+        assert out.shape == (rows * 16,) and (out == 4.0).all()
+    # a large compressed message followed by a second one in one unary call: refused
+    # once both are whole (a unary call takes one message)
+    small = grpc_message(add_sub_request())
+    sid = send_gzip_call(client, grpc_message(body, compressed=True) + small)
+    client.read_until(lambda: "grpc-status" in client.headers(sid))
+    assert client.headers(sid)["grpc-status"] == "13"
+    assert client.headers(sid)["grpc-message"] == "a unary call needs one request message, got 2"
+    assert_serves(running)
+
+
+def test_inflation_steps_give_the_same_message() -> None:
+    """An Inflation advanced a little at a time gives what inflating at once gives."""
+    data = np.random.default_rng(0).integers(0, 4, 3 << 20, dtype=np.uint8).tobytes()
+    for encoding, wbits in (("gzip", 31), ("deflate", 15)):
+        deflater = zlib.compressobj(6, wbits=wbits)
+        body = deflater.compress(data) + deflater.flush()
+        inflation = grpc_framing.Inflation(body, encoding, len(data))
+        steps = 1
+        while not inflation.advance(0):
+            steps += 1
+        assert inflation.result() == data
+        assert steps > 3
+        assert grpc_framing.inflate(body, encoding, len(data)) == data
+        with pytest.raises(grpc_framing.MessageError) as refused:
+            grpc_framing.inflate(body, encoding, len(data) - 1)
+        assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    cancelled = grpc_framing.Inflation(gzip_zeros(64 << 20), "gzip", 1 << 30)
+    cancelled.cancel()
+    assert cancelled.finish() is False
+
+
+# --- --grpc-max-concurrent-streams
+
+
+@STACKS
+def test_max_concurrent_streams_flag(
+    serve: Serve, connect: Callable[..., RawClient], stack: str
+) -> None:
+    """The flag's value is advertised in the server's SETTINGS and a stream beyond it is
+    refused with REFUSED_STREAM (a grpc client queues its calls instead)."""
+    running = serve(stack, "--grpc-max-concurrent-streams=4")
+    client = connect(running)
+    kind, _, _, payload = client.frames[0]
+    assert kind == http2.SETTINGS
+    assert (http2.MAX_CONCURRENT_STREAMS, 4) in http2.parse_settings(payload)
+    opened = [client.new_stream() for _ in range(5)]
+    client.send(
+        *(http2.frame(http2.HEADERS, http2.END_HEADERS, sid, client.block()) for sid in opened)
+    )
+    client.read_until(lambda: bool(client.resets()))
+    assert client.resets() == {opened[-1]: http2.REFUSED_STREAM}
+    if stack == GRPCIO:
+        # grpc's server may still count streams its client counts closed, refusing a
+        # few of a burst (the client fails those with UNAVAILABLE "Stream removed")
+        return
+    # a tritonclient with more calls in flight than that gets every answer (once it has
+    # the server's SETTINGS: streams opened before are refused, and grpc fails those)
+    with grpcclient.InferenceServerClient(running.grpc_url) as triton:
+        results: list[object] = []
+        done = threading.Event()
+
+        def callback(result: object, error: object) -> None:
+            results.append(error or result)
+            if len(results) == 12:
+                done.set()
+
+        inputs = add_sub_inputs()
+        triton.infer("add_sub", inputs)
+        for _ in range(12):
+            triton.async_infer("add_sub", inputs, callback)
+        assert done.wait(30)
+        errors = [str(r) for r in results if isinstance(r, InferenceServerException)]
+        assert not errors, errors
+    assert_serves(running)
+
+
+def test_max_concurrent_streams_must_be_positive(serve: Serve) -> None:
+    from despina.server import StartupError
+
+    with pytest.raises(StartupError, match="--grpc-max-concurrent-streams must be at least 1"):
+        serve(DESPINA, "--grpc-max-concurrent-streams=0")
+    with pytest.raises(StartupError, match="--grpc-max-connections must be 0"):
+        serve(DESPINA, "--grpc-max-connections=-1")
+
+
+# --- --grpc-max-connections
+
+
+def infer_unavailable(running: RunningServer) -> InferenceServerException:
+    with (
+        grpcclient.InferenceServerClient(running.grpc_url) as triton,
+        pytest.raises(InferenceServerException) as refused,
+    ):
+        triton.infer("add_sub", add_sub_inputs(), client_timeout=10)
+    return refused.value
+
+
+def served_within(running: RunningServer, seconds: float) -> bool:
+    """Whether a new tritonclient is answered within ``seconds`` (retrying)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with grpcclient.InferenceServerClient(running.grpc_url) as triton:
+                triton.infer("add_sub", add_sub_inputs(), client_timeout=5)
+            return True
+        except InferenceServerException:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+
+@STACKS
+def test_max_connections_flag(serve: Serve, connect: Callable[..., RawClient], stack: str) -> None:
+    """A connection beyond ``--grpc-max-connections`` is closed at once, before any frame
+    (both stacks): clients get UNAVAILABLE; once a connection closes, new ones are served
+    again."""
+    running = serve(stack, "--grpc-max-connections=2")
+    first, _ = connect(running), connect(running)
+    assert running.grpc_port is not None
+    with socket.create_connection(("127.0.0.1", running.grpc_port), timeout=10) as third:
+        try:
+            third.sendall(http2.PREFACE + http2.settings_frame(()))
+            assert third.recv(1 << 16) == b""  # closed, no SETTINGS
+        except ConnectionResetError:
+            pass
+    error = infer_unavailable(running)
+    assert error.status() == "StatusCode.UNAVAILABLE", error
+    first.close()
+    assert served_within(running, 10)
+
+
+def test_max_connections_zero_is_unlimited(serve: Serve, connect: Callable[..., RawClient]) -> None:
+    running = serve(DESPINA, "--grpc-max-connections=0")
+    clients = [connect(running) for _ in range(8)]
+    assert all(c.goaway() is None for c in clients)
+    assert_serves(running)
