@@ -20,6 +20,7 @@ from despina.backend import Backend
 from despina.custom_metrics import CustomMetrics
 from despina.dataplane import BackendServices, DataPlane, SchedulerServices
 from despina.errors import DespinaError, Internal, Unavailable, Unsupported
+from despina.flags import parse_settings
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
 from despina.loader import ModelVersion
 from despina.models import ModelManager
@@ -94,8 +95,6 @@ class Server:
         plugins: Sequence[object] = (),
         load_entrypoints: bool = True,
     ) -> None:
-        from despina.cli import parse_settings
-
         self.plugins = create_plugins(plugins, load_entrypoints)
         #: The parsed command line, read once: here into :attr:`settings`, and by each
         #: plugin's ``despina_configure`` into its own entry of :attr:`stash`.
@@ -150,8 +149,6 @@ class Server:
     @classmethod
     def from_args(cls, argv: Sequence[str], plugins: Sequence[object] = ()) -> Server:
         """A server configured from a ``despina serve`` / tritonserver command line."""
-        from despina.cli import parse_settings
-
         managed = create_plugins(plugins)
         return cls(parse_settings(list(argv), managed), plugins)
 

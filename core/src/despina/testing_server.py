@@ -81,7 +81,7 @@ def start_server(
     import asyncio
     from concurrent.futures import Future
 
-    from despina.cli import build_serve_parser, parse_settings
+    from despina.flags import build_serve_parser, parse_settings
     from despina.plugins import create_plugins
     from despina.server import Server
 

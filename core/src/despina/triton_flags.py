@@ -1,6 +1,6 @@
 """Every tritonserver 2.51 flag, so ``despina serve`` takes a tritonserver command line.
 
-Flags Despina implements are added by the core (:mod:`despina.cli`) or by the plugin that
+Flags Despina implements are added by the core (:mod:`despina.flags`) or by the plugin that
 implements them (``despina_addoption``). Every flag of :data:`TRITON_FLAGS` that no one
 added is registered as *inert*: accepted with tritonserver's value syntax, and if given,
 the server starts with a one-line warning naming the flag and why it has no effect.
