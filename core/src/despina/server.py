@@ -12,11 +12,9 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from despina import __version__
-from despina.backend import Backend
 from despina.custom_metrics import CustomMetrics
 from despina.dataplane import BackendServices, DataPlane, SchedulerServices
 from despina.errors import DespinaError, Internal, Unavailable, Unsupported
@@ -24,14 +22,14 @@ from despina.flags import parse_settings
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
 from despina.loader import ModelVersion
 from despina.models import ModelManager
-from despina.plugins import Plugins, create_plugins
+from despina.plugins import create_plugins
 from despina.poller import RepositoryPoller
 from despina.ports import BackendHost, FrontendHost, MetricsHost, SchedulerHost
 from despina.rate_limiter import RateLimiter, parse_resource_flags
+from despina.registry import Registry
 from despina.repository import ModelRepository
 from despina.response_cache import ResponseCache, cache_key, parse_cache_config
 from despina.runtime_settings import LogSettings, TraceSettings
-from despina.scheduling.base import Scheduler
 from despina.settings import CORE, CoreSettings, Stash
 from despina.shared_memory import SharedMemoryRegistry
 from despina.validation import validate_request
@@ -58,32 +56,6 @@ EXTENSIONS = (
 
 class StartupError(Exception):
     """The server cannot start (a model failed with ``--exit-on-error``, bad flags, ...)."""
-
-
-@dataclass
-class Registry:
-    """The capability classes of the installed plugins, by name."""
-
-    backends: dict[str, type[Backend]] = field(default_factory=dict)
-    schedulers: dict[str, type[Scheduler]] = field(default_factory=dict)
-    frontends: dict[str, type[Any]] = field(default_factory=dict)
-    exporters: dict[str, type[Any]] = field(default_factory=dict)
-    agents: dict[str, type[Any]] = field(default_factory=dict)
-    sources: dict[str, type[Any]] = field(default_factory=dict)
-
-    @classmethod
-    def build(cls, plugins: Plugins) -> Registry:
-        def names(hook: str) -> dict[str, type[Any]]:
-            return {name: c for name, (c, _) in plugins.capabilities(hook).items()}
-
-        return cls(
-            backends=names("despina_backends"),
-            schedulers=names("despina_schedulers"),
-            frontends=names("despina_frontends"),
-            exporters=names("despina_metrics_exporters"),
-            agents=names("despina_repository_agents"),
-            sources=names("despina_repository_sources"),
-        )
 
 
 class Server:
