@@ -40,7 +40,7 @@ from despina.loader import (
     version_config,
     without_paths,
 )
-from despina.paths import check_model_name, safe_join
+from despina.paths import check_model_name, quote, safe_join
 from despina.repository import ModelRepository, available_versions, select_versions
 
 if TYPE_CHECKING:
@@ -146,7 +146,11 @@ class ModelManager:
                     log.warning("'%s' keeps serving its previous versions", name)
                     await self._retire(entry)
                 elif entry.model_dir is not None:  # as Triton: none for a folder not found
+                    if old is not None:  # a failed or unloaded entry: its files go
+                        await self._retire(old)
                     self.entries[name] = entry
+                else:  # nothing to keep, not even the override files written so far
+                    await self._retire(entry)
                 raise
             self.entries[name] = entry
             if old is not None:
@@ -334,8 +338,13 @@ class ModelManager:
         model_dir.mkdir()
         for relative, content in files.items():
             target = safe_join(model_dir, relative, "file override path")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+            except OSError as exc:  # a path naming a folder, or a file where a folder goes
+                raise InvalidArgument(
+                    f"invalid file override path '{quote(relative)}': {exc.strerror}"
+                ) from None
         return model_dir
 
     async def _load_entry(self, entry: ModelEntry, config_json: str | bytes | None) -> None:

@@ -136,5 +136,15 @@ class TraceSettings:
                 if model:
                     target.pop(key, None)
                 continue
-            target[key] = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+            values = value if isinstance(value, list) else [value]
+            if not values or not all(_is_setting_value(v) for v in values):
+                raise InvalidArgument(
+                    f"expected a string, a number or a list of them for trace setting '{key}'"
+                )
+            target[key] = [str(v) for v in values]
         return self.get(model)
+
+
+def _is_setting_value(value: Any) -> bool:
+    """A string or a number (not a boolean, not null): what a trace setting holds."""
+    return isinstance(value, str | int | float) and not isinstance(value, bool)

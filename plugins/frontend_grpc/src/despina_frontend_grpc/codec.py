@@ -98,7 +98,7 @@ class RequestDecoder:
         try:
             inputs = self.inputs(signature.input_datatypes)
         except _SizeMismatch:
-            validate_request(self._stand_in(), signature)
+            validate_request(self._stand_in(signature.input_datatypes), signature)
             raise
         request = InferenceRequest(
             message.model_name,
@@ -122,17 +122,7 @@ class RequestDecoder:
                     f"[request id: {self.rid}] input '{name}' already exists in request"
                 )
             datatype = tensor.datatype
-            dtype = DATATYPE_TO_DTYPE.get(datatype)
-            if dtype is None:
-                expected = expected_datatypes.get(name)
-                if expected is None:
-                    raise InvalidArgument(
-                        f"unexpected inference input '{name}' for model '{self.model}'"
-                    )
-                raise InvalidArgument(
-                    f"[request id: {self.rid}] inference input '{name}' data-type is '<invalid>', "
-                    f"but model '{self.model}' expects '{expected}'"
-                )
+            dtype = self._dtype(name, datatype, expected_datatypes)
             shape = tuple(tensor.shape)
             count = checked_element_count(shape, dtype.itemsize, name, self.model, self.rid)
             if tensor.parameters and SHM_REGION in tensor.parameters:
@@ -161,12 +151,28 @@ class RequestDecoder:
             )
         return inputs
 
-    def _stand_in(self) -> InferenceRequest:
-        """The request with zero-stride arrays of the declared types and shapes."""
-        inputs = {
-            t.name: np.broadcast_to(np.zeros((), DATATYPE_TO_DTYPE[t.datatype]), tuple(t.shape))
-            for t in self.message.inputs
-        }
+    def _dtype(self, name: str, datatype: str, expected: Mapping[str, str]) -> np.dtype[Any]:
+        """The numpy dtype of an input's datatype; InvalidArgument (Triton's texts) for a
+        datatype that is not one."""
+        dtype = DATATYPE_TO_DTYPE.get(datatype)
+        if dtype is not None:
+            return dtype
+        if name not in expected:
+            raise InvalidArgument(f"unexpected inference input '{name}' for model '{self.model}'")
+        raise InvalidArgument(
+            f"[request id: {self.rid}] inference input '{name}' data-type is '<invalid>', "
+            f"but model '{self.model}' expects '{expected[name]}'"
+        )
+
+    def _stand_in(self, expected: Mapping[str, str]) -> InferenceRequest:
+        """The request with zero-stride arrays of the declared types and shapes; the
+        datatype or shape error of an input, as :meth:`inputs` gives it."""
+        inputs = {}
+        for t in self.message.inputs:
+            dtype = self._dtype(t.name, t.datatype, expected)
+            shape = tuple(t.shape)
+            checked_element_count(shape, dtype.itemsize, t.name, self.model, self.rid)
+            inputs[t.name] = np.broadcast_to(np.zeros((), dtype), shape)
         return InferenceRequest(self.model, inputs, id=self.message.id)
 
     def outputs(self) -> list[RequestedOutput]:

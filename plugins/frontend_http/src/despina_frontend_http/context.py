@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: (method, path, restricted-API group, handler)
 Route = tuple[str, str, str, Handler]
+#: Every path, a percent-decoded newline included (aiohttp's ``.*`` stops at one).
+ANY_PATH = r"/{tail:[\s\S]*}"
 
 
 @dataclass

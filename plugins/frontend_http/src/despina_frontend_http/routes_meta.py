@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from despina import to_json_dict
 
-from despina_frontend_http.context import Context, Route, versioned
+from despina_frontend_http.context import ANY_PATH, Context, Route, versioned
 from despina_frontend_http.responses import error_response, json_response, ok
 
 
@@ -70,4 +70,4 @@ def fallback(ctx: Context) -> list[Route]:
                 return error_response(405, "Method Not Allowed")
         return error_response(404, "Not Found")
 
-    return [("*", "/{tail:.*}", "", unmatched)]
+    return [("*", ANY_PATH, "", unmatched)]

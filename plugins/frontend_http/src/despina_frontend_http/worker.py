@@ -24,7 +24,7 @@ from despina import DespinaError, Unavailable, parse_restricted
 from despina_frontend_http import wire
 from despina_frontend_http.aioserver import GuardedSite, handler_args
 from despina_frontend_http.body import read_body
-from despina_frontend_http.context import versioned
+from despina_frontend_http.context import ANY_PATH, versioned
 from despina_frontend_http.options import RESTRICTED_FLAG
 from despina_frontend_http.responses import error_response
 from despina_frontend_http.restricted import Restrictions
@@ -151,7 +151,7 @@ def build_worker_app(
     )
     for path in versioned("/infer"):
         app.router.add_post(path, infer)
-    app.router.add_route("*", "/{tail:.*}", proxy)
+    app.router.add_route("*", ANY_PATH, proxy)
     return app
 
 
