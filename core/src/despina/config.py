@@ -29,6 +29,7 @@ __all__ = [
     "CONFIG_FILENAME",
     "ENSEMBLE_PLATFORM",
     "PLATFORM_TO_BACKEND",
+    "TRITON_PLATFORMS",
     "ModelConfig",
     "backend_name",
     "config_json",
@@ -58,6 +59,36 @@ BACKEND_TO_PLATFORM: dict[str, str] = {
     "tensorrt": "tensorrt_plan",
 }
 ENSEMBLE_PLATFORM = "ensemble"
+#: The platforms tritonserver 2.51 knows; any other ``platform`` (without ``backend``)
+#: fails its load ("unexpected platform type"). ``python`` and ``openvino`` are
+#: Despina's additions (mapped above).
+TRITON_PLATFORMS: tuple[str, ...] = (
+    "ensemble",
+    "onnxruntime_onnx",
+    "pytorch_libtorch",
+    "tensorflow_graphdef",
+    "tensorflow_savedmodel",
+    "tensorrt_plan",
+)
+
+
+def unknown_platform_text(platform: str, model_name: str, known: list[str]) -> str:
+    """Triton's text for a ``platform`` it does not know, with the known platforms and,
+    where one is close, the likely fix (``onnxruntime`` is a backend name)."""
+    text = f"unexpected platform type '{platform}' for {model_name}"
+    backends = {backend: p for p, backend in PLATFORM_TO_BACKEND.items() if p != backend}
+    if platform in backends:
+        hint = (
+            f"'{platform}' is a backend, not a platform: write backend: \"{platform}\" "
+            f'(or platform: "{backends[platform]}")'
+        )
+    else:
+        import difflib
+
+        close = difflib.get_close_matches(platform, known, n=1, cutoff=0.6)
+        hint = f'did you mean platform: "{close[0]}"?' if close else ""
+    text += f"; known platforms: {', '.join(sorted(known))}"
+    return f"{text}; {hint}" if hint else text
 
 
 def parse_text(text: str, source: str = CONFIG_FILENAME) -> mc.ModelConfig:

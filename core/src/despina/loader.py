@@ -20,6 +20,12 @@ from despina.backend import Backend, InstanceSpec, ModelContext, ModelInstance
 from despina.errors import ConfigError, DespinaError, Internal, Unavailable
 from despina.rate_limiter import Needs
 from despina.redact import safe_text
+from despina.repository import (
+    available_versions,
+    missing_model_file_text,
+    no_version_text,
+    select_versions,
+)
 from despina.scheduling.base import ScheduledModel, Scheduler
 from despina.stats import ModelStats
 from despina.validation import ModelSignature
@@ -82,29 +88,118 @@ def gpu_count() -> int:
     return len(nodes)
 
 
-def resolve_backend(server: Server, config: cfg.ModelConfig, model_dir: Path) -> type[Backend]:
-    """The Backend class for a model: from ``backend``/``platform``, else the installed
-    backend whose ``default_model_filename`` a version folder holds."""
+def resolve_backend(
+    server: Server, config: cfg.ModelConfig, model_dir: Path, versions: list[int] | None = None
+) -> type[Backend]:
+    """The Backend class for a model: its ``backend``, else its ``platform`` (an
+    installed backend declaring it, else Triton's platform -> backend mapping), else the
+    installed backend whose ``default_model_filename`` (or the config's, by extension)
+    a version folder holds. As Triton, ``platform`` is ignored when ``backend`` is set; an
+    unknown platform or backend fails with a ConfigError naming the installed ones."""
     backends: dict[str, type[Backend]] = server.registry.backends
-    name = cfg.backend_name(config)
-    if not name:
+    model = model_dir.name
+    if config.backend:
+        return _installed(server, backends, config.backend, "")
+    if config.platform:
         for cls in backends.values():
-            if cls.default_model_filename and any(
-                (v / cls.default_model_filename).exists() for v in model_dir.iterdir() if v.is_dir()
-            ):
+            if config.platform in cls.platforms:
                 return cls
-        raise ConfigError(
-            f"model '{model_dir.name}': config names no backend or platform and no "
-            f"installed backend recognises its files; installed: {', '.join(sorted(backends))}"
-        )
+        mapped = cfg.PLATFORM_TO_BACKEND.get(config.platform)
+        if mapped is None:
+            known = set(cfg.PLATFORM_TO_BACKEND) | set(cfg.TRITON_PLATFORMS)
+            known.update(p for cls in backends.values() for p in cls.platforms)
+            raise ConfigError(cfg.unknown_platform_text(config.platform, model, sorted(known)))
+        return _installed(server, backends, mapped, f"platform '{config.platform}' needs ")
+    if versions is None:
+        versions = available_versions(model_dir)
+    folders = [model_dir / str(v) for v in reversed(versions)]
+    wanted = config.default_model_filename
     for cls in backends.values():
-        if cls.name == name or config.platform in cls.platforms:
+        if cls.default_model_filename and any(
+            (f / cls.default_model_filename).exists() for f in folders
+        ):
             return cls
-    reason = f"unknown backend '{name}'; installed: {', '.join(sorted(backends)) or 'none'}"
+    if wanted and any((f / wanted).exists() for f in folders):
+        by_extension = _by_extension(backends, wanted)
+        if len(by_extension) == 1:
+            return by_extension[0]
+    raise ConfigError(_no_backend_text(backends, config, model_dir, folders))
+
+
+def _installed(
+    server: Server, backends: dict[str, type[Backend]], name: str, prefix: str
+) -> type[Backend]:
+    """The installed backend ``name``; else ConfigError (Unavailable where the plugin that
+    provides it failed to import) naming the installed ones."""
+    for cls in backends.values():
+        if cls.name == name:
+            return cls
+    installed = ", ".join(sorted(backends)) or "none"
+    reason = f"{prefix}unknown backend '{name}'; installed backends: {installed}"
     failure = server.plugins.failure_for(name)
     if failure is not None:
-        reason += f" ({failure.describe()})"
-    raise Unavailable(reason)
+        raise Unavailable(f"{reason} ({failure.describe()})")
+    raise ConfigError(
+        f"{reason} (Triton: unable to find backend library for backend '{name}'); install "
+        "the plugin that provides it or correct the config's backend/platform"
+    )
+
+
+def _by_extension(backends: dict[str, type[Backend]], filename: str) -> list[type[Backend]]:
+    """Installed backends whose default model file has ``filename``'s extension."""
+    suffix = Path(filename).suffix
+    return [
+        cls
+        for cls in backends.values()
+        if suffix
+        and cls.default_model_filename
+        and Path(cls.default_model_filename).suffix == suffix
+    ]
+
+
+def _no_backend_text(
+    backends: dict[str, type[Backend]],
+    config: cfg.ModelConfig,
+    model_dir: Path,
+    folders: list[Path],
+) -> str:
+    """Triton's text for a model whose backend cannot be told from its files, with what
+    each installed backend looks for and, for a file under another name
+    (``resnet.onnx``), the rename or ``default_model_filename`` that fixes it."""
+    model = model_dir.name
+    text = (
+        f"Could not determine backend for model '{model}' with no backend in model "
+        "configuration. Expected model name of the form 'model.<backend_name>'"
+    )
+    looks_for = ", ".join(
+        f"'{cls.default_model_filename}' ({cls.name})"
+        for cls in sorted(backends.values(), key=lambda c: c.name)
+        if cls.default_model_filename
+    )
+    if looks_for:
+        text += f"; the installed backends look for {looks_for}"
+    for folder in folders:
+        try:
+            files = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+        except OSError:
+            continue
+        for file in files:
+            matches = _by_extension(backends, file.name)
+            if matches:
+                cls = matches[0]
+                return (
+                    f"{text}: version folder {folder.name} holds '{file.name}' but the "
+                    f"{cls.name} backend looks for '{cls.default_model_filename}': rename it "
+                    f"to '{cls.default_model_filename}' or set default_model_filename: "
+                    f'"{file.name}" (and backend: "{cls.name}") in config.pbtxt'
+                )
+        if files:
+            held = ", ".join(f"'{p.name}'" for p in files[:4])
+            return (
+                f"{text}: version folder {folder.name} holds {held}; name the backend in "
+                'config.pbtxt (backend: "...") or rename the model file'
+            )
+    return f"{text}: the version folders hold no model file"
 
 
 def without_paths(server: Server, model_dir: Path, error: DespinaError) -> DespinaError:
@@ -138,7 +233,10 @@ async def _prepare_config(
     name = model_dir.name
     backend_cls: type[Backend] | None = None
     if config.platform != cfg.ENSEMBLE_PLATFORM:
-        backend_cls = resolve_backend(server, config, model_dir)
+        if not versions:
+            raise ConfigError(no_version_text(model_dir))
+        backend_cls = resolve_backend(server, config, model_dir, versions)
+        configured = bool(config.default_model_filename)
         if not config.backend and not config.platform:
             config.backend = backend_cls.name
         if not config.default_model_filename and backend_cls.default_model_filename:
@@ -146,12 +244,55 @@ async def _prepare_config(
     cfg.check_file_names(config, name)  # before auto-complete opens the model file
     if not config.name:
         config.name = name
+    if backend_cls is not None:
+        _check_model_files(config, model_dir, versions, backend_cls.name, configured)
     if backend_cls is not None and server.settings.auto_complete and versions:
         context = ModelContext(name, versions[-1], model_dir, config, server.backend_host)
         await backend_cls(context).auto_complete()
     cfg.normalize(config, name, gpu_count())
+    if backend_cls is not None and (not config.input or not config.output):
+        _refuse_no_tensors(server, config, name, backend_cls.name)
     cfg.validate(config, name)
     return backend_cls
+
+
+def _check_model_files(
+    config: cfg.ModelConfig, model_dir: Path, versions: list[int], backend: str, configured: bool
+) -> None:
+    """ConfigError naming the fix when a version to load lacks its model file (a file
+    under another name, a file beside the version folder); skipped for backends that
+    name no model file and for ``cc_model_filenames``."""
+    filename = config.default_model_filename
+    if not filename or config.cc_model_filenames:
+        return
+    for version in select_versions(config, versions):
+        if not (model_dir / str(version) / filename).exists():
+            raise ConfigError(
+                missing_model_file_text(model_dir, version, filename, backend, configured)
+            )
+
+
+def _refuse_no_tensors(server: Server, config: cfg.ModelConfig, name: str, backend: str) -> None:
+    """Triton's "must specify at least one input/output" with why none is known: the
+    config lists none and the backend did not (or, auto-complete off, could not) fill
+    them from the model file."""
+    kind = "output" if not config.output else "input"
+    if server.settings.auto_complete:
+        why = (
+            f"the config lists no {kind}s and the {backend} backend could not complete "
+            f"them from '{config.default_model_filename}'"
+        )
+        if backend == "python":
+            why += " (model.py defines no auto_complete_config)"
+    else:
+        why = (
+            f"the config lists no {kind}s and auto-complete is off "
+            "(--strict-model-config=true or --disable-auto-complete-config)"
+        )
+    raise ConfigError(
+        f"model '{name}': must specify at least one {kind}: {why}; list the model's "
+        f"{kind}s in config.pbtxt ({kind} [ {{ name: ... data_type: ... dims: [ ... ] }} ])"
+    )
 
 
 def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:

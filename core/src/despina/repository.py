@@ -7,6 +7,7 @@ error for that model. :func:`select_versions` applies a config's ``version_polic
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,90 @@ def available_versions(model_dir: Path) -> list[int]:
         if entry.is_dir() and entry.name.isdigit() and int(entry.name) > 0:
             versions.append(int(entry.name))
     return sorted(versions)
+
+
+def _names(paths: Sequence[Path], limit: int = 4) -> str:
+    shown = ", ".join(f"'{p.name}'" for p in paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _visible(model_dir: Path) -> list[Path]:
+    try:
+        entries = sorted(model_dir.iterdir())
+    except OSError:
+        return []
+    return [e for e in entries if not e.name.startswith(".")]
+
+
+def no_version_text(model_dir: Path) -> str:
+    """Why a model folder has no version to load, and the fix: Triton's text ("at least
+    one version must be available ..."), then what the folder holds instead (a folder
+    ``v1`` that is not a number, a model file lying directly in the model folder)."""
+    name = model_dir.name
+    text = (
+        f"load failed for model '{name}': at least one version must be available under "
+        f"the version policy of model '{name}': the model folder has no version folder "
+        f"(a folder named by a positive integer holding the model file, e.g. '{name}/1/')"
+    )
+    entries = _visible(model_dir)
+    folders = [e for e in entries if e.is_dir()]
+    files = [e for e in entries if e.is_file() and e.name != "config.pbtxt"]
+    hints = []
+    for folder in folders[:4]:
+        digits = re.sub(r"\D", "", folder.name)
+        if digits and int(digits) > 0:
+            hints.append(f"rename folder '{folder.name}' to '{int(digits)}'")
+        else:
+            hints.append(
+                f"folder '{folder.name}' is not a version folder (versions are numbers from 1)"
+            )
+    if files:
+        verb = "lies" if len(files) == 1 else "lie"
+        hints.append(
+            f"{_names(files)} {verb} directly in the model folder: move "
+            f"{'it' if len(files) == 1 else 'them'} into a version folder, e.g. "
+            f"'{name}/1/{files[0].name}'"
+        )
+    if not folders and not files:
+        hints.append("the model folder holds no model file")
+    return f"{text}; {'; '.join(hints)}"
+
+
+def missing_model_file_text(
+    model_dir: Path, version: int, filename: str, backend: str, configured: bool
+) -> str:
+    """A version folder without the file the backend loads (the backend's text: "model
+    file '1/model.onnx' not found", the Python backend's "Python model file not found
+    in ..."), and the fix: another file with the same extension (``resnet.onnx``) to
+    rename or name in ``default_model_filename``, or a model file lying outside the
+    version folder."""
+    name = model_dir.name
+    entries = _visible(model_dir / str(version))
+    label = f"{version}/{filename}"
+    if backend == "python":
+        text = f"Python model file not found in '{label}' (model '{name}')"
+    else:
+        text = f"model '{name}': model file '{label}' not found"
+    named = "the config's default_model_filename" if configured else f"the {backend} backend"
+    suffix = Path(filename).suffix
+    alike = [e for e in entries if suffix and e.suffix == suffix]
+    if alike:
+        other = alike[0].name
+        return (
+            f"{text}: version folder {version} holds '{other}' but {named} looks for "
+            f"'{filename}': rename it to '{filename}' or set default_model_filename: "
+            f'"{other}" in config.pbtxt'
+        )
+    if (model_dir / filename).exists():
+        return (
+            f"{text}: '{filename}' lies directly in the model folder: move it to "
+            f"'{name}/{version}/{filename}'"
+        )
+    held = f"holds {_names(entries)}" if entries else "is empty"
+    return (
+        f"{text}: version folder {version} {held}; {named} looks for '{filename}': put the "
+        "model file there under that name or set default_model_filename in config.pbtxt"
+    )
 
 
 def select_versions(config: ModelConfig, available: Sequence[int]) -> list[int]:

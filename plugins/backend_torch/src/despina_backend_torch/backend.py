@@ -11,6 +11,7 @@ outputs, or the load fails saying so.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ from despina import (
 from despina_backend_torch.convert import to_numpy, to_torch
 from despina_backend_torch.loading import LoadedModel, load_model
 from despina_backend_torch.naming import input_positions, pick_outputs
-from despina_backend_torch.settings import TorchSettings
+from despina_backend_torch.settings import TorchSettings, default_intra_threads
 
 NO_SIGNATURE = (
     "model '{model}': '{label}' declares no input/output data types or shapes, so its "
@@ -66,6 +67,10 @@ class TorchBackend(Backend):
     async def load(self) -> None:
         """Parse the parameters and apply the process-wide ones."""
         self.settings = TorchSettings.from_parameters(self.context.parameters, self.context.name)
+        if not self.settings.intra_op_threads:
+            per_instance = default_intra_threads(self.context.config)
+            if per_instance:
+                self.settings = replace(self.settings, intra_op_threads=per_instance)
         self.settings.apply_process_wide()
         #: Modules by device, kept only with ENABLE_WEIGHT_SHARING.
         self._shared: dict[str | None, LoadedModel] = {}

@@ -3,8 +3,9 @@
 Per execution (in the instance's thread): ``INFERENCE_MODE`` (default true; false runs
 under ``no_grad``), ``DISABLE_OPTIMIZED_EXECUTION`` (TorchScript graph optimiser off),
 ``DISABLE_CUDNN``, ``ENABLE_CACHE_CLEANING`` (empty the CUDA cache after each run).
-Per instance thread: ``INTRA_OP_THREAD_COUNT`` / ``NUM_THREADS`` (others keep torch's
-default). Process-wide (first
+Per instance thread: ``INTRA_OP_THREAD_COUNT`` / ``NUM_THREADS``; without them a model
+with N > 1 CPU instances gives each instance thread ``max(1, cores // N)`` (so N instances
+never compete for the same cores), one instance keeps torch's default. Process-wide (first
 model wins, as in Triton): ``INTER_OP_THREAD_COUNT`` / ``NUM_INTEROP_THREADS``,
 ``ENABLE_JIT_EXECUTOR``, ``ENABLE_JIT_PROFILING``. ``ENABLE_WEIGHT_SHARING`` lets the
 instances on one device share one loaded module. ``ENABLE_NVFUSER`` is accepted and
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from dataclasses import dataclass
 
-from despina import ConfigError
+from despina import ConfigError, ModelConfig, mc
 
 log = logging.getLogger("despina.backend.pytorch")
 
@@ -119,3 +121,24 @@ class TorchSettings:
         if self.disable_cudnn:
             stack.enter_context(torch.backends.cudnn.flags(enabled=False))
         return stack
+
+
+def cpu_instances(config: ModelConfig) -> int:
+    """The model's KIND_CPU instances, all groups together (the config is normalized)."""
+    cpu = mc.ModelInstanceGroup.KIND_CPU
+    return sum(max(int(g.count), 1) for g in config.instance_group if g.kind == cpu)
+
+
+def cores() -> int:
+    """CPU cores this process may run on (its affinity mask, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_intra_threads(config: ModelConfig) -> int:
+    """Intra-op threads per instance thread when the config sets none: ``max(1, cores //
+    N)`` for N > 1 CPU instances; 0 (torch's default) for one."""
+    instances = cpu_instances(config)
+    return max(1, cores() // instances) if instances > 1 else 0
