@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from despina import config as cfg
 from despina.backend import Backend, InstanceSpec, ModelContext, ModelInstance
@@ -32,9 +32,46 @@ from despina.validation import ModelSignature
 from despina.warmup import warm_up
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.backend import BackendHost
+    from despina.rate_limiter import RateLimiter
+    from despina.registry import Registry
+    from despina.repository import ModelRepository
+    from despina.response_cache import ResponseCache
+    from despina.scheduling.base import SchedulerHost
+    from despina.settings import CoreSettings
 
 log = logging.getLogger("despina.models")
+
+
+class _Repositories(Protocol):
+    @property
+    def repository(self) -> ModelRepository: ...
+
+
+class _Failure(Protocol):
+    def describe(self) -> str: ...
+
+
+class _PluginFailures(Protocol):
+    def failure_for(self, name: str) -> _Failure | None: ...
+
+
+class LoadHost(Protocol):
+    """What loading a model reads of the server (:class:`despina.server.Server` is one):
+    declared here so that neither this module nor the model manager imports the server's."""
+
+    registry: Registry
+    settings: CoreSettings
+    backend_host: BackendHost
+    scheduler_host: SchedulerHost
+    response_cache: ResponseCache | None
+    rate_limiter: RateLimiter | None
+
+    @property
+    def plugins(self) -> _PluginFailures: ...
+
+    @property
+    def models(self) -> _Repositories: ...
 
 
 #: Reason shown for a loaded version that cannot serve right now.
@@ -89,7 +126,7 @@ def gpu_count() -> int:
 
 
 def resolve_backend(
-    server: Server, config: cfg.ModelConfig, model_dir: Path, versions: list[int] | None = None
+    server: LoadHost, config: cfg.ModelConfig, model_dir: Path, versions: list[int] | None = None
 ) -> type[Backend]:
     """The Backend class for a model: its ``backend``, else its ``platform`` (an
     installed backend declaring it, else Triton's platform -> backend mapping), else the
@@ -127,7 +164,7 @@ def resolve_backend(
 
 
 def _installed(
-    server: Server, backends: dict[str, type[Backend]], name: str, prefix: str
+    server: LoadHost, backends: dict[str, type[Backend]], name: str, prefix: str
 ) -> type[Backend]:
     """The installed backend ``name``; else ConfigError (Unavailable where the plugin that
     provides it failed to import) naming the installed ones."""
@@ -202,7 +239,7 @@ def _no_backend_text(
     return f"{text}: the version folders hold no model file"
 
 
-def without_paths(server: Server, model_dir: Path, error: DespinaError) -> DespinaError:
+def without_paths(server: LoadHost, model_dir: Path, error: DespinaError) -> DespinaError:
     """``error``, which failed the load of the model in ``model_dir``, its text rewritten
     (in place) to name no server path (:func:`~despina.redact.safe_text`): the text
     clients see, in the load's answer and the repository index. The full text is logged
@@ -216,7 +253,7 @@ def without_paths(server: Server, model_dir: Path, error: DespinaError) -> Despi
 
 
 async def prepare_config(
-    server: Server, config: cfg.ModelConfig, model_dir: Path, versions: list[int]
+    server: LoadHost, config: cfg.ModelConfig, model_dir: Path, versions: list[int]
 ) -> type[Backend] | None:
     """Resolve the backend, auto-complete (when enabled), fill defaults, validate; a
     DespinaError raised names no server path (:func:`without_paths`)."""
@@ -228,7 +265,7 @@ async def prepare_config(
 
 
 async def _prepare_config(
-    server: Server, config: cfg.ModelConfig, model_dir: Path, versions: list[int]
+    server: LoadHost, config: cfg.ModelConfig, model_dir: Path, versions: list[int]
 ) -> type[Backend] | None:
     name = model_dir.name
     backend_cls: type[Backend] | None = None
@@ -272,7 +309,7 @@ def _check_model_files(
             )
 
 
-def _refuse_no_tensors(server: Server, config: cfg.ModelConfig, name: str, backend: str) -> None:
+def _refuse_no_tensors(server: LoadHost, config: cfg.ModelConfig, name: str, backend: str) -> None:
     """Triton's "must specify at least one input/output" with why none is known: the
     config lists none and the backend did not (or, auto-complete off, could not) fill
     them from the model file."""
@@ -316,7 +353,7 @@ def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:
     return specs
 
 
-def pick_scheduler(server: Server, config: cfg.ModelConfig) -> type[Scheduler]:
+def pick_scheduler(server: LoadHost, config: cfg.ModelConfig) -> type[Scheduler]:
     """The single scheduler that handles ``config``, else "default"."""
     schedulers: dict[str, type[Scheduler]] = server.registry.schedulers
     chosen = [cls for cls in schedulers.values() if cls.handles(config)]
@@ -336,7 +373,7 @@ def pick_scheduler(server: Server, config: cfg.ModelConfig) -> type[Scheduler]:
 
 
 def rate_limiter_needs(
-    server: Server, config: cfg.ModelConfig, specs: list[InstanceSpec]
+    server: LoadHost, config: cfg.ModelConfig, specs: list[InstanceSpec]
 ) -> list[Needs | None]:
     """Each instance's rate-limiter needs (None when not limited), registered with the
     server's limiter; empty without ``--rate-limit=execution_count``."""
@@ -359,7 +396,7 @@ def rate_limiter_needs(
 
 
 async def load_version(
-    server: Server, backend_cls: type[Backend] | None, model_dir: Path, version: ModelVersion
+    server: LoadHost, backend_cls: type[Backend] | None, model_dir: Path, version: ModelVersion
 ) -> None:
     """Load one version; on failure it ends UNAVAILABLE with the reason, which names no
     server path (:func:`without_paths`); never raises."""

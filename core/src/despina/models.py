@@ -44,7 +44,7 @@ from despina.paths import check_model_name, quote, safe_join
 from despina.repository import ModelRepository, available_versions, select_versions
 
 if TYPE_CHECKING:
-    from despina.server import Server
+    from despina.loader import LoadHost
 
 log = logging.getLogger("despina.models")
 
@@ -81,7 +81,7 @@ class ModelEntry:
 class ModelManager:
     """Owns every model of one server. All methods run on the server's event loop."""
 
-    def __init__(self, server: Server, repository: ModelRepository) -> None:
+    def __init__(self, server: LoadHost, repository: ModelRepository) -> None:
         self.server = server
         self.repository = repository
         self.entries: dict[str, ModelEntry] = {}

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from despina.backend import Backend
-    from despina.plugins import Plugins
     from despina.scheduling.base import Scheduler
+
+
+class Capabilities(Protocol):
+    """What the registry reads of the plugin manager (:class:`despina.plugins.Plugins`)."""
+
+    def capabilities(self, hook_name: str) -> Mapping[str, tuple[type[Any], Any]]: ...
 
 
 @dataclass
@@ -23,7 +30,7 @@ class Registry:
     sources: dict[str, type[Any]] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, plugins: Plugins) -> Registry:
+    def build(cls, plugins: Capabilities) -> Registry:
         def names(hook: str) -> dict[str, type[Any]]:
             return {name: c for name, (c, _) in plugins.capabilities(hook).items()}
 

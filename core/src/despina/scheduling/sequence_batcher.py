@@ -39,7 +39,22 @@ from despina.scheduling.base import execute_on
 from despina.scheduling.dynamic import same_shapes
 
 if TYPE_CHECKING:
-    from despina.scheduling.sequence import SequenceBatchScheduler
+    from despina.scheduling.base import ScheduledModel
+    from despina.scheduling.sequence_controls import SequenceControls, StateSpec
+
+
+class SlotOwner(Protocol):
+    """What a slot reads of the scheduler that owns it
+    (:class:`despina.scheduling.sequence.SequenceBatchScheduler`)."""
+
+    stopping: bool
+    model: ScheduledModel
+    controls: SequenceControls
+    states: list[StateSpec]
+    input_names: list[str]
+
+    def release(self, slot: Slot) -> None: ...
+
 
 #: A slot-queue entry meaning "the sequence idled out: free the slot".
 RELEASE = None
@@ -147,7 +162,7 @@ class InstanceBatcher:
 
     def __init__(
         self,
-        owner: SequenceBatchScheduler,
+        owner: SlotOwner,
         instance: ModelInstance,
         index: int,
         slot_count: int,
@@ -216,9 +231,7 @@ class _Execution(ModelInstance):
     """Runs one chosen batch on the real instance: adds controls, states and padding,
     keeps the state outputs, and hands back one response per real request."""
 
-    def __init__(
-        self, owner: SequenceBatchScheduler, instance: ModelInstance, chosen: Chosen
-    ) -> None:
+    def __init__(self, owner: SlotOwner, instance: ModelInstance, chosen: Chosen) -> None:
         self.owner = owner
         self.instance = instance
         self.chosen = chosen
