@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from despina import mc
+from despina import mc, threads_per_instance
 
 onnx_options = pytest.importorskip("despina_backend_onnx.options")
 
@@ -43,14 +43,14 @@ def test_onnx_explicit_thread_count_wins() -> None:
 def test_gpu_instances_do_not_count() -> None:
     conf = config(1)
     conf.instance_group.add(count=4, kind=mc.ModelInstanceGroup.KIND_GPU)
-    assert onnx_options.default_intra_threads(conf) == 0
+    assert threads_per_instance(conf) == 0
 
 
-def test_torch_instances_split_the_cores() -> None:
-    settings = pytest.importorskip("despina_backend_torch.settings")
-    assert settings.default_intra_threads(config(1)) == 0
-    assert settings.default_intra_threads(config(2)) == max(1, CORES // 2)
-    assert settings.default_intra_threads(config(8)) == max(1, CORES // 8)
+def test_instances_split_the_cores() -> None:
+    """The rule the torch backend applies in each instance's thread (and ORT, OpenVINO)."""
+    assert threads_per_instance(config(1)) == 0
+    assert threads_per_instance(config(2)) == max(1, CORES // 2)
+    assert threads_per_instance(config(8)) == max(1, CORES // 8)
 
 
 def test_openvino_streams_per_instance() -> None:

@@ -45,6 +45,8 @@ _EXPORTS: dict[str, str] = {
     "NeedsThread": "despina.placement",
     "inline_budget": "despina.placement",
     "running_inline": "despina.placement",
+    "cpu_instances": "despina.placement",
+    "threads_per_instance": "despina.placement",
     "instance_specs": "despina.loader",
     "ModelVersion": "despina.loader",
     "RaggedBatch": "despina.ragged",
@@ -168,8 +170,10 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
     from despina.placement import (
         CallPlacement as CallPlacement,
         NeedsThread as NeedsThread,
+        cpu_instances as cpu_instances,
         inline_budget as inline_budget,
         running_inline as running_inline,
+        threads_per_instance as threads_per_instance,
     )
     from despina.ports import (
         BackendHost as BackendHost,

@@ -26,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from despina.config import ModelConfig, number_parameter, parameters_of
+from despina.config import ModelConfig, mc, number_parameter, parameters_of
 
 T = TypeVar("T")
 
@@ -139,3 +140,25 @@ class CallPlacement:
         self.streak += 1
         if self.streak >= self.needed and share < LEAVE_SHARE:
             self.inline = self.allowed
+
+
+def cpu_instances(config: ModelConfig) -> int:
+    """The model's KIND_CPU instances, all groups together (the config is normalized)."""
+    cpu = mc.ModelInstanceGroup.KIND_CPU
+    return sum(max(int(g.count), 1) for g in config.instance_group if g.kind == cpu)
+
+
+def cores() -> int:
+    """CPU cores this process may run on (its affinity mask, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads_per_instance(config: ModelConfig) -> int:
+    """Intra-op threads each CPU instance gets when its config sets none: with N > 1 CPU
+    instances ``max(1, cores // N)``, so N instances never compete for the same cores and
+    run no slower than one; 0 (the framework's own default) for one instance."""
+    instances = cpu_instances(config)
+    return max(1, cores() // instances) if instances > 1 else 0

@@ -13,7 +13,7 @@ Read the way Triton's onnxruntime backend reads them:
   parameters), CPU ``openvino``; each needs its provider in the installed onnxruntime.
 
 Without ``intra_op_thread_count``, a model with N > 1 CPU instances gives each session
-``max(1, cores // N)`` intra-op threads (:func:`default_intra_threads`); one instance
+``max(1, cores // N)`` intra-op threads (:func:`despina.placement.threads_per_instance`); one instance
 keeps onnxruntime's default.
 
 Every function imports onnxruntime lazily and raises ConfigError for a bad value.
@@ -21,10 +21,9 @@ Every function imports onnxruntime lazily and raises ConfigError for a bad value
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from despina import ConfigError, ModelConfig, mc, parameters_of
+from despina import ConfigError, ModelConfig, parameters_of, threads_per_instance
 
 #: Triton's TensorRT accelerator keys whose EP option has another name.
 _TRT_RENAMED = {"max_workspace_size_bytes": "trt_max_workspace_size"}
@@ -44,28 +43,6 @@ _GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISAB
 Provider = tuple[str, dict[str, str]]
 
 
-def cpu_instances(config: ModelConfig) -> int:
-    """The model's KIND_CPU instances, all groups together (the config is normalized)."""
-    cpu = mc.ModelInstanceGroup.KIND_CPU
-    return sum(max(int(g.count), 1) for g in config.instance_group if g.kind == cpu)
-
-
-def cores() -> int:
-    """CPU cores this process may run on (its affinity mask, else the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def default_intra_threads(config: ModelConfig) -> int:
-    """Intra-op threads for each instance when the config sets none: with N > 1 CPU
-    instances, ``max(1, cores // N)``, so N sessions never compete for the same cores
-    (N instances then run no slower than one); 0 (the framework's default) for one."""
-    instances = cpu_instances(config)
-    return max(1, cores() // instances) if instances > 1 else 0
-
-
 def session_options(config: ModelConfig, model: str) -> Any:
     """An ``onnxruntime.SessionOptions`` for the model's ``parameters`` and graph level."""
     import onnxruntime as ort
@@ -75,7 +52,7 @@ def session_options(config: ModelConfig, model: str) -> Any:
     if params.get("intra_op_thread_count", "").strip():
         options.intra_op_num_threads = _int(params, "intra_op_thread_count", 0, model)
     else:
-        options.intra_op_num_threads = default_intra_threads(config)
+        options.intra_op_num_threads = threads_per_instance(config)
     options.inter_op_num_threads = _int(params, "inter_op_thread_count", 0, model)
     mode = _int(params, "execution_mode", 0, model)
     options.execution_mode = (

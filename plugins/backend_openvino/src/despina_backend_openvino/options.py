@@ -10,10 +10,9 @@ and ``SKIP_OV_DYNAMIC_BATCHSIZE`` (YES: keep a static batch dimension) shape the
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
-from despina import ConfigError, ModelConfig, mc
+from despina import ConfigError, ModelConfig, cpu_instances, threads_per_instance
 
 _HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 
@@ -79,20 +78,6 @@ def _yes(params: dict[str, str], key: str, model: str) -> bool:
     raise ConfigError(f"model '{model}': parameter '{key}' must be YES or NO, got '{value}'")
 
 
-def cpu_instances(config: ModelConfig) -> int:
-    """The model's KIND_CPU instances, all groups together (the config is normalized)."""
-    cpu = mc.ModelInstanceGroup.KIND_CPU
-    return sum(max(int(g.count), 1) for g in config.instance_group if g.kind == cpu)
-
-
-def cores() -> int:
-    """CPU cores this process may run on (its affinity mask, else the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def per_instance_defaults(properties: dict[str, str], config: ModelConfig) -> dict[str, str]:
     """``properties`` with, for N > 1 CPU instances (N infer requests of one compiled
     model) and none of ``PERFORMANCE_HINT``, ``NUM_STREAMS``, ``INFERENCE_NUM_THREADS``
@@ -102,7 +87,7 @@ def per_instance_defaults(properties: dict[str, str], config: ModelConfig) -> di
     chosen = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS")
     if instances <= 1 or any(key in properties for key in chosen):
         return properties
-    threads = max(1, cores() // instances)
+    threads = threads_per_instance(config)
     return {
         **properties,
         "NUM_STREAMS": str(instances),

@@ -27,12 +27,13 @@ from despina import (
     complete_config,
     config_to_datatype,
     mc,
+    threads_per_instance,
 )
 
 from despina_backend_torch.convert import to_numpy, to_torch
 from despina_backend_torch.loading import LoadedModel, load_model
 from despina_backend_torch.naming import input_positions, pick_outputs
-from despina_backend_torch.settings import TorchSettings, default_intra_threads
+from despina_backend_torch.settings import TorchSettings
 
 NO_SIGNATURE = (
     "model '{model}': '{label}' declares no input/output data types or shapes, so its "
@@ -68,7 +69,7 @@ class TorchBackend(Backend):
         """Parse the parameters and apply the process-wide ones."""
         self.settings = TorchSettings.from_parameters(self.context.parameters, self.context.name)
         if not self.settings.intra_op_threads:
-            per_instance = default_intra_threads(self.context.config)
+            per_instance = threads_per_instance(self.context.config)
             if per_instance:
                 self.settings = replace(self.settings, intra_op_threads=per_instance)
         self.settings.apply_process_wide()

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from dataclasses import dataclass
 
-from despina import ConfigError, ModelConfig, mc
+from despina import ConfigError
 
 log = logging.getLogger("despina.backend.pytorch")
 
@@ -121,24 +120,3 @@ class TorchSettings:
         if self.disable_cudnn:
             stack.enter_context(torch.backends.cudnn.flags(enabled=False))
         return stack
-
-
-def cpu_instances(config: ModelConfig) -> int:
-    """The model's KIND_CPU instances, all groups together (the config is normalized)."""
-    cpu = mc.ModelInstanceGroup.KIND_CPU
-    return sum(max(int(g.count), 1) for g in config.instance_group if g.kind == cpu)
-
-
-def cores() -> int:
-    """CPU cores this process may run on (its affinity mask, else the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def default_intra_threads(config: ModelConfig) -> int:
-    """Intra-op threads per instance thread when the config sets none: ``max(1, cores //
-    N)`` for N > 1 CPU instances; 0 (torch's default) for one."""
-    instances = cpu_instances(config)
-    return max(1, cores() // instances) if instances > 1 else 0
