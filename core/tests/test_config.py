@@ -40,6 +40,14 @@ def test_bad_enum_value_is_an_error() -> None:
         cfg.parse_text('input [ { name: "X" data_type: TYPE_FLOAT99 dims: [1] } ]')
 
 
+def test_enum_number_out_of_range_is_a_config_error() -> None:
+    """Found by the fuzzer: protobuf raises ValueError (was a 500), text and JSON alike."""
+    with pytest.raises(ConfigError, match="Value out of range"):
+        cfg.parse_text('input [ { name: "X" data_type: 999999999999999999999999999999 } ]', "m")
+    with pytest.raises(ConfigError, match="m"):
+        cfg.parse_json('{"input": [{"name": "X", "data_type": 99999999999999999999999}]}', "m")
+
+
 def test_json_form_uses_field_names_and_numbers_for_int64() -> None:
     config = cfg.parse_text(VALID)
     cfg.normalize(config, "m", gpu_count=0)

@@ -100,6 +100,8 @@ def parse_text(text: str, source: str = CONFIG_FILENAME) -> mc.ModelConfig:
         line, column = exc.GetLine(), exc.GetColumn()
         detail = str(exc).split(" : ", 1)[-1]
         raise ConfigError(f"{source}:{line}:{column}: {detail}") from None
+    except ValueError as exc:  # protobuf's own checks, e.g. an enum number out of range
+        raise ConfigError(f"{source}: {exc}") from None
     return config
 
 
@@ -108,7 +110,7 @@ def parse_json(text: str | bytes, source: str = "config") -> mc.ModelConfig:
     config = mc.ModelConfig()
     try:
         json_format.Parse(text, config)
-    except json_format.ParseError as exc:
+    except (json_format.ParseError, ValueError) as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return config
 

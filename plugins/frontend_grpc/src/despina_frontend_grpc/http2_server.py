@@ -94,6 +94,15 @@ INFLATE_THREADS = min(4, os.cpu_count() or 1)
 
 Route = tuple[wire.Method, Callable[..., Any]]
 
+#: gRPC status numbers for the trailers, by grpc.StatusCode name.
+_OK = grpc.StatusCode.OK.value[0]
+_DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+_RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+_UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+_INVALID = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+
 
 @dataclass(frozen=True)
 class ConnectionLimits:
@@ -574,18 +583,18 @@ class Connection(asyncio.Protocol):
         path = fields.get(":path", "")
         route = self.server.routes.get(path)
         if route is None:
-            self._finish(stream, 12, "Method not found!")
+            self._finish(stream, _UNIMPLEMENTED, "Method not found!")
             return
         refusal = self.server.refusal(path, stream.metadata)
         if refusal is not None:
-            self._finish(stream, 14, refusal)
+            self._finish(stream, _UNAVAILABLE, refusal)
             return
         stream.route = route
         timeout = fields.get("grpc-timeout")
         if timeout is not None:
             seconds = framing.timeout_seconds(timeout)
             if seconds is None:
-                self._finish(stream, 13, f"malformed grpc-timeout '{timeout}'")
+                self._finish(stream, _INVALID, f"malformed grpc-timeout '{timeout}'")
                 return
             stream.deadline = self.loop.call_later(seconds, self._expire, stream)
         method = route[0]
@@ -633,7 +642,7 @@ class Connection(asyncio.Protocol):
         except Exception:  # a bug here fails this call, not the connection
             log.exception("inflating a gRPC message failed")
             stream.inflating = None
-            self._finish(stream, 13, INTERNAL_TEXT)
+            self._finish(stream, _INTERNAL, INTERNAL_TEXT)
             return
         stream.inflating = None
         if not whole or stream.finished:  # cancelled, reset, expired or connection gone
@@ -656,12 +665,14 @@ class Connection(asyncio.Protocol):
 
     def _requests_ended(self, stream: Stream) -> None:
         if stream.body:
-            self._finish(stream, 13, "the request ended inside a message")
+            self._finish(stream, _INVALID, "the request ended inside a message")
         elif stream.inbox is not None:
             stream.inbox.put_nowait(None)
         elif len(stream.messages) != 1:
             self._finish(
-                stream, 13, f"a unary call needs one request message, got {len(stream.messages)}"
+                stream,
+                _INVALID,
+                f"a unary call needs one request message, got {len(stream.messages)}",
             )
         else:
             self._run(stream, self._unary(stream, stream.messages.pop()))
@@ -672,7 +683,7 @@ class Connection(asyncio.Protocol):
         def done(_: Any) -> None:
             if not task.cancelled() and task.exception() is not None:
                 log.error("gRPC call failed", exc_info=task.exception())
-                self._finish(stream, 13, INTERNAL_TEXT)
+                self._finish(stream, _INTERNAL, INTERNAL_TEXT)
 
         task.add_done_callback(done)
 
@@ -684,7 +695,7 @@ class Connection(asyncio.Protocol):
         if code != calls.OK:
             self._finish(stream, code, reply.decode())
         elif self._send_message(stream, reply) is not False:
-            self._finish(stream, 0, "")
+            self._finish(stream, _OK, "")
 
     async def _streaming(self, stream: Stream) -> None:
         assert stream.route is not None and stream.inbox is not None
@@ -714,7 +725,7 @@ class Connection(asyncio.Protocol):
         stream.deadline = None
         if stream.finished:
             return
-        self._finish(stream, 4, "Deadline Exceeded")
+        self._finish(stream, _DEADLINE_EXCEEDED, "Deadline Exceeded")
         if stream.task is not None:
             stream.task.cancel()
         self._flush_soon()
@@ -739,7 +750,7 @@ class Connection(asyncio.Protocol):
         if stream.finished:
             return None
         if len(data) > self.limits.max_send:
-            self._finish(stream, 8, _too_large(len(data), self.limits.max_send))
+            self._finish(stream, _RESOURCE_EXHAUSTED, _too_large(len(data), self.limits.max_send))
             return False
         if not stream.headers_sent:
             block = framing.GZIP_RESPONSE_HEADERS if stream.gzip else framing.RESPONSE_HEADERS
@@ -926,7 +937,7 @@ class Connection(asyncio.Protocol):
     def abort_calls(self) -> None:
         """End every call still running with UNAVAILABLE, and close."""
         for stream in list(self.streams.values()):
-            self._finish(stream, 14, "the server is shutting down")
+            self._finish(stream, _UNAVAILABLE, "the server is shutting down")
             self._cancel(stream)
         self._close()
 
