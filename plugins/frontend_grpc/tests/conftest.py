@@ -84,3 +84,20 @@ def client(server: RunningServer) -> Iterator[Any]:
 
     with grpcclient.InferenceServerClient(server.grpc_url) as connected:
         yield connected
+
+
+@pytest.fixture
+def connect() -> Iterator[Callable[..., Any]]:
+    """``connect(running, reads=False)``: a raw HTTP/2 client (test_http2_abuse.RawClient)
+    to the server's gRPC port, closed after the test."""
+    from test_http2_abuse import RawClient
+
+    opened: list[RawClient] = []
+
+    def factory(running: RunningServer, reads: bool = False) -> RawClient:
+        opened.append(RawClient(running, reads))
+        return opened[-1]
+
+    yield factory
+    for client in opened:
+        client.close()

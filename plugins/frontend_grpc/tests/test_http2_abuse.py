@@ -210,20 +210,6 @@ class RawClient:
         self.sock.close()
 
 
-@pytest.fixture
-def connect() -> Iterator[Callable[..., RawClient]]:
-    """``connect(running, reads=False)``: a RawClient closed after the test."""
-    opened: list[RawClient] = []
-
-    def factory(running: RunningServer, reads: bool = False) -> RawClient:
-        opened.append(RawClient(running, reads))
-        return opened[-1]
-
-    yield factory
-    for client in opened:
-        client.close()
-
-
 def assert_serves(running: RunningServer) -> None:
     """A tritonclient on a new connection gets add_sub's right answers."""
     data = np.arange(16, dtype=np.float32).reshape(1, 16)

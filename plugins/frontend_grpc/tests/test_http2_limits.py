@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import grpc
 import numpy as np
@@ -31,20 +31,6 @@ from tritonclient.utils import InferenceServerException
 Serve = Callable[..., RunningServer]
 GRPCIO = "--grpc-stack=grpcio"
 STACKS = pytest.mark.parametrize("stack", [DESPINA, GRPCIO], ids=["despina", "grpcio"])
-
-
-@pytest.fixture
-def connect() -> Iterator[Callable[..., RawClient]]:
-    """``connect(running, reads=False)``: a RawClient closed after the test."""
-    opened: list[RawClient] = []
-
-    def factory(running: RunningServer, reads: bool = False) -> RawClient:
-        opened.append(RawClient(running, reads))
-        return opened[-1]
-
-    yield factory
-    for client in opened:
-        client.close()
 
 
 def add_sub_inputs() -> list[grpcclient.InferInput]:
