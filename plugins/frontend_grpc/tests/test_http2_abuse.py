@@ -546,6 +546,19 @@ def test_compressed_message_over_the_limit_on_the_wire(
     assert_serves(running)
 
 
+def gzipped_add_sub(rows: int) -> bytes:
+    """An add_sub ModelInferRequest of ``rows`` x 16 FP32 twos per input, gzipped."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name="add_sub")
+    data = np.full((rows, 16), 2.0, np.float32)
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="FP32", shape=data.shape)
+        request.raw_input_contents.append(data.tobytes())
+    deflater = zlib.compressobj(9, wbits=31)
+    return deflater.compress(request.SerializeToString()) + deflater.flush()
+
+
 def test_gzip_message_under_the_limit_is_served(
     serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
@@ -555,13 +568,7 @@ def test_gzip_message_under_the_limit_is_served(
     from tritonclient.grpc import service_pb2 as pb
 
     rows = 3 * INFLATE_STEP // (2 * 16 * 4)  # two FP32 inputs: 3 inflate steps
-    request = pb.ModelInferRequest(model_name="add_sub")
-    data = np.full((rows, 16), 2.0, np.float32)
-    for name in ("INPUT0", "INPUT1"):
-        request.inputs.add(name=name, datatype="FP32", shape=data.shape)
-        request.raw_input_contents.append(data.tobytes())
-    deflater = zlib.compressobj(9, wbits=31)
-    body = deflater.compress(request.SerializeToString()) + deflater.flush()
+    body = gzipped_add_sub(rows)
     sid = send_gzip_call(client, grpc_message(body, compressed=True))
     client.read_until(lambda: "grpc-status" in client.headers(sid))
     assert client.headers(sid)["grpc-status"] == "0"

@@ -24,6 +24,7 @@ from test_http2_abuse import (
     add_sub_request,
     assert_serves,
     grpc_message,
+    gzipped_add_sub,
     send_gzip_call,
 )
 from tritonclient.utils import InferenceServerException
@@ -101,13 +102,7 @@ def test_large_compressed_messages_are_served_whole(
     from tritonclient.grpc import service_pb2 as pb
 
     rows = 3 * INLINE_INFLATE // (2 * 16 * 4)  # two FP32 inputs: 3 MiB inflated
-    request = pb.ModelInferRequest(model_name="add_sub")
-    data = np.full((rows, 16), 2.0, np.float32)
-    for name in ("INPUT0", "INPUT1"):
-        request.inputs.add(name=name, datatype="FP32", shape=data.shape)
-        request.raw_input_contents.append(data.tobytes())
-    deflater = zlib.compressobj(9, wbits=31)
-    body = deflater.compress(request.SerializeToString()) + deflater.flush()
+    body = gzipped_add_sub(rows)
     sids = [send_gzip_call(client, grpc_message(body, compressed=True)) for _ in range(3)]
     for sid in sids:
         client.read_until(lambda sid=sid: "grpc-status" in client.headers(sid))  # type: ignore[misc]
