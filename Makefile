@@ -6,7 +6,7 @@ PLUGINS := $(sort $(wildcard plugins/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGINS))
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench compare fuzz venv clean
+.PHONY: serve test lint bench compare fuzz triton-qa venv clean
 
 venv: $(STAMP)
 
@@ -14,9 +14,9 @@ $(STAMP): constraints.txt core/pyproject.toml $(PLUGINS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e 'core[testing]' $(addprefix -e ,$(PLUGIN_DIRS)) \
+	$(BIN)/pip install -q -c constraints.txt -e 'core[testing,gpu,tracing]' $(addprefix -e ,$(PLUGIN_DIRS)) \
 		pytest pytest-timeout ruff mypy onnx 'moto[server]' boto3 gcsfs adlfs gcp-storage-emulator h2 trustme \
-		hypothesis schemathesis
+		hypothesis schemathesis openai transformers tokenizers opentelemetry-proto kubernetes-validate promql-parser
 	@if command -v npm >/dev/null; then npm install -s --no-audit --no-fund --prefix $(VENV)/node azurite@3.37.0; \
 	else echo 'npm not found: the as:// repository tests (Azurite) will be skipped'; fi
 	touch $(STAMP)
@@ -31,6 +31,12 @@ test: $(STAMP)
 # `make test`: it needs Triton, by default ../shared/tools/tritonserver, or $TRITONSERVER).
 compare: $(STAMP)
 	$(BIN)/python -m pytest compare $(PYTEST_ARGS)
+
+# Triton's own Python-backend QA (qa/L0_backend_python, CPU cases) against Despina, from a
+# local copy of github.com/triton-inference-server/server (fetches nothing; not in `make test`).
+# PYTHON_BACKEND_REPO (a python_backend copy) adds the cases that serve its examples.
+triton-qa: $(STAMP)
+	$(BIN)/python tests/triton_qa/run.py --triton-repo "$(TRITON_SERVER_REPO)" $(TRITON_QA_ARGS)
 
 # The property tests of tests/fuzz/ (bounded in `make test`) as long campaigns: every target
 # runs FUZZ_EXAMPLES cases (default 100000) and prints cases / crashes / hangs / 5xx.

@@ -1,6 +1,7 @@
 """Per-instance thread defaults of the framework backends (issue 29, item 3): with N > 1
-CPU instances and no thread setting, each instance gets max(1, cores // N) intra-op
-threads; an explicit setting wins; one instance keeps the framework's default."""
+CPU instances and no thread setting, ONNX Runtime sessions keep a thread per core with
+spinning off, and PyTorch / OpenVINO instances get max(1, cores // N) intra-op threads; an explicit
+setting wins; one instance keeps the framework's default."""
 
 from __future__ import annotations
 
@@ -24,12 +25,17 @@ def config(*counts: int, params: dict[str, str] | None = None) -> mc.ModelConfig
 
 
 @pytest.mark.parametrize("counts", [(1,), (2,), (4,), (2, 3)])
-def test_onnx_sessions_split_the_cores(counts: tuple[int, ...]) -> None:
+def test_onnx_instances_keep_all_cores_without_spinning(counts: tuple[int, ...]) -> None:
+    """Every session keeps onnxruntime's default pool size; with N > 1 instances its idle
+    threads do not spin."""
     pytest.importorskip("onnxruntime")
-    total = sum(counts)
-    expected = max(1, CORES // total) if total > 1 else 0
     opts = onnx_options.session_options(config(*counts), "m")
-    assert opts.intra_op_num_threads == expected
+    assert opts.intra_op_num_threads == 0
+    if sum(counts) > 1:
+        assert opts.get_session_config_entry(onnx_options.SPINNING) == "0"
+    else:
+        with pytest.raises(Exception, match="does not have configuration"):
+            opts.get_session_config_entry(onnx_options.SPINNING)
 
 
 def test_onnx_explicit_thread_count_wins() -> None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from despina.cli import parse_settings
+from despina.flags import parse_settings
 from despina.plugins import create_plugins
 from despina.settings import CoreSettings
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from despina import config as cfg
+from despina import config as cfg, instance_groups
 from despina.errors import ConfigError
 
 VALID = """
@@ -50,7 +50,8 @@ def test_enum_number_out_of_range_is_a_config_error() -> None:
 
 def test_json_form_uses_field_names_and_numbers_for_int64() -> None:
     config = cfg.parse_text(VALID)
-    cfg.normalize(config, "m", gpu_count=0)
+    cfg.normalize(config, "m")
+    instance_groups.complete(config, gpus=[], gpu_support=None)
     data = cfg.to_json_dict(config)
     assert data["input"][0]["dims"] == [-1, 4]
     assert data["input"][0]["data_type"] == "TYPE_FP32"
@@ -63,21 +64,16 @@ def test_json_form_uses_field_names_and_numbers_for_int64() -> None:
 
 
 def test_normalize_fills_triton_defaults() -> None:
-    config = cfg.parse_text('backend: "onnxruntime" instance_group [ { kind: KIND_AUTO } ]')
-    cfg.normalize(config, "net", gpu_count=0)
+    config = cfg.parse_text('backend: "onnxruntime"')
+    cfg.normalize(config, "net")
     assert config.name == "net"
     assert config.platform == "onnxruntime_onnx"
     assert config.version_policy.latest.num_versions == 1
-    group = config.instance_group[0]
-    assert (group.name, group.count, group.kind) == ("net_0", 1, cfg.mc.ModelInstanceGroup.KIND_CPU)
-    config = cfg.parse_text('backend: "onnxruntime"')
-    cfg.normalize(config, "net", gpu_count=0)
-    assert config.instance_group[0].name == "net"  # Triton's name for the default group
 
 
 def test_normalize_fills_batching_and_pinned_memory_defaults_as_triton() -> None:
     config = cfg.parse_text("max_batch_size: 8 dynamic_batching { }")
-    cfg.normalize(config, "net", gpu_count=0)
+    cfg.normalize(config, "net")
     assert list(config.dynamic_batching.preferred_batch_size) == [8]
     optimization = cfg.to_json_dict(config)["optimization"]
     assert optimization["input_pinned_memory"] == {"enable": True}
@@ -87,20 +83,13 @@ def test_normalize_fills_batching_and_pinned_memory_defaults_as_triton() -> None
         "max_batch_size: 8 dynamic_batching { preferred_batch_size: [ 2, 4 ] } "
         "optimization { input_pinned_memory { enable: false } }"
     )
-    cfg.normalize(config, "net", gpu_count=0)
+    cfg.normalize(config, "net")
     assert list(config.dynamic_batching.preferred_batch_size) == [2, 4]
     assert config.optimization.input_pinned_memory.enable is False
     assert config.optimization.output_pinned_memory.enable is True
     ensemble = cfg.parse_text('platform: "ensemble"')
-    cfg.normalize(ensemble, "ens", gpu_count=0)
+    cfg.normalize(ensemble, "ens")
     assert not ensemble.HasField("optimization")
-
-
-def test_auto_gpu_kind_takes_every_gpu() -> None:
-    config = cfg.parse_text("instance_group [ { kind: KIND_AUTO count: 2 } ]")
-    cfg.normalize(config, "net", gpu_count=2)
-    assert config.instance_group[0].kind == cfg.mc.ModelInstanceGroup.KIND_GPU
-    assert list(config.instance_group[0].gpus) == [0, 1]
 
 
 @pytest.mark.parametrize(
@@ -123,7 +112,7 @@ def test_auto_gpu_kind_takes_every_gpu() -> None:
 )
 def test_invalid_configs_are_refused_with_a_reason(text: str, message: str) -> None:
     config = cfg.parse_text(text)
-    cfg.normalize(config, "m", gpu_count=0)
+    cfg.normalize(config, "m")
     with pytest.raises(ConfigError, match=message):
         cfg.validate(config, "m")
 

@@ -188,13 +188,11 @@ def test_full_queue_rejects_with_unavailable(
     assert any(not isinstance(r, Exception) for r in results)
 
 
-def test_kind_gpu_without_gpu_is_unavailable_with_reason(
+def test_kind_gpu_for_a_cpu_backend_is_unavailable_with_reason(
     model_repository: RepositoryBuilder, despina_server: Start
 ) -> None:
-    from despina.loader import gpu_count
-
-    if gpu_count():
-        pytest.skip("this machine has a GPU; the no-GPU refusal cannot be shown")
+    """The toy backend states it runs on CPUs only: its KIND_GPU group is refused at load
+    (Triton's "has kind KIND_GPU but ..." text) on any host."""
     model_repository.add(
         "gpu", toy_config(extra="instance_group [ { kind: KIND_GPU } ]"), {"1/model.toy": ""}
     )
@@ -203,7 +201,10 @@ def test_kind_gpu_without_gpu_is_unavailable_with_reason(
     )
     (row,) = running.server.models.index()
     assert row["state"] == "UNAVAILABLE"
-    assert "KIND_GPU but no GPU is available" in row["reason"]
+    assert (
+        "instance group gpu_0 of model gpu has kind KIND_GPU but the toy backend runs on "
+        "CPUs only" in row["reason"]
+    )
 
 
 def test_dynamic_batcher_honours_preferred_sizes_and_delay(

@@ -9,10 +9,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import toy_backend
-from despina.cli import parse_settings
 from despina.errors import Unavailable
+from despina.flags import parse_settings
+from despina.inference import InferenceRequest, SequenceFlags
 from despina.plugins import create_plugins
 from despina.scheduling.base import DEFAULT_MAX_PENDING_REQUESTS
 from despina.settings import CoreSettings
@@ -35,16 +37,24 @@ def _serve(
     return despina_server(model_repository.root, args=list(args), plugins=[toy_backend])
 
 
-def _flood(running: RunningServer, count: int, batch: int | None = None) -> list[Any]:
+def _flood(
+    running: RunningServer,
+    count: int,
+    batch: int | None = None,
+    model: str = "slow",
+    **kwargs: Callable[[int], Any],
+) -> list[Any]:
     """``count`` requests submitted at once; the results in the order they completed
-    (each an InferenceResponse or the exception)."""
+    (each an InferenceResponse or the exception). ``kwargs``: request fields by index."""
 
     async def scenario() -> list[Any]:
         done: list[Any] = []
 
         async def one(index: int) -> None:
+            fields = {key: make(index) for key, make in kwargs.items()}
+            request = toy_request(model, batch, id=str(index), **fields)
             try:
-                done.append(await running.server.infer(toy_request("slow", batch, id=str(index))))
+                done.append(await running.server.infer(request))
             except Unavailable as exc:
                 done.append(exc)
 
@@ -133,3 +143,57 @@ def test_flag_bounds_the_queue(model_repository: RepositoryBuilder, despina_serv
     results = _flood(running, 20)
     _check_flood(results, 20, 3)
     assert _flood(running, 1)[0].error is None
+
+
+ENSEMBLE = """
+platform: "ensemble"
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "B" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "slow" model_version: -1
+  input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+  output_map { key: "OUTPUT0" value: "SUM" }
+} ] }
+"""
+
+
+def test_flag_bounds_ensemble_requests_in_flight(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    model_repository.add("pipeline", ENSEMBLE)
+    running = _serve(model_repository, despina_server, "", "--max-pending-requests=3")
+
+    async def flood(count: int) -> list[Any]:
+        async def one(index: int) -> Any:
+            ones = np.ones(4, np.float32)
+            request = InferenceRequest("pipeline", {"A": ones, "B": ones}, id=str(index))
+            try:
+                return await running.server.infer(request)
+            except Unavailable as exc:
+                return exc
+
+        return list(await asyncio.gather(*(one(i) for i in range(count))))
+
+    results = running.call(flood(20))
+    refused = [r for r in results if isinstance(r, Exception)]
+    assert all(isinstance(r, Unavailable) and str(r) == FULL for r in refused), refused
+    assert len(refused) == 17  # three in flight
+    assert all(r.error is None for r in results if not isinstance(r, Exception))
+    (after,) = running.call(flood(1))  # serving again once they ended
+    assert after.error is None
+    np.testing.assert_array_equal(after.outputs["SUM"], np.full(4, 2, np.float32))
+
+
+def test_flag_bounds_the_sequence_batcher(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    """Twenty one-request sequences at once on one slot: three wait (slot and backlog),
+    the rest are refused at once."""
+    running = _serve(
+        model_repository, despina_server, "sequence_batching { }", "--max-pending-requests=3"
+    )
+    both = SequenceFlags.START | SequenceFlags.END
+    results = _flood(running, 20, correlation_id=lambda i: i + 1, flags=lambda _: both)
+    _check_flood(results, 20, 3)
+    again = _flood(running, 1, correlation_id=lambda _: 99, flags=lambda _: both)
+    assert again[0].error is None

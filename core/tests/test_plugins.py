@@ -169,6 +169,31 @@ def test_broken_plugin_is_reported_and_its_models_are_unavailable(
     assert running.server.models.get("fine").ready
 
 
+class FrontendThatFailsToImport:
+    """A plugin whose entry module imports, but whose hook's lazy import fails."""
+
+    @hookimpl
+    def despina_frontends(self) -> list[type]:
+        raise ImportError("cannot import name 'CORE' from 'despina'")
+
+
+def test_capability_hook_that_raises_is_a_plugin_failure_not_a_dead_server(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    model_repository.add("fine", toy_config(), {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root, plugins=[toy_backend, FrontendThatFailsToImport()]
+    )
+    (failure,) = [f for f in running.server.plugins.failures if f.stage != "import"]
+    assert failure.stage == "despina_frontends"
+    assert failure.describe().endswith(
+        "failed in its despina_frontends hook: ImportError: cannot import name 'CORE' from "
+        "'despina'"
+    )
+    assert running.server.models.get("fine").ready
+    assert running.http_port  # the other frontends serve
+
+
 def test_third_party_backend_installed_from_a_folder_serves_over_http(
     third_party: Path, tmp_path: Path
 ) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-from despina.cli import parse_settings
 from despina.errors import InvalidArgument
+from despina.flags import parse_settings
 from despina.plugins import create_plugins
 from despina.runtime_settings import LogSettings, TraceSettings
+from despina.tracing.config import TraceConfig
 
 
 def test_log_levels_change_the_despina_logger_at_run_time() -> None:
@@ -41,7 +42,7 @@ def test_bad_log_settings_are_refused(changes: dict[str, object], message: str) 
 
 
 def test_trace_settings_per_model_fall_back_to_the_global_ones() -> None:
-    settings = TraceSettings.from_settings(parse_settings([], create_plugins()))
+    settings = TraceSettings(TraceConfig().extension_values())
     assert settings.update({"trace_rate": 10}, model="m")["trace_rate"] == ["10"]
     assert settings.get()["trace_rate"] == ["1000"]
     assert settings.update({"trace_rate": None}, model="m")["trace_rate"] == ["1000"]

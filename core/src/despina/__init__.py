@@ -46,8 +46,11 @@ _EXPORTS: dict[str, str] = {
     "inline_budget": "despina.placement",
     "running_inline": "despina.placement",
     "cpu_instances": "despina.placement",
+    "ascii_digits": "despina.digits",
     "threads_per_instance": "despina.placement",
-    "instance_specs": "despina.loader",
+    "instance_specs": "despina.instance_groups",
+    "Gpu": "despina.devices",
+    "GpuInventory": "despina.devices",
     "ModelVersion": "despina.loader",
     "RaggedBatch": "despina.ragged",
     "TensorSpec": "despina.signatures",
@@ -87,7 +90,12 @@ _EXPORTS: dict[str, str] = {
     "CustomMetrics": "despina.custom_metrics",
     "MetricFamily": "despina.custom_metrics",
     "FAILURE_REASONS": "despina.stats",
+    "LATENCY_OBSERVERS": "despina.stats",
+    "LatencyObserver": "despina.stats",
+    "LatencyObservers": "despina.stats",
+    "report_compute": "despina.stats",
     # settings
+    "CORE": "despina.settings",
     "CoreSettings": "despina.settings",
     "Stash": "despina.settings",
     "StashKey": "despina.settings",
@@ -143,6 +151,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         CustomMetrics as CustomMetrics,
         MetricFamily as MetricFamily,
     )
+    from despina.devices import Gpu as Gpu, GpuInventory as GpuInventory
+    from despina.digits import ascii_digits as ascii_digits
     from despina.errors import (
         AlreadyExists as AlreadyExists,
         Cancelled as Cancelled,
@@ -165,7 +175,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         ResponseStream as ResponseStream,
         SequenceFlags as SequenceFlags,
     )
-    from despina.loader import ModelVersion as ModelVersion, instance_specs as instance_specs
+    from despina.instance_groups import instance_specs as instance_specs
+    from despina.loader import ModelVersion as ModelVersion
     from despina.paths import check_model_name as check_model_name, safe_join as safe_join
     from despina.placement import (
         CallPlacement as CallPlacement,
@@ -184,6 +195,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
     from despina.restricted import Restriction as Restriction, parse_restricted as parse_restricted
     from despina.server import Server as Server, StartupError as StartupError
     from despina.settings import (
+        CORE as CORE,
         CoreSettings as CoreSettings,
         Stash as Stash,
         StashKey as StashKey,
@@ -197,7 +209,13 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         check_config as check_config,
         complete_config as complete_config,
     )
-    from despina.stats import FAILURE_REASONS as FAILURE_REASONS
+    from despina.stats import (
+        FAILURE_REASONS as FAILURE_REASONS,
+        LATENCY_OBSERVERS as LATENCY_OBSERVERS,
+        LatencyObserver as LatencyObserver,
+        LatencyObservers as LatencyObservers,
+        report_compute as report_compute,
+    )
     from despina.tensors import (
         DATATYPE_TO_DTYPE as DATATYPE_TO_DTYPE,
         MAX_TENSOR_BYTES as MAX_TENSOR_BYTES,

@@ -174,6 +174,17 @@ class Backend(abc.ABC):
     platforms: ClassVar[tuple[str, ...]] = ()
     #: File (or folder) name looked for in a version folder, e.g. "model.onnx".
     default_model_filename: ClassVar[str] = ""
+    #: Whether a model may declare no inputs (Triton's Python backend loads such models:
+    #: they make their own data); other backends' models must list at least one.
+    inputs_optional: ClassVar[bool] = False
+
+    @classmethod
+    def gpu_support(cls) -> str | None:
+        """None when the installed framework can run this backend's models on NVIDIA GPUs,
+        else why not ("the installed onnxruntime has no CUDA execution provider"); it
+        completes "... has kind KIND_GPU but <reason>". Decided without loading CUDA.
+        Where it is None, ``KIND_AUTO`` groups go to the GPUs when there are any."""
+        return f"the {cls.name} backend runs on CPUs only"
 
     def __init__(self, context: ModelContext) -> None:
         self.context = context

@@ -13,23 +13,16 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from despina import __version__
 from despina.busy_poll import loop_factory
-from despina.flags import build_serve_parser, parse_settings
-from despina.plugins import create_plugins
+from despina.devices import DEFAULT_MIN_COMPUTE_CAPABILITY, discover
+from despina.flags import build_serve_parser
+from despina.plugins import Plugins, create_plugins
+from despina.registry import Registry
 
 log = logging.getLogger("despina")
-
-
-def _plugins_from_flags(argv: Sequence[str]) -> list[object]:
-    """Import the modules named by ``--plugin`` before the full parse."""
-    import importlib
-
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--plugin", action="append", default=[])
-    known, _ = pre.parse_known_args(list(argv))
-    return [importlib.import_module(name) for name in known.plugin]
 
 
 def configure_logging(log_file: str | None = None, log_format: str = "default") -> None:
@@ -63,10 +56,8 @@ def print_model_table(server: object) -> None:
 def cmd_serve(argv: Sequence[str]) -> int:
     from despina.server import Server, StartupError
 
-    extra = _plugins_from_flags(argv)
-    plugins = create_plugins(extra)
     try:
-        server = Server(parse_settings(argv, plugins), extra)
+        server = Server.from_args(argv)
     except StartupError as exc:
         configure_logging()
         log.error("%s", exc)
@@ -75,7 +66,7 @@ def cmd_serve(argv: Sequence[str]) -> int:
     configure_logging(settings.log_file, settings.log_format)
     for warning in settings.inert_flags_given:
         log.warning("flag has no effect: %s", warning)
-    for failure in plugins.failures:
+    for failure in server.plugins.failures:
         log.warning("%s", failure.describe())
 
     async def run() -> int:
@@ -93,10 +84,7 @@ def cmd_serve(argv: Sequence[str]) -> int:
             await stop.wait()
         finally:
             log.info("shutting down")
-            try:
-                await asyncio.wait_for(server.stop(), timeout=float(settings.exit_timeout_secs))
-            except TimeoutError:
-                log.warning("exit timeout reached with requests still running")
+            await server.shutdown()
         return 0
 
     with asyncio.Runner(loop_factory=loop_factory(settings.busy_poll_us)) as runner:
@@ -106,11 +94,23 @@ def cmd_serve(argv: Sequence[str]) -> int:
 def cmd_plugins(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="despina plugins", description="List installed plugins.")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="also list the GPUs instances may use and whether each backend can run on them "
+        "(imports the backends' frameworks)",
+    )
     options = parser.parse_args(list(argv))
-    rows = create_plugins().describe()
+    plugins = create_plugins()
+    rows = plugins.describe()
+    gpu = gpu_report(plugins) if options.gpu else None
     if options.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"plugins": rows, "gpu": gpu} if gpu else rows, indent=2))
         return 0
+    if gpu is not None:
+        print(gpu["devices"])
+        for name, support in gpu["backends"].items():
+            print(f"  backend {name}: {support}")
     for row in rows:
         head = f"{row['name']}  ({row['distribution']} {row['version']})"
         if "error" in row:
@@ -119,6 +119,22 @@ def cmd_plugins(argv: Sequence[str]) -> int:
         provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in row["provides"].items() if v)
         print(f"{head}  {provides}")
     return 0
+
+
+def gpu_report(plugins: Plugins) -> dict[str, Any]:
+    """The GPU inventory (as ``despina serve`` finds it with default flags) and, per
+    installed backend, "can run on GPUs" or why not."""
+    inventory = (
+        plugins.hook.despina_gpu_inventory(min_compute_capability=DEFAULT_MIN_COMPUTE_CAPABILITY)
+        or discover()
+    )
+    backends: dict[str, str] = {}
+    for name, cls in sorted(Registry.build(plugins).backends.items()):
+        try:
+            backends[name] = cls.gpu_support() or "can run on GPUs"
+        except Exception as exc:  # noqa: BLE001 - a broken framework is reported, not raised
+            backends[name] = f"cannot tell: {type(exc).__name__}: {exc}"
+    return {"devices": inventory.describe(), "backends": backends}
 
 
 USAGE = f"""usage: despina [--version] COMMAND [ARGS]

@@ -192,10 +192,10 @@ def backend_name(config: mc.ModelConfig) -> str:
     return PLATFORM_TO_BACKEND.get(config.platform, "")
 
 
-def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int) -> None:
+def normalize(config: mc.ModelConfig, model_name: str) -> None:
     """Fill Triton's defaults in place: name, platform, version policy, the dynamic
     batcher's preferred batch size (``max_batch_size``), pinned memory on (not for
-    ensembles), instance groups."""
+    ensembles). Instance groups: :func:`despina.instance_groups.complete`."""
     if not config.name:
         config.name = model_name
     if config.backend in BACKEND_TO_PLATFORM and not config.platform:
@@ -212,19 +212,6 @@ def normalize(config: mc.ModelConfig, model_name: str, gpu_count: int) -> None:
     for field in ("input_pinned_memory", "output_pinned_memory"):
         if not optimization.HasField(field):
             getattr(optimization, field).enable = True
-    if not config.instance_group:
-        config.instance_group.add(name=config.name)  # as Triton: the default group's name
-    for index, group in enumerate(config.instance_group):
-        if not group.name:
-            group.name = f"{config.name}_{index}"
-        if group.count < 1:
-            group.count = 1
-        if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
-            group.kind = (
-                mc.ModelInstanceGroup.KIND_GPU if gpu_count else mc.ModelInstanceGroup.KIND_CPU
-            )
-        if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus:
-            group.gpus.extend(range(gpu_count))
     if config.HasField("dynamic_batching") and config.max_batch_size == 0:
         config.ClearField("dynamic_batching")
 
@@ -252,8 +239,9 @@ def check_file_names(config: mc.ModelConfig, model_name: str) -> None:
                 raise ConfigError(f"model '{model_name}': {exc}") from None
 
 
-def validate(config: mc.ModelConfig, model_name: str) -> None:
-    """Raise ConfigError for what Triton refuses before loading a model."""
+def validate(config: mc.ModelConfig, model_name: str, *, inputs_optional: bool = False) -> None:
+    """Raise ConfigError for what Triton refuses before loading a model (no inputs is
+    accepted when ``inputs_optional``: the backend's models may make their own data)."""
     where = f"model '{model_name}'"
     if config.name != model_name:
         raise ConfigError(
@@ -267,7 +255,7 @@ def validate(config: mc.ModelConfig, model_name: str) -> None:
             _validate_tensor(where, kind, tensor, seen)
     if config.platform != ENSEMBLE_PLATFORM and not config.output:
         raise ConfigError(f"{where}: must specify at least one output")
-    if config.platform != ENSEMBLE_PLATFORM and not config.input:
+    if config.platform != ENSEMBLE_PLATFORM and not (config.input or inputs_optional):
         raise ConfigError(f"{where}: must specify at least one input")
 
 

@@ -369,6 +369,35 @@ class BackendConformance:
         result = client.infer("add_sub", items)
         self.check_add_sub({n: result.as_numpy(n) for n in self.add_sub_outputs}, inputs)
 
+    def test_statistics_split_compute_into_input_infer_and_output(
+        self, model_repository: RepositoryBuilder, despina_server: Start, served: Any
+    ) -> None:
+        """The backend reports when its framework call began and ended: the statistics
+        extension (HTTP and gRPC) shows non-zero compute input, infer and output, per
+        request and per batch size, as Triton's backends report them."""
+        import tritonclient.grpc as grpcclient
+
+        self.add_add_sub(model_repository, "add_sub", self.add_sub_config())
+        running = despina_server(model_repository.root, ["--disable-auto-complete-config"])
+        client = served(running)
+        for seed in range(3):
+            inputs = self.add_sub_request(2, seed)
+            self.check_add_sub(client.infer("add_sub", inputs), inputs)
+        stats = client.stats("add_sub")
+        phases = ("compute_input", "compute_infer", "compute_output")
+        for phase in phases:
+            assert stats["inference_stats"][phase]["count"] == 3, phase
+            assert int(stats["inference_stats"][phase]["ns"]) > 0, phase
+        [batch] = stats["batch_stats"]
+        assert batch["batch_size"] == 2
+        for phase in phases:
+            assert batch[phase]["count"] == 3 and int(batch[phase]["ns"]) > 0, phase
+        with grpcclient.InferenceServerClient(running.grpc_url) as grpc:
+            reply = grpc.get_inference_statistics("add_sub").model_stats[0]
+        for phase in phases:
+            assert getattr(reply.inference_stats, phase).count == 3, phase
+            assert getattr(reply.inference_stats, phase).ns > 0, phase
+
     def test_requested_outputs_only(
         self, model_repository: RepositoryBuilder, despina_server: Start, served: Any
     ) -> None:

@@ -30,9 +30,10 @@ if TYPE_CHECKING:
     from despina.loader import ModelVersion
     from despina.models import ModelManager
     from despina.ports import FrontendHost
-    from despina.runtime_settings import LogSettings, TraceSettings
+    from despina.runtime_settings import LogSettings
     from despina.settings import CoreSettings, Stash
     from despina.shared_memory import SharedMemoryRegistry
+    from despina.tracing.tracer import Tracer
 
 
 class Core(Protocol):
@@ -45,7 +46,7 @@ class Core(Protocol):
     settings: CoreSettings
     custom_metrics: CustomMetrics
     log_settings: LogSettings
-    trace_settings: TraceSettings
+    tracer: Tracer
     dataplane: FrontendHost
     id: str
     version: str
@@ -86,6 +87,8 @@ class DataPlane:
         self._models = server.models
         #: Registered system shared-memory regions (decoders read inputs from them).
         self.shared_memory: SharedMemoryRegistry = server.shared_memory
+        #: Which requests are traced: frontends check ``tracer.active`` per request.
+        self.tracer: Tracer = server.tracer
         #: The server's typed settings: each plugin's options under its own key.
         self.stash = server.stash
         #: Custom metric families models created (metrics exporters read them).
@@ -233,8 +236,8 @@ class DataPlane:
         InvalidArgument (Triton's text) for a model that is not loaded."""
         if model and model not in self._models.entries:
             raise InvalidArgument(f"Request for unknown model : {model}")
-        trace = self._server.trace_settings
-        return trace.update(dict(changes), model) if changes else trace.get(model)
+        tracer = self._server.tracer
+        return tracer.update(changes, model) if changes else tracer.get(model)
 
 
 class BackendServices:

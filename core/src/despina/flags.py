@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from despina.busy_poll import default_busy_poll_us
+from despina.devices import DEFAULT_MIN_COMPUTE_CAPABILITY
 from despina.plugins import Plugins
 from despina.triton_flags import add_inert_flags, triton_bool
 
@@ -35,6 +36,12 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
             raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
         return value
 
+    def non_negative_float(text: str) -> float:
+        value = float(text)
+        if not 0 <= value < float("inf"):  # nan and inf too
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+        return value
+
     server = parser.add_argument_group("server")
     server.add_argument(
         "--id",
@@ -47,6 +54,14 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         default=30,
         metavar="INT",
         help="seconds to wait for in-flight requests on shutdown (default: 30)",
+    )
+    server.add_argument(
+        "--shutdown-grace-period",
+        type=non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, report not ready and keep serving this long before "
+        "draining, so a load balancer stops routing here first (Despina; default: 0)",
     )
     server.add_argument(
         "--exit-on-error",
@@ -79,6 +94,14 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         help="requests each model version queues (per priority level) where its config sets "
         "no max_queue_size; more are refused with UNAVAILABLE 'Exceeds maximum queue size'; "
         "0 = unbounded, as Triton (Despina; default: 4096)",
+    )
+    server.add_argument(
+        "--min-supported-compute-capability",
+        type=float,
+        default=DEFAULT_MIN_COMPUTE_CAPABILITY,
+        metavar="FLOAT",
+        help="GPUs of a lower CUDA compute capability get no instances "
+        f"(default: {DEFAULT_MIN_COMPUTE_CAPABILITY}, as Triton)",
     )
     repo = parser.add_argument_group("model repository")
     repo.add_argument(
@@ -199,6 +222,30 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
     logs.add_argument(
         "--log-file", metavar="PATH", help="write logs to this file instead of stderr"
     )
+    tracing = parser.add_argument_group("tracing")
+    tracing.add_argument(
+        "--trace-config",
+        action="append",
+        metavar="[MODE,]SETTING=VALUE",
+        help="trace settings, as tritonserver: rate=N, level=TIMESTAMPS|TENSORS|OFF, count=N, "
+        "mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N; "
+        "repeatable (default: level OFF, rate 1000, count -1, mode triton)",
+    )
+    for flag, kind, repeat, setting in (
+        ("--trace-file", str, False, "triton,file"),
+        ("--trace-level", str, True, "level"),
+        ("--trace-rate", int, False, "rate"),
+        ("--trace-count", int, False, "count"),
+        ("--trace-log-frequency", int, False, "triton,log-frequency"),
+    ):
+        tracing.add_argument(
+            flag,
+            type=kind,
+            action="append" if repeat else "store",
+            metavar=kind.__name__.upper(),
+            help=f"deprecated form of --trace-config {setting}=...",
+        )
     plugins = parser.add_argument_group("plugins")
     plugins.add_argument(
         "--plugin",
@@ -220,6 +267,17 @@ def build_serve_parser(plugins: Plugins) -> tuple[argparse.ArgumentParser, dict[
     plugins.hook.despina_addoption.call_historic(kwargs={"parser": parser})
     inert = add_inert_flags(parser)
     return parser, inert
+
+
+def plugin_modules(argv: Sequence[str]) -> list[object]:
+    """The modules ``--plugin MODULE`` flags of a command line name, imported (before the
+    full parse, which needs their flags)."""
+    import importlib
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--plugin", action="append", default=[])
+    known, _ = pre.parse_known_args(list(argv))
+    return [importlib.import_module(name) for name in known.plugin]
 
 
 def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:

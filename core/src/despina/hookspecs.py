@@ -15,6 +15,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from despina.backend import Backend
+    from despina.devices import GpuInventory
     from despina.ports import FrontendHost
     from despina.scheduling.base import Scheduler
     from despina.settings import Stash
@@ -101,6 +102,17 @@ def despina_repository_agents() -> list[type[Any]]:
     may check or rewrite files and returns the folder to load from; raising fails the load.
     """
     raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def despina_gpu_inventory(min_compute_capability: float) -> GpuInventory | None:
+    """Return the GPUs this server may place instances on, or None to leave it to others.
+
+    Called once per server at start-up; the first non-None answer wins, and without one
+    the core asks NVML (``nvidia-ml-py``) or counts device nodes, honouring
+    ``CUDA_VISIBLE_DEVICES`` (:func:`despina.devices.discover`). For a host whose devices
+    those cannot see, and for tests that simulate an inventory.
+    """
 
 
 @hookspec

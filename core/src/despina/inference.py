@@ -15,11 +15,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from despina.errors import DespinaError
+
+if TYPE_CHECKING:
+    from despina.tracing.trace import Trace
 
 
 class SequenceFlags(enum.IntFlag):
@@ -61,7 +64,7 @@ class ResponseStream:
     response with ``final=True`` the stream ends.
     """
 
-    __slots__ = ("_done", "_ended", "_items", "_lock", "_loop", "_on_end", "_waiter")
+    __slots__ = ("_done", "_ended", "_items", "_lock", "_loop", "_on_end", "_waiter", "trace")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop or asyncio.get_running_loop()
@@ -71,6 +74,8 @@ class ResponseStream:
         self._ended = False  # the final flag reached the loop
         self._lock = threading.Lock()
         self._on_end: Callable[[], None] | None = None
+        #: The request's trace when it is traced: told of every response sent.
+        self.trace: Trace | None = None
 
     @property
     def done(self) -> bool:
@@ -85,6 +90,8 @@ class ResponseStream:
             self._done = final
         if response is not None:
             response.final = final
+        if self.trace is not None:
+            self.trace.responded(response, final)
         if _running_loop() is self._loop:
             self._put(response, final)
         else:
@@ -181,6 +188,13 @@ class InferenceRequest:
     received_ns: int = field(default_factory=time.monotonic_ns)
     #: Set by the server when the model caches responses and this request missed.
     cache_key: bytes | None = field(default=None, repr=False)
+    #: The request's trace when it is traced (a frontend sampled it, or it is an
+    #: ensemble step or a BLS call of a traced request: ``parent.trace.child()``).
+    trace: Trace | None = field(default=None, repr=False)
+    #: Monotonic nanoseconds when its backend's framework got the converted inputs and
+    #: gave back the outputs (``despina.report_compute``); 0 until reported.
+    compute_input_end_ns: int = field(default=0, repr=False)
+    compute_output_start_ns: int = field(default=0, repr=False)
     _cancelled: bool = field(default=False, repr=False)
 
     @property

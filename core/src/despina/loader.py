@@ -9,13 +9,12 @@ from __future__ import annotations
 import copy
 import enum
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from despina import config as cfg
+from despina import config as cfg, instance_groups
 from despina.backend import Backend, InstanceSpec, ModelContext, ModelInstance
 from despina.errors import ConfigError, DespinaError, Internal, Unavailable
 from despina.rate_limiter import Needs
@@ -27,12 +26,13 @@ from despina.repository import (
     select_versions,
 )
 from despina.scheduling.base import ScheduledModel, Scheduler
-from despina.stats import ModelStats
+from despina.stats import LATENCY_OBSERVERS, ModelStats
 from despina.validation import ModelSignature
 from despina.warmup import warm_up
 
 if TYPE_CHECKING:
     from despina.backend import BackendHost
+    from despina.devices import GpuInventory
     from despina.rate_limiter import RateLimiter
     from despina.registry import Registry
     from despina.repository import ModelRepository
@@ -62,6 +62,8 @@ class LoadHost(Protocol):
 
     registry: Registry
     settings: CoreSettings
+    #: The GPUs this process may place instances on.
+    gpus: GpuInventory
     backend_host: BackendHost
     scheduler_host: SchedulerHost
     response_cache: ResponseCache | None
@@ -117,12 +119,6 @@ class ModelVersion:
     @property
     def decoupled(self) -> bool:
         return bool(self.config.model_transaction_policy.decoupled)
-
-
-def gpu_count() -> int:
-    """GPUs visible to this process, counted from device nodes (no CUDA import)."""
-    nodes = [p for p in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]
-    return len(nodes)
 
 
 def resolve_backend(
@@ -286,10 +282,16 @@ async def _prepare_config(
     if backend_cls is not None and server.settings.auto_complete and versions:
         context = ModelContext(name, versions[-1], model_dir, config, server.backend_host)
         await backend_cls(context).auto_complete()
-    cfg.normalize(config, name, gpu_count())
-    if backend_cls is not None and (not config.input or not config.output):
+    cfg.normalize(config, name)
+    if backend_cls is not None:
+        support = backend_cls.gpu_support()
+        gpus = server.gpus.supported
+        instance_groups.complete(config, gpus, support)
+        instance_groups.check(config, gpus, support, server.gpus.min_compute_capability)
+    inputs_optional = backend_cls is not None and backend_cls.inputs_optional
+    if backend_cls is not None and (not (config.input or inputs_optional) or not config.output):
         _refuse_no_tensors(server, config, name, backend_cls.name)
-    cfg.validate(config, name)
+    cfg.validate(config, name, inputs_optional=inputs_optional)
     return backend_cls
 
 
@@ -330,27 +332,6 @@ def _refuse_no_tensors(server: LoadHost, config: cfg.ModelConfig, name: str, bac
         f"model '{name}': must specify at least one {kind}: {why}; list the model's "
         f"{kind}s in config.pbtxt ({kind} [ {{ name: ... data_type: ... dims: [ ... ] }} ])"
     )
-
-
-def instance_specs(config: cfg.ModelConfig) -> list[InstanceSpec]:
-    """One spec per instance: ``count`` per group, times each GPU for KIND_GPU groups."""
-    specs: list[InstanceSpec] = []
-    kinds = cfg.mc.ModelInstanceGroup.Kind
-    for group_index, group in enumerate(config.instance_group):
-        kind = kinds.Name(group.kind)
-        if kind == "KIND_GPU" and not group.gpus:
-            raise Unavailable(
-                f"instance group '{group.name}' of model '{config.name}' has KIND_GPU "
-                "but no GPU is available on this machine"
-            )
-        devices = list(group.gpus) if kind == "KIND_GPU" else [0]
-        for device in devices:
-            for index in range(group.count):
-                suffix = f"_{index}" + (f"_gpu{device}" if kind == "KIND_GPU" else "")
-                specs.append(
-                    InstanceSpec(f"{group.name}{suffix}", kind, device, group_index, index)
-                )
-    return specs
 
 
 def pick_scheduler(server: LoadHost, config: cfg.ModelConfig) -> type[Scheduler]:
@@ -400,7 +381,7 @@ async def load_version(
 ) -> None:
     """Load one version; on failure it ends UNAVAILABLE with the reason, which names no
     server path (:func:`without_paths`); never raises."""
-    started = time.monotonic()
+    started = time.monotonic_ns()
     specs: list[InstanceSpec] = []
     try:
         if backend_cls is not None:
@@ -409,7 +390,7 @@ async def load_version(
             )
             version.backend = backend_cls(context)
             await version.backend.load()
-            specs = instance_specs(version.config)
+            specs = instance_groups.instance_specs(version.config)
             for spec in specs:
                 version.instances.append(await version.backend.create_instance(spec))
             await warm_up(version.config, model_dir, version.instances)
@@ -428,6 +409,11 @@ async def load_version(
             needs=rate_limiter_needs(server, version.config, specs),
             max_pending=server.settings.max_pending_requests,
         )
+        stash = server.backend_host.stash
+        if LATENCY_OBSERVERS in stash:
+            version.stats.latency = stash[LATENCY_OBSERVERS].for_model(
+                version.name, str(version.version), version.config
+            )
         version.scheduler = scheduler_cls(model)
         await version.scheduler.start()
     except Exception as exc:  # noqa: BLE001 - any load failure makes the version unavailable
@@ -439,12 +425,13 @@ async def load_version(
         )
         await _release(version)
         return
+    version.stats.load_ns = time.monotonic_ns() - started
     version.state = ModelState.READY
     log.info(
         "successfully loaded '%s' version %d in %.0f ms",
         version.name,
         version.version,
-        (time.monotonic() - started) * 1000,
+        version.stats.load_ns / 1e6,
     )
 
 

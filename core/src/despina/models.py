@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from despina import config as cfg
 from despina.agents import run_agents
+from despina.digits import ascii_digits
 from despina.errors import DespinaError, InvalidArgument, NotFound, Unavailable
 from despina.loader import (
     ModelState,
@@ -233,7 +234,7 @@ class ModelManager:
         if entry is None:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if version:
-            if not version.isdigit():
+            if not ascii_digits(version):
                 raise InvalidArgument(
                     f"failed to get model version from specified version string '{version}' "
                     "(details: stol), version should be an integral value > 0"
@@ -262,7 +263,7 @@ class ModelManager:
         if entry is None or not entry.versions:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if version:
-            found = entry.versions.get(int(version)) if version.isdigit() else None
+            found = entry.versions.get(int(version)) if ascii_digits(version) else None
             if found is None:
                 raise NotFound(
                     f"Request for unknown model: '{name}' version {version} is not found"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,14 +48,17 @@ class PluginOrigin:
 
 @dataclass(frozen=True)
 class PluginFailure:
-    """An entry point that could not be imported."""
+    """An entry point that could not be imported, or whose capability hook raised."""
 
     origin: PluginOrigin
     error: str
+    #: "import", or the name of the capability hook that raised.
+    stage: str = "import"
 
     def describe(self) -> str:
         o = self.origin
-        return f"plugin '{o.name}' from {o.distribution} {o.version} failed to import: {self.error}"
+        what = "to import" if self.stage == "import" else f"in its {self.stage} hook"
+        return f"plugin '{o.name}' from {o.distribution} {o.version} failed {what}: {self.error}"
 
 
 @dataclass
@@ -89,7 +92,7 @@ class Plugins:
         caller = getattr(self.hook, hook_name)
         for impl in caller.get_hookimpls():
             origin = self.origin_of(impl.plugin)
-            for cls in impl.function() or []:
+            for cls in self._provided(impl.plugin, impl.function, hook_name):
                 name = cls.name
                 if name in index and index[name][0] is not cls:
                     other = index[name][1]
@@ -100,6 +103,21 @@ class Plugins:
                     )
                 index[name] = (cls, origin)
         return index
+
+    def _provided(
+        self, plugin: object, function: Callable[[], Any], hook_name: str
+    ) -> list[type[Any]]:
+        """The classes ``plugin``'s capability hook ``function`` returns; a hook that raises
+        (a lazy import of a broken module) is recorded as the plugin's failure, giving none."""
+        try:
+            return list(function() or [])
+        except Exception as exc:  # noqa: BLE001 - a broken plugin never stops the server
+            origin = self.origin_of(plugin)
+            failure = PluginFailure(origin, f"{type(exc).__name__}: {exc}", hook_name)
+            if failure not in self.failures:
+                self.failures.append(failure)
+                log.warning("%s; continuing without it", failure.describe())
+            return []
 
     def failure_for(self, name: str) -> PluginFailure | None:
         """The import failure of the entry point called ``name``, if any."""
@@ -114,7 +132,8 @@ class Plugins:
             for hook_name, word in CAPABILITY_HOOKS.items():
                 function = getattr(plugin, hook_name, None)
                 if function is not None:
-                    provides[word] = sorted(cls.name for cls in function() or [])
+                    provided = self._provided(plugin, function, hook_name)
+                    provides[word] = sorted(cls.name for cls in provided)
             rows.append(
                 {
                     "name": name,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from despina.loader import ModelVersion
     from despina.settings import Stash
     from despina.shared_memory import SharedMemoryRegistry
+    from despina.tracing.tracer import Tracer
 
 
 class FrontendHost(Protocol):
@@ -39,6 +40,10 @@ class FrontendHost(Protocol):
     shared_memory: SharedMemoryRegistry
     #: The server's typed settings: the frontend reads its options under its own key.
     stash: Stash
+    #: Request tracing: when ``tracer.active``, a frontend asks ``tracer.sample(model,
+    #: traceparent)`` for a request's trace, records its protocol timestamps on it and
+    #: releases it once the response is written.
+    tracer: Tracer
 
     @property
     def live(self) -> bool: ...

@@ -17,6 +17,8 @@ import itertools
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from despina.digits import ascii_digits
+
 #: A resource key: (name, device) with device None for global resources.
 ResourceKey = tuple[str, int | None]
 
@@ -37,8 +39,8 @@ def parse_resource_flags(values: Sequence[str] | None) -> dict[ResourceKey, int]
         parts = value.split(":")
         if (
             len(parts) not in (2, 3)
-            or not parts[1].isdigit()
-            or (len(parts) == 3 and not parts[2].isdigit())
+            or not ascii_digits(parts[1])
+            or (len(parts) == 3 and not ascii_digits(parts[2]))
         ):
             raise ValueError(
                 f"--rate-limit-resource: expected <name>:<count>[:<device>], got '{value}'"

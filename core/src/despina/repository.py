@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from despina.config import ModelConfig
+from despina.digits import ascii_digits
 from despina.errors import ConfigError, NotFound
 from despina.paths import check_model_name, safe_join
 
@@ -83,7 +84,7 @@ def available_versions(model_dir: Path) -> list[int]:
     """Numeric version folders of a model, ascending (other entries are ignored)."""
     versions = []
     for entry in model_dir.iterdir():
-        if entry.is_dir() and entry.name.isdigit() and int(entry.name) > 0:
+        if entry.is_dir() and ascii_digits(entry.name) and int(entry.name) > 0:
             versions.append(int(entry.name))
     return sorted(versions)
 

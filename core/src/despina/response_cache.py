@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from despina.digits import ascii_digits
 from despina.inference import InferenceRequest
 from despina.tensors import serialize_bytes
 
@@ -38,7 +39,7 @@ def parse_cache_config(values: Sequence[str] | None, legacy_size: int | None) ->
             raise ValueError(
                 f"--cache-config: unknown cache '{name}'; Despina has the 'local' cache"
             )
-        if key != "size" or not number.isdigit():
+        if key != "size" or not ascii_digits(number):
             raise ValueError(f"--cache-config: expected local,size=<bytes>, got '{value}'")
         size = int(number)
     return size

@@ -100,23 +100,11 @@ class LogSettings:
 
 @dataclass
 class TraceSettings:
-    """Triton's trace extension settings: stored and reported (global and per model)."""
+    """Triton's trace extension settings (global and per model), as reported; the
+    :class:`~despina.tracing.tracer.Tracer` applies them."""
 
     values: dict[str, list[str]] = field(default_factory=dict)
     per_model: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-
-    @classmethod
-    def from_settings(cls, settings: CoreSettings) -> TraceSettings:
-        return cls(
-            values={
-                "trace_level": ["OFF"],
-                "trace_rate": ["1000"],
-                "trace_count": ["-1"],
-                "log_frequency": ["0"],
-                "trace_file": [""],
-                "trace_mode": ["triton"],
-            }
-        )
 
     def get(self, model: str = "") -> dict[str, list[str]]:
         merged = dict(self.values)

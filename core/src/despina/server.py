@@ -17,8 +17,9 @@ from typing import Any
 from despina import __version__
 from despina.custom_metrics import CustomMetrics
 from despina.dataplane import BackendServices, DataPlane, SchedulerServices
+from despina.devices import GpuInventory, discover
 from despina.errors import DespinaError, Internal, Unavailable, Unsupported
-from despina.flags import parse_settings
+from despina.flags import parse_settings, plugin_modules
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
 from despina.loader import ModelVersion
 from despina.models import ModelManager
@@ -32,6 +33,9 @@ from despina.response_cache import ResponseCache, cache_key, parse_cache_config
 from despina.runtime_settings import LogSettings, TraceSettings
 from despina.settings import CORE, CoreSettings, Stash
 from despina.shared_memory import SharedMemoryRegistry
+from despina.stats import FirstResponseStream
+from despina.tracing.config import TraceConfig
+from despina.tracing.tracer import Tracer
 from despina.validation import validate_request
 
 log = logging.getLogger("despina.server")
@@ -76,6 +80,11 @@ class Server:
         #: The core's settings (typed, frozen).
         self.settings = self.stash[CORE]
         self.registry = Registry.build(self.plugins)
+        #: The GPUs instances may be placed on (a plugin's answer, else NVML / device nodes).
+        min_cc = self.settings.min_supported_compute_capability
+        self.gpus: GpuInventory = self.plugins.hook.despina_gpu_inventory(
+            min_compute_capability=min_cc
+        ) or discover(min_compute_capability=min_cc)
         self.id: str = self.settings.id
         self.version: str = __version__
         try:
@@ -102,7 +111,11 @@ class Server:
                 raise StartupError(str(exc)) from None
             self.rate_limiter = RateLimiter(limits)
         self.log_settings = LogSettings.from_settings(self.settings)
-        self.trace_settings = TraceSettings.from_settings(self.settings)
+        try:
+            trace_config = TraceConfig.parse(self.settings.trace_config)
+            self.tracer = Tracer(trace_config, TraceSettings(trace_config.extension_values()))
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
         #: What frontends call: every protocol-independent operation (:mod:`despina.dataplane`).
         plane = DataPlane(self)
         self.dataplane: FrontendHost = plane
@@ -116,13 +129,16 @@ class Server:
         self.exporters: list[Any] = []
         self.live = False
         self._stopping = False
+        #: Set by :meth:`shutdown`: not ready any more, still serving (the grace period).
+        self.draining = False
         self.poller: RepositoryPoller | None = None
 
     @classmethod
     def from_args(cls, argv: Sequence[str], plugins: Sequence[object] = ()) -> Server:
-        """A server configured from a ``despina serve`` / tritonserver command line."""
-        managed = create_plugins(plugins)
-        return cls(parse_settings(list(argv), managed), plugins)
+        """A server configured from a ``despina serve`` / tritonserver command line: the
+        installed plugins, ``plugins``, and the modules its ``--plugin`` flags name."""
+        extra = [*plugins, *plugin_modules(argv)]
+        return cls(parse_settings(list(argv), create_plugins(extra)), extra)
 
     def _sources(self) -> dict[str, type[Any]]:
         """Repository source classes by URL scheme."""
@@ -137,8 +153,9 @@ class Server:
 
     @property
     def ready(self) -> bool:
-        """Triton's readiness: live, not stopping, and (strict) every model READY."""
-        if not self.live or self._stopping:
+        """Triton's readiness: live, neither draining nor stopping, and (strict) every
+        model READY."""
+        if not self.live or self._stopping or self.draining:
             return False
         return self.models.all_ready() if self.settings.strict_readiness else True
 
@@ -153,6 +170,7 @@ class Server:
             )
         except ValueError as exc:
             raise StartupError(str(exc)) from None
+        log.info("%s", self.gpus.describe())
         self.live = True
         try:
             await self.models.repository.sync()
@@ -196,6 +214,7 @@ class Server:
         for exporter in self.exporters:
             await exporter.stop()
         self.shared_memory.unregister_all()
+        self.tracer.close()
         self.live = False
 
     def inference_model(self, name: str, version: str = "") -> ModelVersion:
@@ -227,8 +246,17 @@ class Server:
                 "use the streaming API"
             )
         validate_request(request, model.signature)
-        stream = ResponseStream()
+        latency = model.stats.latency
+        stream = (
+            ResponseStream()
+            if latency is None
+            else FirstResponseStream(latency.first_response, request.received_ns)
+        )
         request.stream = stream
+        trace = request.trace
+        if trace is not None:
+            trace.accepted(model.name, model.version, request)
+            stream.trace = trace
         cache = self.response_cache if model.config.response_cache.enable else None
         if cache is not None and self._answer_from_cache(model, request, cache):
             return model, stream
@@ -282,13 +310,24 @@ class Server:
             response.model_name, response.model_version = model.name, str(model.version)
             yield response
 
+    async def shutdown(self) -> None:
+        """Leave a load balancer's rotation, then stop: readiness turns false at once while
+        every listener keeps serving for ``--shutdown-grace-period`` seconds, then
+        :meth:`stop` drains within ``--exit-timeout-secs``."""
+        self.draining = True
+        grace = self.settings.shutdown_grace_period
+        if grace > 0:
+            log.info("not ready; serving %g more seconds before draining", grace)
+            await asyncio.sleep(grace)
+        try:
+            await asyncio.wait_for(self.stop(), timeout=float(self.settings.exit_timeout_secs))
+        except TimeoutError:
+            log.warning("exit timeout reached with requests still running")
+
     async def serve_forever(self, stop_event: asyncio.Event) -> None:
-        """Start, wait for ``stop_event``, then stop within ``--exit-timeout-secs``."""
+        """Start, wait for ``stop_event``, then :meth:`shutdown`."""
         await self.start()
         try:
             await stop_event.wait()
         finally:
-            try:
-                await asyncio.wait_for(self.stop(), timeout=float(self.settings.exit_timeout_secs))
-            except TimeoutError:
-                log.warning("exit timeout reached with requests still running")
+            await self.shutdown()

@@ -14,6 +14,9 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+from despina.devices import DEFAULT_MIN_COMPUTE_CAPABILITY
+from despina.tracing.config import deprecated_flags
+
 T = TypeVar("T")
 
 
@@ -59,6 +62,8 @@ class CoreSettings:
 
     id: str
     exit_timeout_secs: int
+    #: Seconds between SIGTERM (readiness false) and the drain (Despina).
+    shutdown_grace_period: float
     exit_on_error: bool
     strict_readiness: bool
     busy_poll_us: int
@@ -87,6 +92,10 @@ class CoreSettings:
     #: ``--max-pending-requests`` (Despina's): requests each model version queues (per
     #: priority level) where its config sets no ``max_queue_size``; 0: unbounded.
     max_pending_requests: int = 4096
+    #: ``--min-supported-compute-capability``: GPUs below it get no instances.
+    min_supported_compute_capability: float = DEFAULT_MIN_COMPUTE_CAPABILITY
+    #: ``--trace-config`` values, tritonserver's deprecated ``--trace-*`` flags first.
+    trace_config: tuple[str, ...] = ()
 
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> CoreSettings:
@@ -94,6 +103,7 @@ class CoreSettings:
         return cls(
             id=str(flags.id),
             exit_timeout_secs=int(flags.exit_timeout_secs),
+            shutdown_grace_period=float(flags.shutdown_grace_period),
             exit_on_error=bool(flags.exit_on_error),
             strict_readiness=bool(flags.strict_readiness),
             busy_poll_us=int(flags.busy_poll_us),
@@ -117,6 +127,17 @@ class CoreSettings:
             backend_config=tuple(flags.backend_config or ()),
             inert_flags_given=tuple(flags.inert_flags_given),
             max_pending_requests=int(flags.max_pending_requests),
+            min_supported_compute_capability=float(flags.min_supported_compute_capability),
+            trace_config=(
+                *deprecated_flags(
+                    flags.trace_file,
+                    flags.trace_level,
+                    flags.trace_rate,
+                    flags.trace_count,
+                    flags.trace_log_frequency,
+                ),
+                *(flags.trace_config or ()),
+            ),
         )
 
 

@@ -3,17 +3,100 @@
 The scheduler records each request and each execution once; the statistics endpoints
 and the metrics exporter read :meth:`ModelStats.snapshot` (no per-request cost for them).
 Durations are nanoseconds. Updates happen on the event loop thread, so no locks.
+
+A backend splits each execution into compute input, infer and output as Triton's
+backends do, by :func:`report_compute`. Latency distributions (Triton's histograms and
+summaries) cost nothing unless a metrics exporter asks for them: it stores a
+:class:`LatencyObservers` under :data:`LATENCY_OBSERVERS`, and each model version loaded
+then carries a :class:`LatencyObserver` in :attr:`ModelStats.latency`.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
+from despina.settings import StashKey
+
+if TYPE_CHECKING:
+    from despina.config import ModelConfig
 
 #: Failure reasons of ``nv_inference_request_failure``.
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+def report_compute(
+    requests: Sequence[InferenceRequest], input_end_ns: int, output_start_ns: int
+) -> None:
+    """What a backend calls once per execution: the framework got the batch's converted
+    inputs at ``input_end_ns`` and gave back its outputs at ``output_start_ns``
+    (``time.monotonic_ns()``, any thread or process of this host). The scheduler counts
+    compute input from the execution's start to the first, infer between them, and
+    compute output from the second to the execution's end; unreported, all is infer."""
+    for request in requests:
+        request.compute_input_end_ns = input_end_ns
+        request.compute_output_start_ns = output_start_ns
+
+
+def compute_durations(
+    request: InferenceRequest, start_ns: int, end_ns: int
+) -> tuple[int, int, int]:
+    """(input, infer, output) nanoseconds of ``request``'s execution from ``start_ns`` to
+    ``end_ns``, split where its backend reported (:func:`report_compute`)."""
+    input_end, output_start = request.compute_input_end_ns, request.compute_output_start_ns
+    if start_ns <= input_end <= output_start <= end_ns:
+        return input_end - start_ns, output_start - input_end, end_ns - output_start
+    return 0, end_ns - start_ns, 0
+
+
+class LatencyObserver(Protocol):
+    """Latency distributions of one model version (histograms, summaries)."""
+
+    def request(self, total_ns: int, queue_ns: int, compute: tuple[int, int, int] | None) -> None:
+        """A successful request (on the event loop); ``compute`` is its (input, infer,
+        output) nanoseconds, None when the response cache answered it."""
+        ...
+
+    def first_response(self, ns: int) -> None:
+        """A request's first response was sent ``ns`` after it arrived (any thread)."""
+        ...
+
+
+class LatencyObservers(Protocol):
+    """What builds each model version's :class:`LatencyObserver` when it loads."""
+
+    def for_model(self, name: str, version: str, config: ModelConfig) -> LatencyObserver | None:
+        """The observer of a version loading with ``config``; None to observe nothing."""
+        ...
+
+
+#: Where a metrics exporter's ``despina_configure`` stores its :class:`LatencyObservers`
+#: (absent: no model version observes latencies, and requests pay nothing for them).
+LATENCY_OBSERVERS: StashKey[LatencyObservers] = StashKey("despina.latency-observers")
+
+
+class FirstResponseStream(ResponseStream):
+    """A :class:`ResponseStream` that tells ``observe`` when its first response is sent,
+    how long after ``received_ns``: what a request gets while its model observes
+    latencies (Triton's time to first response, also for non-decoupled models)."""
+
+    __slots__ = ("_observe", "_received_ns")
+
+    def __init__(self, observe: Callable[[int], None], received_ns: int) -> None:
+        super().__init__()
+        self._observe: Callable[[int], None] | None = observe
+        self._received_ns = received_ns
+
+    def send(self, response: InferenceResponse | None, final: bool) -> None:
+        observe = self._observe
+        if observe is not None and response is not None and not self.done:
+            self._observe = None
+            observe(time.monotonic_ns() - self._received_ns)
+        super().send(response, final)
 
 
 @dataclass
@@ -60,6 +143,10 @@ class ModelStats:
     cache_miss: Duration = field(default_factory=Duration)
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     batches: defaultdict[int, BatchStats] = field(default_factory=lambda: defaultdict(BatchStats))
+    #: How long the version took to load, in nanoseconds (0 until it is READY).
+    load_ns: int = 0
+    #: Its latency distributions, when a metrics exporter observes them.
+    latency: LatencyObserver | None = None
 
     def record_execution(
         self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
@@ -98,6 +185,8 @@ class ModelStats:
             self.compute_infer.ns += compute_ns[1]
             self.compute_output.count += 1
             self.compute_output.ns += compute_ns[2]
+        if self.latency is not None:
+            self.latency.request(total_ns, queue_ns, compute_ns if batch_size else None)
 
     def record_failure(self, total_ns: int, reason: str) -> None:
         """A request that failed; ``reason`` is one of FAILURE_REASONS."""

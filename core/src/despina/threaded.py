@@ -9,12 +9,20 @@ the outputs back per request as views. When a batch of several requests fails wi
 framework rejects fail. A backend whose config has ragged inputs, batch inputs or batch
 outputs sets :attr:`ThreadedInstance.ragged` (:meth:`RaggedBatch.of`) to have batches
 joined and split by Triton's ragged rules.
+
+Each batch reports its compute split (:func:`~despina.stats.report_compute`): input is
+joining, the hand-off and whatever :meth:`ThreadedInstance.run` converts before it calls
+:meth:`~ThreadedInstance.mark_infer_start`; output is what follows
+:meth:`~ThreadedInstance.mark_infer_end`, the hand-back and the split per request. A
+``run`` that marks neither counts as infer as a whole.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,6 +34,10 @@ from despina.errors import DespinaError
 from despina.inference import InferenceRequest, InferenceResponse
 from despina.placement import CallPlacement, NeedsThread
 from despina.ragged import RaggedBatch
+from despina.stats import report_compute
+
+#: The marks :meth:`ThreadedInstance.run` sets in the thread running it.
+_marks = threading.local()
 
 
 class ThreadedInstance(ModelInstance):
@@ -65,12 +77,12 @@ class ThreadedInstance(ModelInstance):
             return [r for request in requests for r in await self.execute([request])]
         inputs = self._join(requests)
         try:
-            outputs = await self.placement.run(self.run, inputs, self.wanted(requests))
+            timed = await self.placement.run(self._run_marked, inputs, self.wanted(requests))
         except DespinaError as error:
             if len(requests) > 1:
                 return [r for request in requests for r in await self.execute([request])]
             return [InferenceResponse(error=error)]
-        return self._responses(outputs, requests)
+        return self._responses(timed, requests)
 
     @property
     def runs_now(self) -> bool:
@@ -82,19 +94,45 @@ class ThreadedInstance(ModelInstance):
             raise NeedsThread
         inputs = self._join(requests)
         try:
-            outputs = self.placement.call_inline(self.run, inputs, self.wanted(requests))
+            timed = self.placement.call_inline(self._run_marked, inputs, self.wanted(requests))
         except DespinaError as error:
             return [InferenceResponse(error=error)]
-        return self._responses(outputs, requests)
+        return self._responses(timed, requests)
+
+    @staticmethod
+    def mark_infer_start() -> None:
+        """Called by :meth:`run` once the inputs are the framework's, right before the
+        framework call."""
+        _marks.infer_start = time.monotonic_ns()
+
+    @staticmethod
+    def mark_infer_end() -> None:
+        """Called by :meth:`run` right after the framework call, before converting its
+        outputs."""
+        _marks.infer_end = time.monotonic_ns()
+
+    def _run_marked(
+        self, inputs: dict[str, np.ndarray], outputs: list[str]
+    ) -> tuple[dict[str, np.ndarray], int, int]:
+        """:meth:`run`, with its infer start and end (the call's bounds where unmarked)."""
+        _marks.infer_start = _marks.infer_end = 0
+        start = time.monotonic_ns()
+        results = self.run(inputs, outputs)
+        return results, _marks.infer_start or start, _marks.infer_end or time.monotonic_ns()
 
     def _join(self, requests: Sequence[InferenceRequest]) -> dict[str, np.ndarray]:
         ragged = self.ragged
         return ragged.join(requests) if ragged is not None else concat_inputs(requests)
 
     def _responses(
-        self, outputs: dict[str, np.ndarray], requests: Sequence[InferenceRequest]
+        self,
+        timed: tuple[dict[str, np.ndarray], int, int],
+        requests: Sequence[InferenceRequest],
     ) -> list[InferenceResponse]:
-        """The framework's outputs for a batch, split back per request."""
+        """The framework's outputs for a batch (with its infer start and end), split back
+        per request."""
+        outputs, infer_start, infer_end = timed
+        report_compute(requests, infer_start, infer_end)
         ragged = self.ragged
         if ragged is not None:
             parts = ragged.split(outputs, requests)

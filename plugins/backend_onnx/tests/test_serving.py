@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from despina.testing import RepositoryBuilder, RunningServer
 
 Start = Callable[..., RunningServer]
@@ -25,14 +26,21 @@ def test_autocomplete_fixed_batch_dimension_means_no_batching(
     np.testing.assert_array_equal(outputs["OUTPUT0"], ones * 2)
 
 
+@pytest.mark.parametrize("intra_op_threads", ["1", None])
 def test_each_instance_runs_sessions_on_its_own_thread(
-    model_repository: RepositoryBuilder, despina_server: Start, served, onnx_models
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
+    served,
+    onnx_models,
+    intra_op_threads: str | None,
 ) -> None:
-    config = (
-        'backend: "onnxruntime"\nmax_batch_size: 8\n'
-        "instance_group [ { count: 3 kind: KIND_CPU } ]\n"
-        'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
-    )
+    """Each instance's session runs in a thread of its own, with or without a thread count."""
+    config = 'backend: "onnxruntime"\nmax_batch_size: 8\ninstance_group [ { count: 3 kind: KIND_CPU } ]\n'
+    if intra_op_threads is not None:
+        config += (
+            'parameters { key: "intra_op_thread_count" '
+            f'value: {{ string_value: "{intra_op_threads}" }} }}\n'
+        )
     model_repository.add("wide", config, {"1/model.onnx": onnx_models["add_sub"](width=4096)})
     client = served(despina_server(model_repository.root))
     version = client.server.models.get("wide")

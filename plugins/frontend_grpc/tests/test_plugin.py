@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from despina.cli import parse_settings
+from despina.flags import parse_settings
 from despina.plugins import create_plugins
 from despina.server import Registry
 

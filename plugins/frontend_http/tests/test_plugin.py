@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from despina.cli import build_serve_parser, parse_settings
+from despina.flags import build_serve_parser, parse_settings
 from despina.plugins import create_plugins
 
 

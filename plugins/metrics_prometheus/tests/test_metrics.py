@@ -2,61 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
 import socket
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
-import toy_backend
 from despina.custom_metrics import COUNTER, GAUGE, HISTOGRAM
-from despina.errors import InvalidArgument
-from despina.inference import InferenceRequest
 from despina.plugins import create_plugins
-from despina.testing import RepositoryBuilder, RunningServer
+from despina.testing import RunningServer
 
-LOOPBACK = ("--metrics-address=127.0.0.1", "--http-address=127.0.0.1", "--grpc-address=127.0.0.1")
-TOY = """
-backend: "toy"
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-"""
-
-
-@pytest.fixture
-def serve(
-    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
-) -> Callable[..., RunningServer]:
-    model_repository.add("toy", TOY, {"1/model.toy": '{"reject_negative": true}'})
-
-    def start(*args: str) -> RunningServer:
-        return despina_server(model_repository.root, args=[*LOOPBACK, *args], plugins=[toy_backend])
-
-    return start
-
-
-def scrape(running: RunningServer) -> str:
-    with urllib.request.urlopen(running.metrics_url) as response:
-        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        return str(response.read().decode())
-
-
-def value(text: str, name: str, **labels: str) -> float:
-    """The value of the sample ``name{labels}`` (labels in Triton's sorted order)."""
-    label_text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    pattern = "^" + re.escape(f"{name}{{{label_text}}}" if labels else name) + r" (\S+)$"
-    match = re.search(pattern, text, re.MULTILINE)
-    assert match is not None, f"no sample {name}{labels} in:\n{text}"
-    return float(match.group(1))
-
-
-def infer(running: RunningServer, value_: float) -> None:
-    inputs = {"INPUT0": np.full(4, value_, np.float32), "INPUT1": np.ones(4, np.float32)}
-    with contextlib.suppress(InvalidArgument):
-        running.call(running.server.infer(InferenceRequest("toy", inputs)))
+from .helpers import infer, scrape, value
 
 
 def test_discovered_through_entry_point() -> None:
@@ -121,8 +77,8 @@ def test_metrics_can_be_disabled(serve: Callable[..., RunningServer]) -> None:
 def test_bad_metrics_config_fails_startup(serve: Callable[..., RunningServer]) -> None:
     from despina.server import StartupError
 
-    with pytest.raises(StartupError, match="unsupported setting 'summary_latencies'"):
-        serve("--metrics-config=summary_latencies=true")
+    with pytest.raises(StartupError, match="unsupported setting 'latency_buckets'"):
+        serve("--metrics-config=latency_buckets=1,2")
 
 
 def test_discovered_metric_names_are_tritons(serve: Callable[..., RunningServer]) -> None:

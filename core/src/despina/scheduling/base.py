@@ -24,7 +24,7 @@ from despina.inference import InferenceRequest, InferenceResponse
 from despina.placement import NeedsThread
 from despina.rate_limiter import Needs, RateLimiter
 from despina.response_cache import ResponseCache
-from despina.stats import ModelStats
+from despina.stats import ModelStats, compute_durations
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
@@ -234,7 +234,10 @@ def _answer(
     end = time.monotonic_ns()
     stats = model.stats
     sizes = [batch_size_of(r, model.config) for r in requests]
-    stats.record_execution(sum(sizes), 0, end - start, 0)
+    stats.record_execution(sum(sizes), *compute_durations(requests[0], start, end))
+    for request in requests:  # before delivery: the final response may complete a trace
+        if request.trace is not None:
+            request.trace.computed(start, end, compute_durations(request, start, end))
     if responses is None:
         for request, size in zip(requests, sizes, strict=True):
             _record_outcome(stats, request, size, start, end, failed=False)
@@ -283,7 +286,9 @@ def _record_outcome(
     if failed:
         stats.record_failure(total, "BACKEND")
     else:
-        stats.record_success(total, start - request.received_ns, size, (0, end - start, 0))
+        stats.record_success(
+            total, start - request.received_ns, size, compute_durations(request, start, end)
+        )
 
 
 def _fail_all(

@@ -24,11 +24,12 @@ import contextlib
 import logging
 
 from despina.config import ENSEMBLE_PLATFORM, ModelConfig
-from despina.errors import ConfigError, DespinaError, InvalidArgument
+from despina.errors import ConfigError, DespinaError, InvalidArgument, Unavailable
 from despina.inference import InferenceRequest
 from despina.scheduling.base import ScheduledModel, Scheduler, stopping_error
 from despina.scheduling.ensemble_graph import build_graph, check_composing
 from despina.scheduling.ensemble_run import EnsembleRun
+from despina.scheduling.queue import QUEUE_FULL
 
 log = logging.getLogger("despina.scheduling")
 
@@ -101,8 +102,13 @@ class EnsembleScheduler(Scheduler):
         return True
 
     def submit(self, request: InferenceRequest) -> None:
+        """Start the request's run; refused (UNAVAILABLE) while stopping or while
+        ``--max-pending-requests`` ensemble requests are in flight."""
         if self._stopping:
             raise stopping_error(self.model)
+        limit = self.model.max_pending
+        if limit and len(self._running) >= limit:
+            raise Unavailable(QUEUE_FULL)
         run = EnsembleRun(self.model, self.graph, self._host, request, self._limits)
         task = asyncio.create_task(run.run())
         self._running.add(task)

@@ -142,7 +142,7 @@ class EnsembleRun:
 
     def _step_request(self, flow: Flow, step: Step) -> InferenceRequest:
         """The step's request: the flow's tensors as they are, the ensemble request's
-        id, parameters, priority, timeout and sequence fields."""
+        id, parameters, priority, timeout and sequence fields; a child of its trace."""
         parent = self.request
         return InferenceRequest(
             step.model_name,
@@ -155,6 +155,7 @@ class EnsembleRun:
             timeout_us=parent.timeout_us,
             correlation_id=parent.correlation_id,
             flags=parent.flags,
+            trace=parent.trace.child() if parent.trace is not None else None,
         )
 
     def _answer(self, flow: Flow) -> None:

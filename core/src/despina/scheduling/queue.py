@@ -21,6 +21,8 @@ from despina.errors import Cancelled, DespinaError, Unavailable
 from despina.inference import InferenceRequest
 
 Rejecter = Callable[[InferenceRequest, DespinaError], None]
+#: Triton's text for a request refused by a full queue (UNAVAILABLE).
+QUEUE_FULL = "Exceeds maximum queue size"
 #: A caller of :meth:`RequestQueue.get` waiting for a request: its future, its ``defer``
 #: and its ``owner``.
 _Getter = tuple[asyncio.Future[None], Callable[[], bool] | None, Hashable]
@@ -77,7 +79,7 @@ class RequestQueue:
         level = self.level_of(request)
         policy = self._policies[level - 1]
         if policy.max_size and len(self._levels[level - 1]) >= policy.max_size:
-            raise Unavailable("Exceeds maximum queue size")
+            raise Unavailable(QUEUE_FULL)
         self._levels[level - 1].append((policy.deadline_ns(request), request))
         self._size += 1
         self._ready.set()

@@ -35,6 +35,7 @@ from despina.scheduling.base import (
     reject,
     stopping_error,
 )
+from despina.scheduling.queue import QUEUE_FULL
 from despina.scheduling.sequence_batcher import (
     RELEASE,
     DirectPolicy,
@@ -121,6 +122,12 @@ class SequenceBatchScheduler(Scheduler):
     def pending(self) -> int:
         return sum(b.pending for b in self.batchers) + sum(len(q) for q in self._backlogs)
 
+    def _queued(self) -> int:
+        """Requests waiting in slots and backlogs (a slot's RELEASE marker counted too):
+        O(slots + backlogged sequences), cheap enough for every submit."""
+        in_slots = sum(len(slot.queue) for b in self.batchers for slot in b.slots)
+        return in_slots + sum(len(q) for q in self._backlogs)
+
     @property
     def busy(self) -> int:
         return sum(1 for b in self.batchers if b.executing)
@@ -136,6 +143,9 @@ class SequenceBatchScheduler(Scheduler):
                 f"inference request to model '{model}' must specify batch-size 1 due to "
                 "requirements of sequence batcher"
             )
+        limit = self.model.max_pending
+        if limit and self._queued() >= limit:
+            raise Unavailable(QUEUE_FULL)
         corrid = request.correlation_id
         if corrid == 0 or corrid == "":
             raise InvalidArgument(

@@ -56,6 +56,21 @@ class OnnxBackend(Backend):
     platforms = ("onnxruntime_onnx",)
     default_model_filename = "model.onnx"
 
+    @classmethod
+    def gpu_support(cls) -> str | None:
+        """GPUs need onnxruntime's CUDA (or TensorRT) execution provider, which
+        onnxruntime-gpu has (the ``gpu`` extra)."""
+        import onnxruntime as ort
+
+        if {"CUDAExecutionProvider", "TensorrtExecutionProvider"} & set(
+            ort.get_available_providers()
+        ):
+            return None
+        return (
+            f"the installed onnxruntime {ort.__version__} has no CUDA execution provider "
+            "(install onnxruntime-gpu in its place: see despina-backend-onnx's README)"
+        )
+
     @property
     def file_label(self) -> str:
         """The model file as error messages name it: ``<version>/<file>``."""
@@ -169,10 +184,12 @@ class OnnxInstance(ThreadedInstance):
         for name in self.strings.intersection(inputs):
             inputs[name] = _decode(name, inputs[name])
         try:
+            self.mark_infer_start()
             if self.bf16:
                 results = run_bound(self.session, inputs, outputs, self.bf16, self.run_opts)
             else:
                 results = self.session.run(outputs, inputs, self.run_opts)
+            self.mark_infer_end()
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors derive from Exception
             kind = InvalidArgument if type(exc).__name__ == "InvalidArgument" else Internal
             raise kind(f"onnx runtime error: {exc}") from None

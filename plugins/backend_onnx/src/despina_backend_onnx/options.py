@@ -12,9 +12,13 @@ Read the way Triton's onnxruntime backend reads them:
 - ``optimization.execution_accelerators``: GPU ``tensorrt`` / ``cuda`` (with their
   parameters), CPU ``openvino``; each needs its provider in the installed onnxruntime.
 
-Without ``intra_op_thread_count``, a model with N > 1 CPU instances gives each session
-``max(1, cores // N)`` intra-op threads (:func:`despina.placement.threads_per_instance`); one instance
-keeps onnxruntime's default.
+Without ``intra_op_thread_count``, each session of a model with N > 1 CPU instances keeps
+onnxruntime's default pool (a thread per core), with spinning off
+(``session.intra_op.allow_spinning`` "0"): a lone
+request gets every core, and an idle instance's threads sleep instead of spinning against
+the busy one. onnxruntime's process-wide pool would do the same, but once it exists every
+session of the process must use it, so ``intra_op_thread_count`` could no longer be honoured.
+One instance keeps onnxruntime's defaults.
 
 Every function imports onnxruntime lazily and raises ConfigError for a bad value.
 """
@@ -23,7 +27,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from despina import ConfigError, ModelConfig, parameters_of, threads_per_instance
+from despina import ConfigError, ModelConfig, cpu_instances, parameters_of
+
+#: The session key that lets idle intra-op threads spin (onnxruntime: on by default).
+SPINNING = "session.intra_op.allow_spinning"
 
 #: Triton's TensorRT accelerator keys whose EP option has another name.
 _TRT_RENAMED = {"max_workspace_size_bytes": "trt_max_workspace_size"}
@@ -51,8 +58,8 @@ def session_options(config: ModelConfig, model: str) -> Any:
     options = ort.SessionOptions()
     if params.get("intra_op_thread_count", "").strip():
         options.intra_op_num_threads = _int(params, "intra_op_thread_count", 0, model)
-    else:
-        options.intra_op_num_threads = threads_per_instance(config)
+    elif cpu_instances(config) > 1:
+        options.add_session_config_entry(SPINNING, "0")
     options.inter_op_num_threads = _int(params, "inter_op_thread_count", 0, model)
     mode = _int(params, "execution_mode", 0, model)
     options.execution_mode = (

@@ -51,6 +51,14 @@ class OpenVinoBackend(Backend):
     """Serves ``<version>/model.xml`` (backend ``openvino``)."""
 
     name = "openvino"
+
+    @classmethod
+    def gpu_support(cls) -> str | None:
+        return (
+            "OpenVINO serves KIND_CPU instance groups; pick an OpenVINO device (GPU, NPU, "
+            "AUTO) with the TARGET_DEVICE parameter"
+        )
+
     default_model_filename = "model.xml"
 
     @property
@@ -89,11 +97,6 @@ class OpenVinoBackend(Backend):
 
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
         """An infer request of the shared compiled model."""
-        if spec.kind == "KIND_GPU":
-            raise ConfigError(
-                f"model '{self.context.name}': OpenVINO serves KIND_CPU instance groups; pick "
-                "an OpenVINO device (GPU, NPU, AUTO) with the TARGET_DEVICE parameter"
-            )
         config = self.context.config
         outputs = [o.name for o in config.output]
         request = self.compiled.create_infer_request()
@@ -188,7 +191,9 @@ class OpenVinoInstance(ThreadedInstance):
             inputs[name] = inputs[name].astype(np.bytes_)
         try:
             # Outputs are copied: the request reuses its output memory on the next call.
+            self.mark_infer_start()
             result = self.request.infer(inputs, share_inputs=True, share_outputs=False)
+            self.mark_infer_end()
         except RuntimeError as exc:
             raise Internal(f"OpenVINO inference failed: {_summary(exc)}") from None
         return {name: result[name] for name in outputs}

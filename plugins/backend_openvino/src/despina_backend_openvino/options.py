@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from despina import ConfigError, ModelConfig, cpu_instances, threads_per_instance
+from despina import (
+    ConfigError,
+    ModelConfig,
+    ascii_digits,
+    cpu_instances,
+    threads_per_instance,
+)
 
 _HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 
@@ -62,7 +68,7 @@ class OpenVinoOptions:
 
 def _count(params: dict[str, str], key: str, model: str) -> int:
     value = params[key].strip()
-    if not value.isdigit():
+    if not ascii_digits(value):
         raise ConfigError(
             f"model '{model}': parameter '{key}' must be a non-negative integer, got '{value}'"
         )

@@ -50,6 +50,15 @@ class TorchBackend(Backend):
     platforms = ("pytorch_libtorch",)
     default_model_filename = "model.pt"
 
+    @classmethod
+    def gpu_support(cls) -> str | None:
+        """GPUs need a CUDA build of torch (checked without initialising CUDA)."""
+        import torch
+
+        if torch.backends.cuda.is_built():  # type: ignore[no-untyped-call]
+            return None
+        return f"the installed torch {torch.__version__} is a CPU-only build"
+
     @property
     def file_label(self) -> str:
         return f"{self.context.version}/{self.context.config.default_model_filename}"
@@ -138,7 +147,9 @@ class TorchInstance(ThreadedInstance):
             args.pop()
         try:
             with self.settings.guards():
+                self.mark_infer_start()
                 result = self.loaded.module(*args)
+                self.mark_infer_end()
         except Exception as exc:  # noqa: BLE001 - a model's forward() may raise anything
             raise Internal(f"PyTorch execute failure: {_summary(exc)}") from None
         picked = pick_outputs(result, outputs, single=len(self.output_names) == 1)

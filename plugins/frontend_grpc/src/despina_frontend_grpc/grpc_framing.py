@@ -10,6 +10,7 @@ import zlib
 from typing import Any
 
 import grpc
+from despina import ascii_digits
 
 from despina_frontend_grpc import http2
 
@@ -211,7 +212,7 @@ def timeout_seconds(value: str) -> float | None:
     """Seconds of a ``grpc-timeout`` value (``"100m"``), None when malformed."""
     unit = _TIMEOUT_UNITS.get(value[-1:])
     digits = value[:-1]
-    if unit is None or not digits.isdigit() or len(digits) > 8:
+    if unit is None or not ascii_digits(digits) or len(digits) > 8:
         return None
     return int(digits) * unit
 

@@ -3,15 +3,17 @@
 A stream carries any number of requests, each running as soon as it arrives; responses
 are written in the order they are ready (clients match them by ``id``). A failing request
 becomes a ``ModelStreamInferResponse`` with ``error_message`` (and the request's id) and
-the stream stays open, as tritonclient expects.
+the stream stays open, as tritonclient expects; with Triton's ``triton_grpc_error: true``
+header the first error instead ends the stream with its gRPC status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 from despina import DespinaError, InferenceRequest, InferenceResponse, Internal, Unsupported
@@ -19,7 +21,7 @@ from tritonclient.grpc import service_pb2
 
 from despina_frontend_grpc import parameters as params
 from despina_frontend_grpc.codec import RequestDecoder, encode_response
-from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_text
+from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_text, status_of
 
 if TYPE_CHECKING:
     from despina import FrontendHost, ModelVersion
@@ -41,7 +43,11 @@ class Inference:
         self, message: Any, context: grpc.aio.ServicerContext, streaming: bool
     ) -> tuple[ModelVersion, InferenceRequest]:
         """The model version and InferenceRequest of a ModelInferRequest (model looked up
-        first, as Triton; UNAVAILABLE before that once the server is stopping)."""
+        first, as Triton; UNAVAILABLE before that once the server is stopping), traced
+        when the tracer samples it (the ``traceparent`` metadata continues the client's
+        trace); whoever writes its answer then calls :func:`trace_sent`."""
+        tracing = self.server.tracer.active
+        read_ns = time.monotonic_ns() if tracing else 0
         model = self.server.inference_model(message.model_name, message.model_version)
         if model.decoupled and not streaming:
             raise Unsupported(
@@ -53,6 +59,13 @@ class Inference:
             for key, value in context.invocation_metadata() or ():
                 if self.headers.search(key):
                     request.parameters[key] = value
+        if tracing:
+            metadata = dict(context.invocation_metadata() or ())
+            trace = request.trace = self.server.tracer.sample(
+                message.model_name, str(metadata.get("traceparent", ""))
+            )
+            if trace is not None:
+                trace.received("GRPC", read_ns)
         return model, request
 
     async def infer(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -63,7 +76,13 @@ class Inference:
         except asyncio.CancelledError:
             request.cancel()
             raise
-        return encode_response(response, request, self.shm)
+        finally:
+            if request.trace is not None:
+                request.trace.sending("GRPC")
+        try:
+            return encode_response(response, request, self.shm)
+        finally:
+            trace_sent(request)
 
     async def stream(
         self, messages: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -84,9 +103,14 @@ class Inference:
                 await asyncio.gather(*running)
             ready.put_nowait(None)
 
+        grpc_error = _grpc_error_mode(context)
         reader = asyncio.create_task(read())
         try:
             while (item := await ready.get()) is not None:
+                if isinstance(item, _Failed):
+                    if grpc_error:  # as Triton: the first error ends the stream
+                        await context.abort(item.code, item.message.error_message)
+                    item = item.message
                 yield item
             await reader  # re-raises a failed read (the client broke the stream)
         finally:
@@ -107,6 +131,8 @@ class Inference:
         final_sent = False
         try:
             async for response in self.server.infer_stream(request):
+                if response.final and request.trace is not None:
+                    request.trace.sending("GRPC")
                 put(self._stream_response(request, response))
                 final_sent = response.final
         except asyncio.CancelledError:
@@ -115,6 +141,8 @@ class Inference:
         except Exception as exc:  # noqa: BLE001 - every failure is reported in the stream
             put(_error(message.id, exc))
             return
+        finally:
+            trace_sent(request)
         if empty_final and not final_sent:
             empty = service_pb2.ModelInferResponse(id=request.id, model_name=request.model_name)
             empty.parameters[params.FINAL_FLAG].bool_param = True
@@ -132,8 +160,31 @@ class Inference:
         return service_pb2.ModelStreamInferResponse(infer_response=encoded)
 
 
-def _error(request_id: str, exc: BaseException) -> Any:
-    return service_pb2.ModelStreamInferResponse(
+def trace_sent(request: InferenceRequest) -> None:
+    """A traced request's answer is written (or failed): its trace is complete. (The
+    gRPC server writes the message right after: GRPC_SEND_END is when it was queued.)"""
+    if request.trace is not None:
+        request.trace.sent("GRPC")
+
+
+class _Failed(NamedTuple):
+    """A failed request's stream message and the gRPC status its error maps to."""
+
+    message: Any
+    code: grpc.StatusCode
+
+
+def _error(request_id: str, exc: BaseException) -> _Failed:
+    message = service_pb2.ModelStreamInferResponse(
         error_message=client_text(exc),
         infer_response=service_pb2.ModelInferResponse(id=request_id),
     )
+    code = status_of(exc) if isinstance(exc, DespinaError) else grpc.StatusCode.INTERNAL
+    return _Failed(message, code)
+
+
+def _grpc_error_mode(context: grpc.aio.ServicerContext) -> bool:
+    """Triton's ``triton_grpc_error: true`` stream header: an error ends the stream with
+    its gRPC status instead of an ``error_message`` inside it."""
+    metadata = context.invocation_metadata() or ()
+    return any(k == "triton_grpc_error" and str(v).lower() == "true" for k, v in metadata)

@@ -35,6 +35,7 @@ import re
 import shutil
 import ssl
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -42,6 +43,7 @@ from urllib.parse import unquote
 import httptools
 import orjson
 from aiohttp import web
+from despina import ascii_digits
 
 from despina_frontend_http.aioserver import head_too_large
 from despina_frontend_http.body import ChunkSizes, too_large
@@ -55,6 +57,8 @@ from despina_frontend_http.routes_infer import (
     plain_parts,
     response_parts,
     start_infer,
+    trace_sending,
+    trace_sent,
 )
 
 log = logging.getLogger("despina.http")
@@ -97,6 +101,7 @@ class Incoming:
     """One request as it is parsed."""
 
     __slots__ = (
+        "begin_ns",
         "body",
         "early_due",
         "head_bytes",
@@ -128,6 +133,8 @@ class Incoming:
         self.refusal: str | None = None
         #: The status answering :attr:`refusal`: 400, or 431 for a head over the limit.
         self.refusal_status = 400
+        #: When its first byte came, taken only while tracing is on (else 0).
+        self.begin_ns = 0
 
 
 class AnswerDue:
@@ -260,6 +267,8 @@ class FrontConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.current = Incoming()
         self.in_head = True
+        if self.ctx.host.tracer.active:
+            self.current.begin_ns = time.monotonic_ns()
 
     def on_url(self, url: bytes) -> None:
         self.current.url += url
@@ -288,7 +297,7 @@ class FrontConnection(asyncio.Protocol):
         if "transfer-encoding" in headers:
             self.chunks.between()  # llhttp calls on_chunk_header if the body is chunked
         length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.ctx.max_input_size:
+        if length is not None and ascii_digits(length) and int(length) > self.ctx.max_input_size:
             incoming.over_limit = True
         expects = incoming.version == "1.1" and headers.get("expect", "").lower() == "100-continue"
         if incoming.over_limit or expects:
@@ -436,12 +445,14 @@ class FrontConnection(asyncio.Protocol):
 
     def _write_outcome(self, incoming: Incoming, started: Started) -> None:
         """Answer a request whose stream ended."""
+        trace_sending(started)
         try:
             header, blobs = encode_outcome(self.ctx, started, started.stream.last_now())
         except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
             self._write_error(incoming, *failure(exc, "infer"))
         else:
             self._write_response(incoming, 200, *plain_parts(header, blobs))
+        trace_sent(started)
 
     async def _infer(self, incoming: Incoming, name: str, version: str) -> None:
         started = self._start_infer(incoming, name, version)
@@ -462,6 +473,8 @@ class FrontConnection(asyncio.Protocol):
                 b"".join(incoming.body),
                 headers.get("inference-header-content-length"),
                 forwarded_headers(ctx, headers),
+                headers,
+                incoming.begin_ns,
             )
         except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
             self._write_error(incoming, *failure(exc, "infer"))
@@ -471,13 +484,15 @@ class FrontConnection(asyncio.Protocol):
         ctx = self.ctx
         try:
             header, blobs = await finish_infer(ctx, started)
+            trace_sending(started)
             response_headers, parts = await response_parts(
                 header, blobs, incoming.headers.get("accept-encoding"), ctx.executor
             )
         except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
             self._write_error(incoming, *failure(exc, "infer"))
-            return
-        self._write_response(incoming, 200, response_headers, parts)
+        else:
+            self._write_response(incoming, 200, response_headers, parts)
+        trace_sent(started)
 
     async def _relay(self, incoming: Incoming) -> bool:
         """Have the aiohttp application answer; its bytes go to the client as they come."""

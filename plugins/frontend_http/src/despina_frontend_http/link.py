@@ -16,7 +16,12 @@ from despina import DespinaError
 
 from despina_frontend_http import wire
 from despina_frontend_http.context import Context
-from despina_frontend_http.routes_infer import finish_infer, start_infer
+from despina_frontend_http.routes_infer import (
+    finish_infer,
+    start_infer,
+    trace_sending,
+    trace_sent,
+)
 
 log = logging.getLogger("despina.http")
 
@@ -58,7 +63,9 @@ class WorkerConnection(asyncio.Protocol):
             (name, version, header_length, forwarded), body = wire.parse_infer(payload)
             started = start_infer(self.ctx, name, version, body, header_length, forwarded)
             header, blobs = await finish_infer(self.ctx, started, self._connected)
+            trace_sending(started)  # a traced request's answer leaves to the worker
             frame = wire.reply_frame(call_id, 200, len(header) if blobs else 0, [header, *blobs])
+            trace_sent(started)
         except DespinaError as exc:
             frame = _error(call_id, exc.http_status, str(exc))
         except Exception:

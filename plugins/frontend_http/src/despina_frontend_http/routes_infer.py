@@ -69,10 +69,15 @@ def start_infer(
     body: bytes | memoryview,
     header_length: str | None,
     forwarded: Mapping[str, str] | None,
+    headers: Mapping[str, str] | None = None,
+    received_ns: int = 0,
 ) -> Started:
     """Decode and submit a request (a cheap model may have answered it already: its
     stream has then :attr:`~despina.inference.ResponseStream.ended`). Raises DespinaError
-    with Triton's status and text for a request that cannot run."""
+    with Triton's status and text for a request that cannot run. While tracing is on, the
+    request may get a trace (``headers``' ``traceparent`` continues the client's;
+    ``received_ns``: when its first byte came, else when it was decoded); whoever writes
+    the answer then calls :func:`trace_sending` and :func:`trace_sent`."""
     host = ctx.host
     model = host.inference_model(name, version)  # unknown model/version: before the body
     if model.decoupled:
@@ -90,8 +95,25 @@ def start_infer(
     if forwarded:
         for key, value in forwarded.items():
             request.parameters.setdefault(key, value)
+    if host.tracer.active:
+        traceparent = headers.get("traceparent", "") if headers is not None else ""
+        trace = request.trace = host.tracer.sample(name, traceparent)
+        if trace is not None:
+            trace.received("HTTP", received_ns or request.received_ns)
     model, stream = host.submit(request, streaming=False, model=model)
     return Started(request, model, stream)
+
+
+def trace_sending(started: Started) -> None:
+    """The answer of a traced request is about to be written."""
+    if started.request.trace is not None:
+        started.request.trace.sending("HTTP")
+
+
+def trace_sent(started: Started) -> None:
+    """The answer of a traced request was written (or failed): the trace is complete."""
+    if started.request.trace is not None:
+        started.request.trace.sent("HTTP")
 
 
 def encode_outcome(
@@ -198,8 +220,13 @@ def routes(ctx: Context) -> list[Route]:
             body,
             headers.get("Inference-Header-Content-Length"),
             forwarded_headers(ctx, headers),
+            headers,
         )
         header, blobs = await finish_infer(ctx, started, lambda: connected(request))
-        return await respond(request, ctx.executor, header, blobs)
+        trace_sending(started)
+        try:
+            return await respond(request, ctx.executor, header, blobs)
+        finally:
+            trace_sent(started)
 
     return [("POST", path, "inference", infer) for path in versioned("/infer")]

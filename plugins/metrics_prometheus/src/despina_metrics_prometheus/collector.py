@@ -1,8 +1,9 @@
 """A prometheus-client Collector that reads the server's statistics at scrape time.
 
 Names, help texts and labels are Triton's (``model``, ``version``; ``reason`` on
-failures). Nothing is recorded per request: every value comes from ``ModelStats`` (and
-``host.custom_metrics``) when Prometheus scrapes.
+failures). Counters and gauges come from ``ModelStats`` (and ``host.custom_metrics``)
+when Prometheus scrapes; only the histograms and summaries, when turned on, are recorded
+per request (:mod:`despina_metrics_prometheus.latency`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from despina_metrics_prometheus.cpu import CpuSampler, memory
+from despina_metrics_prometheus.latency import FIRST_RESPONSE, Histogram, LatencyRecorder
 from despina_metrics_prometheus.options import MetricsOptions
 
 if TYPE_CHECKING:
@@ -35,6 +37,16 @@ LATENCIES: dict[str, str] = {
     "nv_inference_compute_input_duration_us": f"Cumulative compute input duration in microseconds {_CACHED}",
     "nv_inference_compute_infer_duration_us": f"Cumulative compute inference duration in microseconds {_CACHED}",
     "nv_inference_compute_output_duration_us": f"Cumulative inference compute output duration in microseconds {_CACHED}",
+}
+#: Summary family -> help (Triton's: the compute ones repeat the counters' texts).
+SUMMARIES: dict[str, str] = {
+    "nv_inference_request_summary_us": f"Summary of inference request duration in microseconds {_INCL}",
+    "nv_inference_queue_summary_us": f"Summary of inference queuing duration in microseconds {_INCL}",
+    **{
+        name.replace("_duration_us", "_summary_us"): doc
+        for name, doc in LATENCIES.items()
+        if name.startswith("nv_inference_compute_")
+    },
 }
 
 
@@ -76,6 +88,7 @@ class StatsCollector(Collector):
             "Instantaneous number of pending requests awaiting execution per-model.",
             "gauge",
         )
+        load = Metric("nv_model_load_duration_secs", "Model load time in seconds", "gauge")
         for version in versions:
             labels = {"model": version.name, "version": str(version.version)}
             values = _counter_values(version)
@@ -87,15 +100,54 @@ class StatsCollector(Collector):
                 )
             queued = version.scheduler.pending if version.scheduler is not None else 0
             pending.add_sample(pending.name, labels, queued)
+            load.add_sample(load.name, labels, version.stats.load_ns / 1e9)
         first = families.pop("nv_inference_request_success")
         yield first
         yield failure
         yield from families.values()
         yield pending
+        yield load
+        yield from self._latencies(versions)
         if self.cpu is not None:
             yield from self._cpu()
         for custom in self.host.custom_metrics.families():
             yield _custom(custom)
+
+    def _latencies(self, versions: list[ModelVersion]) -> Iterator[Metric]:
+        """The first-response histogram and the summaries of the versions that record
+        them (none unless ``--metrics-config`` turned them on)."""
+        recorders = [
+            ({"model": v.name, "version": str(v.version)}, v.stats.latency)
+            for v in versions
+            if isinstance(v.stats.latency, LatencyRecorder)
+        ]
+        if self.options.histogram_latencies:
+            histogram = Metric(
+                FIRST_RESPONSE,
+                "Duration from request to first response in milliseconds",
+                "histogram",
+            )
+            for labels, recorder in recorders:
+                if recorder.first is not None:
+                    _histogram_samples(histogram, labels, recorder.first)
+            yield histogram
+        if self.options.summary_latencies:
+            summaries = {name: Metric(name, doc, "summary") for name, doc in SUMMARIES.items()}
+            quantiles = self.options.summary_quantiles
+            for labels, recorder in recorders:
+                if recorder.summaries is None:
+                    continue
+                for name, window in recorder.summaries.families():
+                    summary = summaries[name]
+                    summary.add_sample(f"{name}_count", labels, window.count)
+                    summary.add_sample(f"{name}_sum", labels, window.sum)
+                    for quantile, estimate in zip(
+                        quantiles, window.quantiles(quantiles), strict=True
+                    ):
+                        summary.add_sample(
+                            name, {**labels, "quantile": _number(quantile)}, estimate
+                        )
+            yield from summaries.values()
 
     def _cpu(self) -> Iterator[Metric]:
         assert self.cpu is not None
@@ -134,3 +186,18 @@ def _custom(family: MetricFamily) -> Metric:
 
 def _bound(value: float) -> str:
     return repr(float(value))
+
+
+def _number(value: float) -> str:
+    """A label value as prometheus-cpp (Triton) writes it: ``100``, ``0.5``, ``1e-05``."""
+    return f"{value:.16g}"
+
+
+def _histogram_samples(metric: Metric, labels: dict[str, str], histogram: Histogram) -> None:
+    cumulative, total, count = histogram.cumulative()
+    name = metric.name
+    metric.add_sample(f"{name}_count", labels, count)
+    metric.add_sample(f"{name}_sum", labels, total)
+    for bound, at_most in zip(histogram.bounds, cumulative, strict=True):
+        metric.add_sample(f"{name}_bucket", {**labels, "le": _number(bound)}, at_most)
+    metric.add_sample(f"{name}_bucket", {**labels, "le": "+Inf"}, count)

@@ -19,6 +19,12 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
+def _label_order(item: tuple[str, str]) -> tuple[bool, str]:
+    """Labels sorted by name, a bucket's ``le`` or a summary's ``quantile`` last (as
+    prometheus-cpp writes them)."""
+    return item[0] in ("le", "quantile"), item[0]
+
+
 def render(metrics: Iterable[Metric]) -> bytes:
     """The text format of ``metrics``: HELP, TYPE, then one line per sample."""
     lines: list[str] = []
@@ -27,7 +33,10 @@ def render(metrics: Iterable[Metric]) -> bytes:
         lines.append(f"# HELP {metric.name} {doc}")
         lines.append(f"# TYPE {metric.name} {metric.type}")
         for sample in metric.samples:
-            labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(sample.labels.items()))
+            labels = ",".join(
+                f'{k}="{_escape(str(v))}"'
+                for k, v in sorted(sample.labels.items(), key=_label_order)
+            )
             name = f"{sample.name}{{{labels}}}" if labels else sample.name
             lines.append(f"{name} {floatToGoString(sample.value)}")  # type: ignore[no-untyped-call]
     lines.append("")

@@ -56,17 +56,31 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="counter_latencies=<bool> (default true) turns the *_duration_us counters on or off; repeatable",
+        help=(
+            "counter_latencies=<bool> (default true): the *_duration_us counters; "
+            "histogram_latencies=<bool> (default false): the first-response histogram; "
+            "summary_latencies=<bool> (default false): the *_summary_us summaries, with "
+            "summary_quantiles=<q>:<error>,... summary_max_age=<seconds> (60) and "
+            "summary_age_buckets=<n> (5); repeatable"
+        ),
     )
 
 
 @hookimpl
 def despina_configure(settings: argparse.Namespace, stash: Stash) -> None:
-    """Store the :class:`ExporterOptions`; ValueError for a bad ``--metrics-config`` or
+    """Store the :class:`ExporterOptions`, and what records latency histograms and
+    summaries when they are on; ValueError for a bad ``--metrics-config`` or
     ``--metrics-interval-ms``."""
+    from despina import LATENCY_OBSERVERS
+
+    from despina_metrics_prometheus.latency import LatencyMetrics
     from despina_metrics_prometheus.options import EXPORTER_OPTIONS, ExporterOptions
 
-    stash[EXPORTER_OPTIONS] = ExporterOptions.from_namespace(settings)
+    options = ExporterOptions.from_namespace(settings)
+    stash[EXPORTER_OPTIONS] = options
+    metrics = options.metrics
+    if options.allow_metrics and (metrics.histogram_latencies or metrics.summary_latencies):
+        stash[LATENCY_OBSERVERS] = LatencyMetrics(metrics)
 
 
 @hookimpl

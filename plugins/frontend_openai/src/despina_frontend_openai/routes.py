@@ -1,0 +1,483 @@
+"""The OpenAI endpoints: ``/v1/models[/{id}]``, ``/v1/completions``,
+``/v1/chat/completions``, ``/v1/embeddings``, model load/unload, ``/health/ready``,
+``/metrics``. Streaming answers are server-sent events ending ``data: [DONE]``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+from despina import DespinaError, FrontendHost
+
+from despina_frontend_openai import convert
+from despina_frontend_openai.catalog import OWNED_BY, Catalog, Entry, Lora
+from despina_frontend_openai.errors import OpenAIError
+from despina_frontend_openai.generate import responses
+from despina_frontend_openai.metrics import Metrics
+from despina_frontend_openai.options import OpenAIOptions
+from despina_frontend_openai.schema import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    NamedToolChoice,
+    _Sampling,
+    parse,
+)
+from despina_frontend_openai.tools import ToolParser
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+@dataclass
+class Context:
+    host: FrontendHost
+    options: OpenAIOptions
+    catalog: Catalog
+    metrics: Metrics
+
+
+def _json(body: object, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=json.dumps(body), content_type="application/json")
+
+
+def _event(body: object) -> bytes:
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _alive(http: web.Request) -> Callable[[], bool]:
+    def alive() -> bool:
+        transport = http.transport
+        return transport is not None and not transport.is_closing()
+
+    return alive
+
+
+def _model_body(model_id: str, entry: Entry) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": entry.created, "owned_by": OWNED_BY}
+
+
+def _check_sampling(body: _Sampling, entry: Entry, logprobs: bool) -> None:
+    """Triton's refusals of what its OpenAI frontend does not support (400)."""
+    if not entry.generates:
+        raise OpenAIError(f"model '{entry.model.name}' does not generate text", param="model")
+    if body.n is not None and body.n > 1:
+        raise OpenAIError(
+            f"Received n={body.n}, but only single choice (n=1) is currently supported", param="n"
+        )
+    if body.logit_bias is not None:
+        raise OpenAIError("logit bias is not currently supported", param="logit_bias")
+    if body.stream_options is not None and not body.stream:
+        raise OpenAIError(
+            "`stream_options` can only be used when `stream` is True", param="stream_options"
+        )
+    if logprobs and "return_logprobs" not in entry.inputs:
+        raise OpenAIError(
+            f"logprobs are not available: model '{entry.model.name}' takes no return_logprobs input",
+            param="logprobs",
+        )
+
+
+def _finish(usage: convert.Usage, max_tokens: int) -> str:
+    return "length" if usage.prompt is not None and usage.completion >= max_tokens else "stop"
+
+
+def _completion_logprobs(tokens: list[list[tuple[str, float]]], offset: int) -> dict[str, Any]:
+    offsets, at = [], offset
+    for position in tokens:
+        offsets.append(at)
+        at += len(position[0][0])
+    return {
+        "tokens": [p[0][0] for p in tokens],
+        "token_logprobs": [p[0][1] for p in tokens],
+        "top_logprobs": [dict(p[1:]) for p in tokens],
+        "text_offset": offsets,
+    }
+
+
+def _chat_logprobs(tokens: list[list[tuple[str, float]]]) -> dict[str, Any]:
+    def item(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    return {"content": [{**item(*p[0]), "top_logprobs": [item(*t) for t in p[1:]]} for p in tokens]}
+
+
+class Stream:
+    """A server-sent event answer, opened on its first event."""
+
+    def __init__(self, http: web.Request) -> None:
+        self.http = http
+        self.response: web.StreamResponse | None = None
+
+    async def send(self, body: object) -> None:
+        if self.response is None:
+            self.response = web.StreamResponse(headers=SSE_HEADERS)
+            await self.response.prepare(self.http)
+        await self.response.write(_event(body))
+
+    async def close(self) -> web.StreamResponse:
+        assert self.response is not None
+        await self.response.write(b"data: [DONE]\n\n")
+        await self.response.write_eof()
+        return self.response
+
+
+async def _first(source: AsyncIterator[Any]) -> Any:
+    """The first response (an error raises before anything is sent), or None."""
+    try:
+        return await anext(source)
+    except StopAsyncIteration:
+        return None
+
+
+def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
+    host, options, catalog, metrics = ctx.host, ctx.options, ctx.catalog, ctx.metrics
+
+    async def list_models(http: web.Request) -> web.StreamResponse:
+        data = [_model_body(i, e) for i, e in catalog.ids()]
+        return _json({"object": "list", "data": data})
+
+    async def retrieve_model(http: web.Request) -> web.StreamResponse:
+        wanted = http.match_info["model"]
+        for model_id, entry in catalog.ids():
+            if model_id == wanted:
+                return _json(_model_body(model_id, entry))
+        raise OpenAIError(f"Unknown model: {wanted}", 404, param="model", code="model_not_found")
+
+    async def load_model(http: web.Request) -> web.StreamResponse:
+        name = http.match_info["model"]
+        await host.load(name)
+        return _json(_model_body(name, catalog.entry(name)))
+
+    async def unload_model(http: web.Request) -> web.StreamResponse:
+        name = http.match_info["model"]
+        await host.unload(name)
+        return _json({"status": "success", "model": name})
+
+    async def health(http: web.Request) -> web.StreamResponse:
+        return web.Response(status=200 if host.ready else 503)
+
+    async def prometheus(http: web.Request) -> web.StreamResponse:
+        return web.Response(text=metrics.render(), content_type="text/plain")
+
+    async def run(
+        http: web.Request, entry: Entry, body: _Sampling, gen: convert.Generation, lora: Lora | None
+    ) -> AsyncGenerator[Any, None]:
+        request = convert.generation_request(entry, body, gen, lora)
+        return responses(host, entry, request, _alive(http), metrics, lora)
+
+    async def completions(http: web.Request) -> web.StreamResponse:
+        body = parse(CompletionRequest, await http.read())
+        entry, lora = catalog.split(body.model)
+        _check_sampling(body, entry, bool(body.logprobs))
+        if body.suffix is not None:
+            raise OpenAIError("suffix is not currently supported", param="suffix")
+        if body.best_of is not None and body.best_of > 1:
+            raise OpenAIError(
+                f"Received best_of={body.best_of}, but only single choice (best_of=1) is "
+                "currently supported",
+                param="best_of",
+            )
+        if not isinstance(body.prompt, str):
+            raise OpenAIError("only single string input is supported", param="prompt")
+        if not body.prompt:
+            raise OpenAIError("prompt must be non-empty", param="prompt")
+        max_tokens = body.max_tokens or options.default_max_tokens
+        gen = convert.Generation(
+            body.prompt, max_tokens, bool(body.stream), body.echo, body.logprobs or None
+        )
+        source = await run(http, entry, body, gen, lora)
+        head = {
+            "id": f"cmpl-{uuid.uuid4()}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "system_fingerprint": None,
+        }
+        usage = convert.Usage()
+        if not body.stream:
+            texts, tokens = [], []
+            async for response in source:
+                usage.add(response)
+                texts.append(convert.text_of(response))
+                tokens += convert.logprobs_of(response)
+            choice = {
+                "index": 0,
+                "text": "".join(texts),
+                "logprobs": _completion_logprobs(tokens, 0) if gen.logprobs else None,
+                "finish_reason": _finish(usage, max_tokens),
+            }
+            return _json({**head, "choices": [choice], "usage": usage.body()})
+        stream, offset = Stream(http), 0
+        first = await _first(source)
+        try:
+            if first is not None:
+                async for response in _chain(first, source):
+                    usage.add(response)
+                    text = convert.text_of(response)
+                    tokens = convert.logprobs_of(response)
+                    logprobs = _completion_logprobs(tokens, offset) if gen.logprobs else None
+                    offset += len(text)
+                    choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": None}
+                    await stream.send({**head, "choices": [choice]})
+            last = {
+                "index": 0,
+                "text": "",
+                "logprobs": None,
+                "finish_reason": _finish(usage, max_tokens),
+            }
+            await stream.send({**head, "choices": [last]})
+            if body.stream_options and body.stream_options.include_usage:
+                await stream.send({**head, "choices": [], "usage": usage.body()})
+        except OpenAIError as exc:  # mid-stream: the error is an event
+            await stream.send(exc.body())
+        finally:
+            await source.aclose()
+        return await stream.close()
+
+    async def chat(http: web.Request) -> web.StreamResponse:
+        body = parse(ChatRequest, await http.read())
+        entry, lora = catalog.split(body.model)
+        _check_sampling(body, entry, bool(body.logprobs))
+        if body.top_logprobs is not None and not body.logprobs:
+            raise OpenAIError(
+                "`top_logprobs` can only be used when `logprobs` is True", param="top_logprobs"
+            )
+        named = _named_tool(body)
+        auto = _auto_tools(body, options)
+        tokenizer = await catalog.tokenizer(entry)
+        prompt = _render(tokenizer, body, options.chat_template)
+        max_tokens = body.max_completion_tokens or body.max_tokens or options.default_max_tokens
+        top = (body.top_logprobs or 0) if body.logprobs else None
+        gen = convert.Generation(prompt, max_tokens, bool(body.stream), None, top)
+        source = await run(http, entry, body, gen, lora)
+        parser = (
+            ToolParser(options.tool_call_parser, options.max_tool_call_parse_bytes)
+            if auto and options.tool_call_parser
+            else None
+        )
+        head = {
+            "id": f"chatcmpl-{uuid.uuid4()}",
+            "created": int(time.time()),
+            "model": body.model,
+            "system_fingerprint": None,
+        }
+        usage = convert.Usage()
+        if not body.stream:
+            texts, tokens = [], []
+            async for response in source:
+                usage.add(response)
+                texts.append(convert.text_of(response))
+                tokens += convert.logprobs_of(response)
+            text = "".join(texts)
+            reason = _finish(usage, max_tokens)
+            message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": None}
+            if named is not None:
+                message["content"] = ""
+                message["tool_calls"] = [_named_call(named, text)]
+            elif parser is not None:
+                content, calls = parser.parse(text)
+                if calls:
+                    message.update(content=content, tool_calls=calls)
+                    reason = "tool_calls"
+            choice = {
+                "index": 0,
+                "message": message,
+                "logprobs": _chat_logprobs(tokens) if top is not None else None,
+                "finish_reason": reason,
+            }
+            return _json(
+                {**head, "object": "chat.completion", "choices": [choice], "usage": usage.body()}
+            )
+        head["object"] = "chat.completion.chunk"
+        stream = Stream(http)
+
+        async def delta(d: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> None:
+            choice = {"index": 0, "delta": d, "logprobs": logprobs, "finish_reason": finish}
+            await stream.send({**head, "choices": [choice]})
+
+        first = await _first(source)
+        finish: str | None = None
+        try:
+            await delta({"role": "assistant", "content": ""})
+            named_sent = False
+            if first is not None:
+                async for response in _chain(first, source):
+                    usage.add(response)
+                    text = convert.text_of(response)
+                    tokens = convert.logprobs_of(response)
+                    logprobs = _chat_logprobs(tokens) if top is not None and tokens else None
+                    if named is not None:
+                        call = (
+                            _named_call(named, text)
+                            if not named_sent
+                            else {"function": {"arguments": text}}
+                        )
+                        await delta({"tool_calls": [{"index": 0, **call}]}, logprobs=logprobs)
+                        named_sent = True
+                        continue
+                    if parser is not None:
+                        text = parser.feed(text)
+                        if parser.overflow:
+                            finish = "length"
+                            break
+                    if text or logprobs:
+                        await delta({"content": text}, logprobs=logprobs)
+            if parser is not None and parser.held and finish is None:
+                content, calls = parser.parse(parser.held)
+                if calls:
+                    if content:
+                        await delta({"content": content})
+                    await delta({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+                    finish = "tool_calls"
+                else:
+                    await delta({"content": parser.held})
+            await delta({}, finish or _finish(usage, max_tokens))
+            if body.stream_options and body.stream_options.include_usage:
+                await stream.send({**head, "choices": [], "usage": usage.body()})
+        except OpenAIError as exc:
+            await stream.send(exc.body())
+        finally:
+            await source.aclose()
+        return await stream.close()
+
+    async def embeddings(http: web.Request) -> web.StreamResponse:
+        body = parse(EmbeddingRequest, await http.read())
+        entry, _ = catalog.split(body.model)
+        if not entry.embeds:
+            raise OpenAIError(f"model '{entry.model.name}' does not embed text", param="model")
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        if not texts or not all(isinstance(t, str) and t for t in texts):
+            raise OpenAIError(
+                "input must be a non-empty string or list of non-empty strings", param="input"
+            )
+
+        async def one(text: str) -> tuple[list[float], int]:
+            request = convert.embedding_request(entry, str(text), body.dimensions)
+            usage = convert.Usage()
+            answer = ""
+            async for response in responses(host, entry, request, _alive(http), metrics):
+                answer += convert.text_of(response)
+                usage.add(response)
+            try:
+                vector = [float(v) for v in json.loads(answer)]
+            except (ValueError, TypeError):
+                raise OpenAIError(
+                    f"model '{entry.model.name}' answered no embedding", 500
+                ) from None
+            return vector, usage.prompt or 0
+
+        results = await asyncio.gather(*(one(str(t)) for t in texts))
+        data = [
+            {"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
+            for i, (v, _) in enumerate(results)
+        ]
+        tokens = sum(n for _, n in results)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return _json({"object": "list", "data": data, "model": body.model, "usage": usage})
+
+    return [
+        ("GET", "/v1/models", list_models),
+        ("GET", "/v1/models/{model}", retrieve_model),
+        ("POST", "/v1/models/{model}/load", load_model),
+        ("POST", "/v1/models/{model}/unload", unload_model),
+        ("POST", "/v1/completions", completions),
+        ("POST", "/v1/chat/completions", chat),
+        ("POST", "/v1/embeddings", embeddings),
+        ("GET", "/health/ready", health),
+        ("GET", "/metrics", prometheus),
+    ]
+
+
+async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    async for item in rest:
+        yield item
+
+
+def _encoded(vector: list[float], encoding: str) -> list[float] | str:
+    if encoding == "float":
+        return vector
+    return base64.b64encode(np.asarray(vector, np.float32).tobytes()).decode()
+
+
+def _named_tool(body: ChatRequest) -> str | None:
+    """The function a request forces (named tool choice, or the first for "required");
+    400 as Triton for a tool choice without tools or naming an unknown tool."""
+    choice = body.tool_choice
+    if choice not in (None, "none", "auto") and not body.tools:
+        raise OpenAIError(
+            "tool_choice requires CreateChatCompletionRequest.tools to be provided",
+            param="tool_choice",
+        )
+    if isinstance(choice, NamedToolChoice):
+        assert body.tools is not None
+        if choice.function.name not in {t.function.name for t in body.tools}:
+            raise OpenAIError(
+                f"Tool '{choice.function.name}' has not been passed in `tools`.",
+                param="tool_choice",
+            )
+        return choice.function.name
+    if choice == "required":
+        assert body.tools is not None
+        return body.tools[0].function.name
+    return None
+
+
+def _auto_tools(body: ChatRequest, options: OpenAIOptions) -> bool:
+    """Whether the reply is parsed for tool calls; 400 as Triton for tools without a
+    ``--tool-call-parser``."""
+    if not body.tools or body.tool_choice not in (None, "auto"):
+        return False
+    if options.tool_call_parser is None:
+        if body.tool_choice == "auto":
+            raise OpenAIError(
+                '"auto" tool choice requires --tool-call-parser to be set', param="tool_choice"
+            )
+        raise OpenAIError(
+            "having tools in the request requires --tool-call-parser to be set", param="tools"
+        )
+    return True
+
+
+def _named_call(name: str, arguments: str) -> dict[str, Any]:
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def _render(tokenizer: Any, body: ChatRequest, template: str | None) -> str:
+    """The chat's prompt from the tokenizer's chat template (``--chat-template`` instead
+    when given); 400 for a conversation the template refuses."""
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    for message in messages:  # templates read tool call arguments as objects
+        for call in message.get("tool_calls", []):
+            with contextlib.suppress(ValueError):
+                call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    try:
+        prompt = tokenizer.apply_chat_template(
+            messages,
+            tools=tools,
+            chat_template=template,
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+    except (ValueError, TypeError, LookupError, DespinaError) as exc:
+        raise OpenAIError(f"cannot apply the chat template: {exc}", param="messages") from None
+    except Exception as exc:  # jinja2's TemplateError (jinja2 is imported by transformers)
+        if type(exc).__module__.startswith("jinja2"):
+            raise OpenAIError(f"cannot apply the chat template: {exc}", param="messages") from None
+        raise
+    return str(prompt)

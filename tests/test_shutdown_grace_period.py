@@ -1,0 +1,113 @@
+"""Behind a load balancer (Triton issue #6230): on SIGTERM a ``despina serve`` process with
+``--shutdown-grace-period`` reports not ready at once, keeps serving inference for the
+grace period (requests the balancer still routes here succeed), then drains and exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import toy_backend
+from despina.flags import parse_settings
+from despina.plugins import create_plugins
+from despina.testing import RepositoryBuilder, free_port
+from toy_backend import toy_config
+
+pytest.importorskip("despina_frontend_http")
+
+GRACE_S = 4.0
+BODY = json.dumps(
+    {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]},
+            {"name": "INPUT1", "datatype": "FP32", "shape": [1, 4], "data": [1, 1, 1, 1]},
+        ]
+    }
+).encode()
+
+
+def _status(url: str, body: bytes | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, method="POST" if body else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _wait_for(condition: str, check: object, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if check():  # type: ignore[operator]
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {condition}")
+
+
+def test_sigterm_turns_readiness_false_and_serves_through_the_grace_period(
+    model_repository: RepositoryBuilder,
+) -> None:
+    model_repository.add("m", toy_config(mbs=4), {"1/model.toy": "{}"})
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, PYTHONPATH=str(Path(toy_backend.__file__).parent))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "despina",
+            "serve",
+            f"--model-repository={model_repository.root}",
+            "--plugin=toy_backend",
+            "--http-address=127.0.0.1",
+            f"--http-port={port}",
+            "--allow-grpc=false",
+            "--allow-metrics=false",
+            f"--shutdown-grace-period={GRACE_S}",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for("readiness", lambda: _status(f"{base}/v2/health/ready")[0] == 200, 60)
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _wait_for("not ready", lambda: _status(f"{base}/v2/health/ready")[0] == 400, 2)
+        assert time.monotonic() - signalled < GRACE_S / 2
+        # inside the window: live, and inference still answered
+        assert _status(f"{base}/v2/health/live")[0] == 200
+        status, body = _status(f"{base}/v2/models/m/infer", BODY)
+        assert status == 200, body
+        assert json.loads(body)["outputs"][0]["data"] == [2, 3, 4, 5]
+        assert process.poll() is None
+        _, stderr = process.communicate(timeout=GRACE_S + 30)
+        assert process.returncode == 0, stderr
+        assert time.monotonic() - signalled >= GRACE_S
+        assert "serving 4 more seconds before draining" in stderr
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_grace_period_must_be_a_finite_non_negative_number(value: str) -> None:
+    with pytest.raises(SystemExit):
+        parse_settings([f"--shutdown-grace-period={value}"], create_plugins())
+
+
+def test_grace_period_defaults_to_zero() -> None:
+    flags = parse_settings([], create_plugins())
+    assert flags.shutdown_grace_period == 0.0
