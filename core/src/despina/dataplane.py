@@ -26,6 +26,7 @@ from despina.tensors import config_to_datatype
 
 if TYPE_CHECKING:
     from despina.custom_metrics import CustomMetrics
+    from despina.devices import GpuInventory
     from despina.inference import ResponseStream
     from despina.loader import ModelVersion
     from despina.models import ModelManager
@@ -47,6 +48,7 @@ class Core(Protocol):
     custom_metrics: CustomMetrics
     log_settings: LogSettings
     tracer: Tracer
+    gpus: GpuInventory
     dataplane: FrontendHost
     id: str
     version: str
@@ -93,6 +95,8 @@ class DataPlane:
         self.stash = server.stash
         #: Custom metric families models created (metrics exporters read them).
         self.custom_metrics = server.custom_metrics
+        #: The GPUs the server may use (metrics exporters report them).
+        self.gpus: GpuInventory = server.gpus
         #: Every READY model version, by name then version (metrics exporters read them).
         self.ready_versions = server.models.ready_versions
         # Inference: the server's own bound methods, so the request path gains no frame.

@@ -23,6 +23,7 @@ __all__ = ["BackendHost", "FrontendHost", "MetricsHost", "SchedulerHost"]
 if TYPE_CHECKING:
     from despina.config import mc
     from despina.custom_metrics import CustomMetrics
+    from despina.devices import GpuInventory
     from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
     from despina.loader import ModelVersion
     from despina.settings import Stash
@@ -121,6 +122,8 @@ class MetricsHost(Protocol):
     stash: Stash
     #: Custom metric families models created.
     custom_metrics: CustomMetrics
+    #: The GPUs the server may use (their metrics are Triton's ``nv_gpu_*``).
+    gpus: GpuInventory
 
     def ready_versions(self) -> list[ModelVersion]:
         """Every READY model version, by name then version, with its statistics."""

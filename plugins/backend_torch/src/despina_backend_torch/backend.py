@@ -120,8 +120,12 @@ class TorchInstance(ThreadedInstance):
         config: Any,
     ) -> None:
         outputs = [o.name for o in config.output]
+        on_gpu = device is not None and device.startswith("cuda")
         super().__init__(
-            f"torch-{spec.name}", config.max_batch_size > 0, outputs, settings.init_thread
+            f"torch-{spec.name}",
+            config.max_batch_size > 0,
+            outputs,
+            self._init_gpu_thread if on_gpu else settings.init_thread,
         )
         self.spec = spec
         self.loaded = loaded
@@ -129,12 +133,32 @@ class TorchInstance(ThreadedInstance):
         self.settings = settings
         #: Where inputs go: the instance's device (CPU for KIND_MODEL).
         self.device = device or "cpu"
+        #: A KIND_GPU instance's own CUDA stream (Triton: one per instance), so instances
+        #: on one GPU do not serialise on the default stream.
+        self.stream = _cuda_stream(self.device) if on_gpu else None
         self.datatypes = {
             t.name: config_to_datatype(mc.DataType.Name(t.data_type))
             for t in [*config.input, *config.output]
         }
 
+    def _init_gpu_thread(self) -> None:
+        """The instance thread's torch settings, and its current device: the instance's."""
+        import torch
+
+        self.settings.init_thread()
+        torch.cuda.set_device(torch.device(self.device))
+
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        """Inputs copied, forward run and outputs copied back on the instance's stream
+        (on a GPU); the copy to host waits for that stream only."""
+        if self.stream is None:
+            return self._run(inputs, outputs)
+        import torch
+
+        with torch.cuda.stream(self.stream):
+            return self._run(inputs, outputs)
+
+    def _run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         import torch
 
         args = [
@@ -165,6 +189,13 @@ def _summary(exc: Exception) -> str:
     """An exception's first and last lines (TorchScript puts its traceback between)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
     return lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
+
+
+def _cuda_stream(device: str) -> Any:
+    """A new CUDA stream on ``device`` (``cuda:<id>``)."""
+    import torch
+
+    return torch.cuda.Stream(device=torch.device(device))  # type: ignore[no-untyped-call]
 
 
 def _device(spec: InstanceSpec, model: str) -> str | None:

@@ -16,6 +16,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from despina_metrics_prometheus.cpu import CpuSampler, memory
+from despina_metrics_prometheus.gpu import FAMILIES as GPU_FAMILIES, GpuSampler
 from despina_metrics_prometheus.latency import FIRST_RESPONSE, Histogram, LatencyRecorder
 from despina_metrics_prometheus.options import MetricsOptions
 
@@ -67,10 +68,17 @@ def _counter_values(version: ModelVersion) -> dict[str, float]:
 class StatsCollector(Collector):
     """Triton's metric families for one server (register it in any CollectorRegistry)."""
 
-    def __init__(self, host: MetricsHost, options: MetricsOptions, cpu: CpuSampler | None) -> None:
+    def __init__(
+        self,
+        host: MetricsHost,
+        options: MetricsOptions,
+        cpu: CpuSampler | None,
+        gpu: GpuSampler | None = None,
+    ) -> None:
         self.host = host
         self.options = options
         self.cpu = cpu
+        self.gpu = gpu
 
     def collect(self) -> Iterator[Metric]:
         versions = self.host.ready_versions()
@@ -108,6 +116,8 @@ class StatsCollector(Collector):
         yield pending
         yield load
         yield from self._latencies(versions)
+        if self.gpu is not None:
+            yield from self._gpu()
         if self.cpu is not None:
             yield from self._cpu()
         for custom in self.host.custom_metrics.families():
@@ -148,6 +158,15 @@ class StatsCollector(Collector):
                             name, {**labels, "quantile": _number(quantile)}, estimate
                         )
             yield from summaries.values()
+
+    def _gpu(self) -> Iterator[Metric]:
+        assert self.gpu is not None
+        for name, doc, kind in GPU_FAMILIES:
+            metric = Metric(name, doc, kind)
+            for reading in self.gpu.readings:
+                if name in reading.values:
+                    metric.add_sample(name, {"gpu_uuid": reading.uuid}, reading.values[name])
+            yield metric
 
     def _cpu(self) -> Iterator[Metric]:
         assert self.cpu is not None

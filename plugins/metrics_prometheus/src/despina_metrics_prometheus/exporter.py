@@ -13,6 +13,7 @@ from aiohttp import web
 from despina_metrics_prometheus.collector import StatsCollector
 from despina_metrics_prometheus.cpu import CpuSampler
 from despina_metrics_prometheus.exposition import CONTENT_TYPE, render
+from despina_metrics_prometheus.gpu import gpu_sampler
 from despina_metrics_prometheus.options import EXPORTER_OPTIONS
 
 if TYPE_CHECKING:
@@ -37,7 +38,9 @@ class PrometheusExporter:
         self._sampler: asyncio.Task[None] | None = None
         self.options = host.stash[EXPORTER_OPTIONS]
         self.cpu = CpuSampler() if self.options.allow_cpu_metrics else None
-        self.collector = StatsCollector(host, self.options.metrics, self.cpu)
+        #: NVML readings of the server's GPUs (None: off, or no NVML / GPU).
+        self.gpu = gpu_sampler(host.gpus) if self.options.allow_gpu_metrics else None
+        self.collector = StatsCollector(host, self.options.metrics, self.cpu, self.gpu)
 
     async def start(self) -> None:
         """Bind and serve ``/metrics``; OSError when the port cannot be bound."""
@@ -56,7 +59,7 @@ class PrometheusExporter:
             raise
         self._runner = runner
         self.port = int(runner.addresses[0][1])
-        if self.cpu is not None:
+        if self.cpu is not None or self.gpu is not None:
             self._sampler = asyncio.create_task(self._sample(options.interval_ms / 1000))
         log.info("Started Metrics Service at %s:%d", options.address, self.port)
 
@@ -66,10 +69,13 @@ class PrometheusExporter:
         )
 
     async def _sample(self, interval_s: float) -> None:
-        assert self.cpu is not None
+        """Refresh the CPU and GPU readings every ``--metrics-interval-ms``."""
         while True:
             await asyncio.sleep(interval_s)
-            self.cpu.sample()
+            if self.cpu is not None:
+                self.cpu.sample()
+            if self.gpu is not None:
+                self.gpu.sample()
 
     async def stop(self) -> None:
         """Stop sampling and serving."""
@@ -81,3 +87,6 @@ class PrometheusExporter:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.gpu is not None:
+            self.gpu.close()
+            self.gpu = None

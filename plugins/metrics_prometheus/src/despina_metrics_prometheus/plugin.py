@@ -26,7 +26,8 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         type=triton_bool,
         default=True,
         metavar="BOOL",
-        help="report GPU metrics when a GPU is present (default: true; none are collected on CPU-only hosts)",
+        help="report nv_gpu_* metrics of the GPUs the server may use, read from NVML "
+        "(needs nvidia-ml-py; default: true)",
     )
     group.add_argument(
         "--allow-cpu-metrics",
