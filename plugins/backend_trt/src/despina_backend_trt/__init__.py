@@ -1,0 +1,1 @@
+"""Despina's TensorRT backend: serves ``model.plan`` engines as Triton's tensorrt backend."""

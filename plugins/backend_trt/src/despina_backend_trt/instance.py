@@ -1,0 +1,213 @@
+"""A TensorRT model instance: one CUDA stream, and one execution context per optimization
+profile its instance group names (profile 0 when none), as in Triton.
+
+Each batch picks the profile whose optimum is nearest to the batch's input shapes (the
+Manhattan distance, among the profiles whose bounds hold them), sets the input shapes
+(``set_input_shape``) and tensor addresses (``set_tensor_address``), runs
+``execute_async_v3`` on the instance's stream and copies the requested outputs back.
+Outputs whose engine shape has a dynamic dimension go through an output allocator, so
+data-dependent shapes (known only after execution) work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from despina import (
+    DATATYPE_TO_DTYPE,
+    ConfigError,
+    InstanceSpec,
+    Internal,
+    InvalidArgument,
+    ThreadedInstance,
+    config_to_datatype,
+    mc,
+)
+
+from despina_backend_trt.config_rules import profile_index
+from despina_backend_trt.device_memory import DeviceBuffer, DeviceMemory, DeviceStream
+from despina_backend_trt.engine_info import Bounds, EngineInfo
+
+
+@dataclass
+class ProfileContext:
+    """The execution context bound to one optimization profile."""
+
+    name: str
+    index: int
+    context: Any
+    bounds: dict[str, Bounds] = field(default_factory=dict)
+
+
+def choose_profile(
+    profiles: list[ProfileContext], shapes: dict[str, tuple[int, ...]]
+) -> ProfileContext:
+    """The profile nearest to ``shapes`` (Triton's GetMostOptimizedProfile); a single
+    profile is taken as is (TensorRT then refuses shapes outside it)."""
+    if len(profiles) == 1:
+        return profiles[0]
+    best, distance = None, -1
+    for profile in profiles:
+        current = _distance(profile.bounds, shapes)
+        if current is not None and (best is None or current < distance):
+            best, distance = profile, current
+    if best is None:
+        listed = "".join(f" {p.name}[{p.index}]" for p in profiles)
+        raise InvalidArgument(
+            f"failed to find any Optimization Profile among [{listed}] to support the "
+            "requested dimensions (or shape values)"
+        )
+    return best
+
+
+def _distance(bounds: dict[str, Bounds], shapes: dict[str, tuple[int, ...]]) -> int | None:
+    total = 0
+    for name, shape in shapes.items():
+        if name not in bounds:
+            continue
+        low, opt, high = bounds[name]
+        if len(shape) != len(high) or any(
+            not lo <= d <= hi for d, lo, hi in zip(shape, low, high, strict=True)
+        ):
+            return None
+        total += sum(abs(o - d) for d, o in zip(shape, opt, strict=True))
+    return total
+
+
+def make_output_allocator(trt: Any, device_memory: DeviceMemory, device_id: int) -> Any:
+    """An ``IOutputAllocator`` keeping one growing buffer per output and the shapes
+    TensorRT reports (``shapes``, set during ``execute_async_v3``)."""
+
+    class OutputAllocator(trt.IOutputAllocator):  # type: ignore[misc]
+        def __init__(self) -> None:
+            trt.IOutputAllocator.__init__(self)
+            self.buffers: dict[str, DeviceBuffer] = {}
+            self.shapes: dict[str, tuple[int, ...]] = {}
+
+        def reallocate_output(
+            self, tensor_name: str, memory: int, size: int, alignment: int
+        ) -> int:
+            buffer = self.buffers.get(tensor_name)
+            if buffer is None or buffer.nbytes < size:
+                buffer = device_memory.allocate(device_id, size)
+                self.buffers[tensor_name] = buffer
+            return buffer.ptr
+
+        def reallocate_output_async(
+            self, tensor_name: str, memory: int, size: int, alignment: int, stream: int
+        ) -> int:
+            return self.reallocate_output(tensor_name, memory, size, alignment)
+
+        def notify_shape(self, tensor_name: str, shape: Any) -> None:
+            self.shapes[tensor_name] = tuple(int(d) for d in shape)
+
+    return OutputAllocator()
+
+
+class TrtInstance(ThreadedInstance):
+    """Runs batches in its own thread on its own stream; one batch at a time."""
+
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        trt: Any,
+        memory: DeviceMemory,
+        info: EngineInfo,
+        config: mc.ModelConfig,
+        strategy: str,
+        engine: Any,
+    ) -> None:
+        super().__init__(
+            f"trt-{spec.name}", config.max_batch_size > 0, [o.name for o in config.output]
+        )
+        self.spec, self.memory, self.info, self.model = spec, memory, info, config.name
+        self.dtypes = {
+            t.name: DATATYPE_TO_DTYPE[config_to_datatype(t.data_type)] for t in info.tensors
+        }
+        self.engine = engine  # kept alive as long as its contexts
+        self.buffers: dict[str, DeviceBuffer] = {}
+        #: Outputs whose shape may be known only after execution.
+        self.allocated = [t.name for t in info.outputs if -1 in t.shape]
+        with memory.on_device(spec.device_id):
+            self.stream: DeviceStream = memory.stream(spec.device_id)
+            self.allocator = make_output_allocator(trt, memory, spec.device_id)
+            group = config.instance_group[spec.group_index]
+            names = list(group.profile) or ["0"]
+            self.profiles: list[ProfileContext] = []
+            for name in dict.fromkeys(names):
+                self.profiles.append(self._context(trt, engine, name, strategy))
+
+    def _context(self, trt: Any, engine: Any, name: str, strategy: str) -> ProfileContext:
+        index = profile_index(name)
+        count = len(self.info.profiles)
+        if not 0 <= index < count:
+            raise ConfigError(
+                f"Can not set the specified optimization profile {name}[{index}] for "
+                f"{self.spec.name}. Expected optimization profile index range 0-{count - 1}"
+            )
+        context = engine.create_execution_context(
+            getattr(trt.ExecutionContextAllocationStrategy, strategy)
+        )
+        if context is None:
+            raise Internal(f"unable to create TensorRT context for '{self.model}'")
+        if index != 0 and not context.set_optimization_profile_async(index, self.stream.handle):
+            raise ConfigError(
+                f"Can not set the specified optimization profile {name}[{index}] for "
+                f"{self.spec.name}. Expected optimization profile index range 0-{count - 1}"
+            )
+        self.stream.synchronize()
+        for output in self.allocated:
+            context.set_output_allocator(output, self.allocator)
+        return ProfileContext(name, index, context, self.info.profiles[index])
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        with self.memory.on_device(self.spec.device_id):
+            return self._run(inputs, outputs)
+
+    def _run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        profile = choose_profile(self.profiles, {n: tuple(a.shape) for n, a in inputs.items()})
+        context = profile.context
+        for name, array in inputs.items():
+            if not context.set_input_shape(name, tuple(array.shape)):
+                low, _, high = profile.bounds.get(name, ((), (), ()))
+                raise InvalidArgument(
+                    f"model '{self.model}': input '{name}' shape {list(array.shape)} is outside "
+                    f"optimization profile {profile.name}[{profile.index}] (min {list(low)}, "
+                    f"max {list(high)})"
+                )
+            host = np.ascontiguousarray(array, dtype=self.dtypes[name])
+            buffer = self._buffer(name, host.nbytes)
+            self.memory.upload(buffer, host, self.stream)
+            context.set_tensor_address(name, buffer.ptr)
+        shapes: dict[str, tuple[int, ...]] = {}
+        for tensor in self.info.outputs:
+            if tensor.name in self.allocated:
+                continue
+            shape = tuple(int(d) for d in context.get_tensor_shape(tensor.name))
+            shapes[tensor.name] = shape
+            nbytes = int(np.prod(shape, dtype=np.int64)) * self.dtypes[tensor.name].itemsize
+            context.set_tensor_address(tensor.name, self._buffer(tensor.name, nbytes).ptr)
+        self.allocator.shapes.clear()
+        self.mark_infer_start()
+        if not context.execute_async_v3(self.stream.handle):
+            raise Internal(f"unable to enqueue for inference {self.spec.name}")
+        self.mark_infer_end()
+        shapes.update(self.allocator.shapes)
+        results = {}
+        for name in outputs:
+            buffer = self.allocator.buffers[name] if name in self.allocated else self.buffers[name]
+            results[name] = self.memory.download(
+                buffer, shapes[name], self.dtypes[name], self.stream
+            )
+        self.stream.synchronize()
+        return results
+
+    def _buffer(self, name: str, nbytes: int) -> DeviceBuffer:
+        """The tensor's buffer, grown (reallocated) when ``nbytes`` exceeds it."""
+        buffer = self.buffers.get(name)
+        if buffer is None or buffer.nbytes < nbytes:
+            buffer = self.memory.allocate(self.spec.device_id, nbytes)
+            self.buffers[name] = buffer
+        return buffer
