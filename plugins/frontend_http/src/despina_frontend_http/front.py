@@ -5,9 +5,10 @@ development host, more than the whole inference path of a small model. The front
 every connection with httptools (llhttp) and serves the endpoint that carries the load,
 ``POST /v2/models/{m}[/versions/{v}]/infer`` without ``Content-Encoding``, itself through
 :func:`~despina_frontend_http.routes_infer.start_infer`. Every other request is handed,
-re-framed with a ``Content-Length``, to the aiohttp application listening on a Unix socket
-inside the same process, and its response is relayed byte for byte. So every endpoint
-keeps one implementation, and the hot one skips aiohttp.
+re-framed with a ``Content-Length``, to the aiohttp application's request handler over an
+in-memory connection (:mod:`~despina_frontend_http.memory_pipe`: no socket, no system
+call), which sees the client's address and TLS status; its response is relayed byte for
+byte. So every endpoint keeps one implementation, and the hot one skips aiohttp.
 
 An inference request with nothing ahead of it on its connection is submitted from the
 parser's callback; when its model ran it within ``submit`` (a cheap model, see
@@ -28,15 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import http
 import logging
 import re
-import shutil
 import ssl
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -45,6 +42,7 @@ import orjson
 from aiohttp import web
 from despina import ascii_digits
 
+from despina_frontend_http import memory_pipe
 from despina_frontend_http.aioserver import head_too_large
 from despina_frontend_http.body import ChunkSizes, too_large
 from despina_frontend_http.context import Context
@@ -74,6 +72,9 @@ _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 #: Request targets already parsed by :func:`infer_target` (clients repeat one or a few).
 _TARGETS: dict[bytes, tuple[str, str] | None] = {}
 _TARGETS_KEPT = 256
+#: What the application's side of a link tells of its client's connection (``peername``
+#: for ``request.remote``, ``sslcontext`` for ``request.secure``...).
+CLIENT_INFO = ("peername", "sockname", "sslcontext", "ssl_object", "peercert", "cipher")
 #: Loop steps from a socket's accept to its protocol's ``connection_made`` (asyncio's
 #: accept task, then the transport's scheduled callback), with one to spare.
 ACCEPT_STEPS = 3
@@ -497,7 +498,7 @@ class FrontConnection(asyncio.Protocol):
     async def _relay(self, incoming: Incoming) -> bool:
         """Have the aiohttp application answer; its bytes go to the client as they come."""
         if self.link is None or self.link.closed:
-            self.link = await self.front.open_link(self)
+            self.link = self.front.open_link(self)
         return await self.link.exchange(incoming)
 
     # --- writing
@@ -678,8 +679,6 @@ class Front:
         self.max_connections = max_connections
         self.connections: set[FrontConnection] = set()
         self.links: set[AppLink] = set()
-        self.folder = Path(tempfile.mkdtemp(prefix="despina-http-"))
-        self.socket_path = str(self.folder / "app.sock")
         self.runner: web.AppRunner | None = None
         self.listener: asyncio.AbstractServer | None = None
         #: Set when :meth:`stop` begins: a connection made after it is closed at once.
@@ -688,11 +687,10 @@ class Front:
     async def start(
         self, host: str, port: int, reuse_port: bool, ssl_context: ssl.SSLContext | None = None
     ) -> int:
-        """Serve the application on its socket, then listen (over TLS with
-        ``ssl_context``); the bound port (OSError)."""
+        """Set the application up, then listen (over TLS with ``ssl_context``); the bound
+        port (OSError)."""
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self.runner.setup()
-        await web.UnixSite(self.runner, self.socket_path).start()
         loop = asyncio.get_running_loop()
         try:
             self.listener = await loop.create_server(
@@ -708,9 +706,14 @@ class Front:
             raise
         return int(self.listener.sockets[0].getsockname()[1])
 
-    async def open_link(self, client: FrontConnection) -> AppLink:
-        loop = asyncio.get_running_loop()
-        _, link = await loop.create_unix_connection(lambda: AppLink(client), self.socket_path)
+    def open_link(self, client: FrontConnection) -> AppLink:
+        """A new in-memory connection from ``client`` to the application's request
+        handler, which sees the client's address and TLS status (:data:`CLIENT_INFO`)."""
+        assert self.runner is not None and self.runner.server is not None
+        assert client.transport is not None
+        info = {key: client.transport.get_extra_info(key) for key in CLIENT_INFO}
+        link = AppLink(client)
+        memory_pipe.connect(link, self.runner.server(), b_extra=info)
         self.links.add(link)
         return link
 
@@ -735,5 +738,3 @@ class Front:
         await asyncio.sleep(0)  # their connection_lost runs before the loop may stop
         if self.runner is not None:
             await self.runner.cleanup()
-        with contextlib.suppress(OSError):
-            shutil.rmtree(self.folder)
