@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from despina.config import mc
-from despina.errors import DespinaError, InvalidArgument, NotFound, Unsupported
+from despina.errors import DespinaError, InvalidArgument
 from despina.inference import InferenceRequest, InferenceResponse
 from despina.loader import ModelState
 from despina.signatures import default_max_batch_size
@@ -207,23 +207,24 @@ class DataPlane:
         self.shared_memory.register(name, key, offset, byte_size)
 
     def system_shm_unregister(self, name: str = "") -> None:
-        """Unregister one region, or every region when ``name`` is empty."""
+        """Unregister one system region, or every one when ``name`` is empty."""
         self.shared_memory.unregister(name)
 
     def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
-        """No CUDA region can be registered on this server: empty, or NotFound for a name."""
-        if name:
-            raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
-        return []
+        """Registered CUDA shared-memory regions (one, when ``name`` is given)."""
+        return self.shared_memory.status(name, kind="cuda")
 
-    def cuda_shm_register(self, name: str) -> None:
-        """Unsupported: this server has no GPU support (one text for both protocols)."""
-        raise Unsupported(
-            f"failed to register CUDA shared memory region '{name}': this server has no GPU support"
-        )
+    def cuda_shm_register(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        """Register a CUDA region from its IPC handle (refused unless client shared memory
+        is allowed; InvalidArgument, one text for both protocols, where the server cannot
+        open CUDA memory: no cupy, or no device)."""
+        self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
 
     def cuda_shm_unregister(self, name: str = "") -> None:
-        """Nothing to unregister (no region can exist); succeeds as Triton's does."""
+        """Unregister one CUDA region, or every one when ``name`` is empty."""
+        self.shared_memory.unregister(name, kind="cuda")
 
     # runtime settings
     def log_settings(self, changes: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -41,8 +41,8 @@ from despina.validation import validate_request
 log = logging.getLogger("despina.server")
 
 
-#: Triton protocol extensions every Despina server implements (both frontends); the
-#: cuda_shared_memory extension is left out: there is no GPU support.
+#: Triton protocol extensions every Despina server implements (both frontends);
+#: cuda_shared_memory follows system_shared_memory where cupy sees a CUDA device.
 EXTENSIONS = (
     "classification",
     "model_repository",
@@ -147,9 +147,13 @@ class Server:
     @property
     def extensions(self) -> list[str]:
         """The extensions server metadata reports: ``sequence`` when a sequence scheduler
-        is installed, then :data:`EXTENSIONS`."""
+        is installed, then :data:`EXTENSIONS`, ``cuda_shared_memory`` among them where CUDA
+        regions can be opened."""
         sequence = ["sequence"] if "sequence" in self.registry.schedulers else []
-        return [EXTENSIONS[0], *sequence, *EXTENSIONS[1:]]
+        extensions = [EXTENSIONS[0], *sequence, *EXTENSIONS[1:]]
+        if self.shared_memory.cuda_support().available:
+            extensions.insert(extensions.index("system_shared_memory") + 1, "cuda_shared_memory")
+        return extensions
 
     @property
     def ready(self) -> bool:
@@ -171,6 +175,7 @@ class Server:
         except ValueError as exc:
             raise StartupError(str(exc)) from None
         log.info("%s", self.gpus.describe())
+        log.info("%s", self.shared_memory.cuda_support().describe())
         self.live = True
         try:
             await self.models.repository.sync()

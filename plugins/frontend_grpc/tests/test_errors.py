@@ -178,7 +178,7 @@ CASES: list[tuple[str, str, Any, grpc.StatusCode, str]] = [
         "ModelInfer",
         mutate(_shm_input),
         NOT_FOUND,
-        "Unable to find system shared memory region: 'nope'",
+        "Unable to find shared memory region: 'nope'",
     ),
     (
         "shm output without size",

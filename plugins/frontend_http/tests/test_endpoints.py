@@ -19,7 +19,8 @@ def test_health_and_server_metadata(server: RunningServer, http_client: Callable
     metadata = client.get_server_metadata()
     assert metadata["name"] == "triton"
     assert "binary_tensor_data" in metadata["extensions"]
-    assert "cuda_shared_memory" not in metadata["extensions"]
+    cuda = server.server.shared_memory.cuda_support().available  # cupy sees a device
+    assert ("cuda_shared_memory" in metadata["extensions"]) == cuda
 
 
 def test_server_id_is_the_metadata_name(

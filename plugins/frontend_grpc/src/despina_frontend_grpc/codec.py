@@ -252,7 +252,7 @@ class RequestDecoder:
             raise InvalidArgument(
                 f"shared memory offset and byte size of input '{name}' must be integers"
             )
-        view = self.shm.view(region, offset, size)
+        view = self.shm.window(region, offset, size).read()
         try:
             # Copied: the client may rewrite or unregister the region while we compute.
             return self._from_buffer(name, datatype, dtype, shape, count, bytes(view))
@@ -316,8 +316,4 @@ def _write_shared_memory(
             f"shared memory size specified with the request for output '{name}' ({size} bytes) "
             f"should be at least {len(data)} bytes to hold the results"
         )
-    view = shm.view(str(parameters[SHM_REGION]), int(parameters.get(SHM_OFFSET, 0)), size)
-    try:
-        view[: len(data)] = data
-    finally:
-        view.release()
+    shm.window(str(parameters[SHM_REGION]), int(parameters.get(SHM_OFFSET, 0)), size).write(data)

@@ -126,12 +126,18 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
 
     @guarded
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        self.host.cuda_shm_status(request.name)
-        return pb.CudaSharedMemoryStatusResponse()
+        response = pb.CudaSharedMemoryStatusResponse()
+        for region in self.host.cuda_shm_status(request.name):
+            response.regions[region["name"]].CopyFrom(
+                pb.CudaSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return response
 
     @guarded
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        self.host.cuda_shm_register(request.name)
+        self.host.cuda_shm_register(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
         return pb.CudaSharedMemoryRegisterResponse()
 
     @guarded

@@ -22,7 +22,6 @@ from despina import (
     DATATYPE_TO_DTYPE,
     InferenceRequest,
     InvalidArgument,
-    NotFound,
     RequestedOutput,
     SequenceFlags,
     SharedMemoryRegistry,
@@ -278,8 +277,8 @@ def _decode_input(
         region_offset = params.get("shared_memory_offset", 0)
         if not _is_int(byte_size) or not _is_int(region_offset):
             raise InvalidArgument(f"invalid shared memory parameters for input '{name}'")
-        view = region_view(shm, region, region_offset, byte_size)
-        array = _from_buffer(view, dtype, datatype, count, name, model)
+        window = shm.window(str(region), region_offset, byte_size)
+        array = _from_buffer(window.read(), dtype, datatype, count, name, model)
         # A copy: the model must not see the client rewrite the region mid-request, and a
         # region can be unregistered while a model still holds its inputs.
         return name, array.reshape(shape).copy(), offset
@@ -419,14 +418,6 @@ def _parse_error(member: str, value: Any, kind: str, present: bool = False) -> I
     return InvalidArgument(
         f"Unable to parse '{member}': attempt to access JSON non-{kind} as {kind}"
     )
-
-
-def region_view(shm: SharedMemoryRegistry, region: Any, offset: int, byte_size: int) -> memoryview:
-    """The checked window of a registered region, with Triton's text for an unknown one."""
-    try:
-        return shm.view(str(region), offset, byte_size)
-    except NotFound:
-        raise NotFound(f"Unable to find shared memory region: '{region}'") from None
 
 
 def _is_int(value: Any) -> TypeGuard[int]:

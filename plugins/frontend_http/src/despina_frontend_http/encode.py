@@ -19,8 +19,6 @@ from despina import (
     serialize_bytes,
 )
 
-from despina_frontend_http.decode import region_view
-
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
@@ -64,13 +62,13 @@ def _output(
         offset = params.get("shared_memory_offset", 0)
         if not isinstance(size, int) or not isinstance(offset, int):
             raise InvalidArgument(f"invalid shared memory parameters for output '{name}'")
-        window = region_view(shm, region, offset, size)
+        window = shm.window(str(region), offset, size)
         if len(data) > size:
             raise InvalidArgument(
                 f"shared memory size specified with the request for output '{name}' "
                 f"({size} bytes) should be at least {len(data)} bytes to hold the results"
             )
-        window[: len(data)] = data
+        window.write(data)
         return entry  # as Triton: no "data" and no parameters for an output in shared memory
     if params.get("binary_data", binary_default) is True:
         data = _raw(array, datatype)

@@ -1,9 +1,10 @@
-"""System shared memory (status, register, unregister) and CUDA shared memory (no GPU
-support: status lists nothing, register is refused)."""
+"""System and CUDA shared memory: status, register, unregister (a CUDA registration is
+refused where the server cannot open CUDA memory)."""
 
 from __future__ import annotations
 
-from typing import TypeGuard
+from base64 import b64decode
+from typing import Any, TypeGuard
 
 from aiohttp import web
 from despina import InvalidArgument
@@ -43,7 +44,26 @@ def routes(ctx: Context) -> list[Route]:
         return json_response(host.cuda_shm_status(request.match_info.get("region", "")))
 
     async def cuda_register(request: web.Request) -> web.StreamResponse:
-        host.cuda_shm_register(request.match_info["region"])
+        region = request.match_info["region"]
+        raw = await read_body(request, 65536)
+        body = json_body(raw, allow_empty=False, max_depth=ctx.max_json_depth)
+        if "raw_handle" not in body:
+            raise InvalidArgument("Shared memory register request has no 'raw_handle' field")
+        handle: Any = body["raw_handle"]
+        b64 = handle.get("b64") if isinstance(handle, dict) else None
+        device, size = body.get("device_id"), body.get("byte_size")
+        if not isinstance(b64, str) or not _is_int(device) or not _is_int(size):
+            raise InvalidArgument(
+                "Unable to parse the CUDA shared memory registration: expected 'raw_handle' "
+                "({\"b64\": string}), 'device_id' and 'byte_size' (integers)"
+            )
+        try:
+            raw_handle = b64decode(b64, validate=True)
+        except ValueError:  # binascii.Error, or characters outside ASCII
+            raise InvalidArgument(
+                "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+            ) from None
+        host.cuda_shm_register(region, raw_handle, device, size)
         return ok()
 
     async def cuda_unregister(request: web.Request) -> web.StreamResponse:

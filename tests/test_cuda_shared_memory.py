@@ -1,0 +1,190 @@
+"""CUDA shared memory on a GPU (issue 22), over HTTP and gRPC: a client process makes a
+device allocation, registers its CUDA IPC handle, infers a Python-backend add_sub with
+inputs and outputs in the region, and checks the results, status, bounds and unregister.
+
+A CUDA IPC handle cannot be opened by the process that made it, so the client runs in a
+child process (this file run as a script) while the server runs in the test's. Skipped
+where cupy sees no CUDA device; it has not run on a GPU yet.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from despina.testing import RepositoryBuilder, RunningServer
+
+pytestmark = pytest.mark.gpu
+
+N = 16
+SIZE = N * 4  # one FP32 [16] tensor
+REGION = 4 * SIZE  # INPUT0, INPUT1, OUTPUT0, OUTPUT1 at 0, 64, 128, 192
+
+CONFIG = f"""
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {N} ] }},
+        {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ {N} ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {N} ] }},
+         {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ {N} ] }} ]
+instance_group [ {{ kind: KIND_CPU }} ]
+"""
+
+MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+
+
+def test_cuda_regions_over_http_and_grpc(
+    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
+) -> None:
+    pytest.importorskip("despina_backend_python")
+    pytest.importorskip("despina_frontend_http")
+    pytest.importorskip("despina_frontend_grpc")
+    from despina.cuda_memory import probe_cuda
+
+    support = probe_cuda()
+    if not support.available:
+        pytest.skip(f"no CUDA shared memory here: {support.reason}")
+    model_repository.add("add_sub", CONFIG, {"1/model.py": MODEL})
+    running = despina_server(model_repository.root, args=["--allow-client-shm=true"])
+    done = subprocess.run(
+        [sys.executable, __file__, running.http_url, running.grpc_url],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["http", "ok", "grpc", "ok"]
+
+
+# The client: runs in a child process (python tests/test_cuda_shared_memory.py HTTP GRPC).
+
+
+class DeviceRegion:
+    """A raw cudaMalloc allocation (its IPC handle names its base) with host copies."""
+
+    def __init__(self, byte_size: int) -> None:
+        import cupy
+
+        self.runtime = cupy.cuda.runtime
+        self.pointer = int(self.runtime.malloc(byte_size))
+        self.b64 = base64.b64encode(self.runtime.ipcGetMemHandle(self.pointer))
+
+    def put(self, offset: int, array: np.ndarray) -> None:
+        host = np.ascontiguousarray(array)
+        self.runtime.memcpy(
+            self.pointer + offset, host.ctypes.data, host.nbytes, self.runtime.memcpyHostToDevice
+        )
+
+    def get(self, offset: int, count: int) -> np.ndarray:
+        host = np.empty(count, np.float32)
+        self.runtime.memcpy(
+            host.ctypes.data, self.pointer + offset, host.nbytes, self.runtime.memcpyDeviceToHost
+        )
+        return host
+
+    def free(self) -> None:
+        self.runtime.free(self.pointer)
+
+
+def _refused(call: Callable[[], Any], text: str) -> str:
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        call()
+    except InferenceServerException as exc:
+        assert text in exc.message(), (text, exc.message())
+        return str(exc.status())
+    raise AssertionError(f"not refused: expected {text!r}")
+
+
+def _check_protocol(module: Any, url: str, region: DeviceRegion, name: str) -> None:
+    """Register, status, infer in the region, bounds, name clashes, unregister."""
+    client = module.InferenceServerClient(url)
+    grpc = module.__name__.endswith("grpc")
+
+    def status(region_name: str = "") -> Any:
+        if grpc:
+            answer = client.get_cuda_shared_memory_status(region_name, as_json=True)
+            return sorted(answer.get("regions", {}).values(), key=lambda r: r["name"])
+        return client.get_cuda_shared_memory_status(region_name)
+
+    def inputs(offsets: tuple[int, int] = (0, SIZE)) -> list[Any]:
+        tensors = [module.InferInput(f"INPUT{i}", [N], "FP32") for i in range(2)]
+        for tensor, offset in zip(tensors, offsets, strict=True):
+            tensor.set_shared_memory(name, SIZE, offset)
+        return tensors
+
+    outputs = [module.InferRequestedOutput(f"OUTPUT{i}") for i in range(2)]
+    for i, output in enumerate(outputs):
+        output.set_shared_memory(name, SIZE, (2 + i) * SIZE)
+    try:
+        _refused(
+            lambda: client.register_cuda_shared_memory(name, region.b64, 0, 1 << 40),
+            "invalid args",
+        )
+        client.register_cuda_shared_memory(name, region.b64, 0, REGION)
+        got = status()
+        assert [(r["name"], int(r["device_id"]), int(r["byte_size"])) for r in got] == [
+            (name, 0, REGION)
+        ], got
+        _refused(
+            lambda: client.register_cuda_shared_memory(name, region.b64, 0, REGION),
+            "already in manager",
+        )
+        _refused(lambda: client.get_system_shared_memory_status(name), "not system shared memory")
+        a, b = np.arange(N, dtype=np.float32), np.full(N, 3, np.float32)
+        region.put(0, a)
+        region.put(SIZE, b)
+        client.infer("add_sub", inputs(), outputs=outputs)
+        np.testing.assert_array_equal(region.get(2 * SIZE, N), a + b)
+        np.testing.assert_array_equal(region.get(3 * SIZE, N), a - b)
+        _refused(
+            lambda: client.infer("add_sub", inputs((0, 3 * SIZE + 4))),
+            f"Invalid offset + byte size for shared memory region: '{name}'",
+        )
+        client.unregister_system_shared_memory(name)  # the other kind: left alone
+        assert len(status()) == 1
+        client.unregister_cuda_shared_memory(name)
+        assert status() == []
+        _refused(
+            lambda: client.infer("add_sub", inputs(), outputs=outputs),
+            f"Unable to find shared memory region: '{name}'",
+        )
+    finally:
+        client.unregister_cuda_shared_memory()
+        client.close()
+
+
+def _client_main(http_url: str, grpc_url: str) -> None:
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    region = DeviceRegion(REGION)
+    try:
+        for label, module, url in (("http", httpclient, http_url), ("grpc", grpcclient, grpc_url)):
+            _check_protocol(module, url, region, f"cuda_{label}")
+            print(label, "ok", flush=True)
+    finally:
+        region.free()
+
+
+if __name__ == "__main__":
+    _client_main(sys.argv[1], sys.argv[2])
