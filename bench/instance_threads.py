@@ -1,14 +1,12 @@
 """Instance count vs intra-op threads (issue 29, item 3): a small ResNet-like CNN with
 random weights (built here with torch: torchvision is not needed), exported to ONNX and
-TorchScript, served with 1, 2 and 4 CPU instances, each twice: "before" pins an earlier
-default explicitly and "after" sets nothing, so today's default applies. ONNX Runtime's
-"before" is the static split of the previous default (``intra_op_thread_count`` =
-``max(1, cores // instances)``; one instance ``"0"``), its "after" a thread per core with
-spinning off; PyTorch's "before" is ``INTRA_OP_THREAD_COUNT`` = the cores (torch's default),
-its "after" ``max(1, cores // instances)``. One server serves all variants; perf_analyzer
-visits them in interleaved rounds (before/after alternate which goes first), so a noisy
-host shifts both alike. Prints a markdown table of the median throughput and the
-after/before ratio.
+TorchScript, served with 1, 2 and 4 CPU instances, each twice: "before" pins the old
+default (ONNX Runtime: ``intra_op_thread_count: "0"``, its own default; PyTorch:
+``INTRA_OP_THREAD_COUNT`` = the cores, torch's default) and "after" sets nothing, so the
+new per-instance default applies (``max(1, cores // instances)``). One server serves all
+variants; perf_analyzer visits them in interleaved rounds (before/after alternate which
+goes first), so a noisy host shifts both alike. Prints a markdown table of the median
+throughput and the after/before ratio.
 
     .venv/bin/python bench/instance_threads.py --rounds 2 --measurement-ms 3000
 """
@@ -94,7 +92,7 @@ def config(backend: str, instances: int, before: bool, cores: int) -> str:
             f'input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
             'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 100 ] } ]\n'
         )
-        param = ("intra_op_thread_count", str(max(1, cores // instances) if instances > 1 else 0))
+        param = ("intra_op_thread_count", "0")
     else:
         head = 'backend: "pytorch"\n'
         io = (

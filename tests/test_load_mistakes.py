@@ -204,9 +204,9 @@ def test_unknown_backend_names_the_installed_ones(
 def test_known_platform_without_its_backend(
     model_repository: RepositoryBuilder, server: RunningServer
 ) -> None:
-    model_repository.add("m", f'platform: "tensorrt_plan"\n{IO}', {"1/model.plan": b""})
+    model_repository.add("m", f'platform: "tensorflow_graphdef"\n{IO}', {"1/model.graphdef": b""})
     _, text = load_error(server, "m")
-    assert "platform 'tensorrt_plan' needs unknown backend 'tensorrt'" in text
+    assert "platform 'tensorflow_graphdef' needs unknown backend 'tensorflow'" in text
 
 
 def test_backend_wins_over_platform_as_in_triton(

@@ -74,12 +74,12 @@ def test_exit_on_error_refuses_to_start(model_repository: RepositoryBuilder) -> 
 def test_unknown_backend_names_the_installed_ones(
     model_repository: RepositoryBuilder, despina_server: Start
 ) -> None:
-    model_repository.add("trt", 'platform: "tensorrt_plan"', {"1/model.plan": ""})
+    model_repository.add("tf", 'platform: "tensorflow_graphdef"', {"1/model.graphdef": ""})
     running = despina_server(
         model_repository.root, ["--exit-on-error=false"], plugins=[toy_backend]
     )
-    reason = running.server.models.entries["trt"].reason
-    assert "unknown backend 'tensorrt'" in reason and "toy" in reason
+    reason = running.server.models.entries["tf"].reason
+    assert "unknown backend 'tensorflow'" in reason and "toy" in reason
 
 
 def test_explicit_mode_loads_unloads_and_reloads(

@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "inline_budget": "despina.placement",
     "running_inline": "despina.placement",
     "cpu_instances": "despina.placement",
+    "cores": "despina.placement",
     "ascii_digits": "despina.digits",
     "threads_per_instance": "despina.placement",
     "instance_specs": "despina.instance_groups",
@@ -103,6 +104,12 @@ _EXPORTS: dict[str, str] = {
     "Restriction": "despina.restricted",
     "parse_restricted": "despina.restricted",
     "reserve_port": "despina.transport.listen",
+    "Frame": "despina.transport.frames",
+    "FrameHandler": "despina.transport.frames",
+    "FrameLink": "despina.transport.frames",
+    "Worker": "despina.transport.workers",
+    "WorkerPool": "despina.transport.workers",
+    "run_worker": "despina.transport.workers",
     "triton_bool": "despina.triton_flags",
     # embedding a server
     "Server": "despina.server",
@@ -181,6 +188,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
     from despina.placement import (
         CallPlacement as CallPlacement,
         NeedsThread as NeedsThread,
+        cores as cores,
         cpu_instances as cpu_instances,
         inline_budget as inline_budget,
         running_inline as running_inline,
@@ -227,7 +235,17 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         serialize_bytes as serialize_bytes,
     )
     from despina.threaded import ThreadedInstance as ThreadedInstance
+    from despina.transport.frames import (
+        Frame as Frame,
+        FrameHandler as FrameHandler,
+        FrameLink as FrameLink,
+    )
     from despina.transport.listen import reserve_port as reserve_port
+    from despina.transport.workers import (
+        Worker as Worker,
+        WorkerPool as WorkerPool,
+        run_worker as run_worker,
+    )
     from despina.triton_flags import triton_bool as triton_bool
     from despina.validation import (
         ModelSignature as ModelSignature,

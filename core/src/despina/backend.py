@@ -52,6 +52,10 @@ class BackendHost(Protocol):
         """``--backend-config=[<backend>,]default-max-batch-size=N``, else Triton's 4."""
         ...
 
+    def backend_setting(self, backend: str, key: str) -> str | None:
+        """The value of ``--backend-config=[<backend>,]<key>=<value>``, or None."""
+        ...
+
     async def bls_infer(self, caller: str, request: InferenceRequest) -> InferenceResponse:
         """Run a request from model ``caller`` on a non-decoupled model (recorded as a model
         ``caller`` uses, for ``unload_dependents``); its error raised."""

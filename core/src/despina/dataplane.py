@@ -21,7 +21,7 @@ from despina.config import mc
 from despina.errors import DespinaError, InvalidArgument
 from despina.inference import InferenceRequest, InferenceResponse
 from despina.loader import ModelState
-from despina.signatures import default_max_batch_size
+from despina.signatures import backend_setting, default_max_batch_size
 from despina.tensors import config_to_datatype
 
 if TYPE_CHECKING:
@@ -269,6 +269,10 @@ class BackendServices:
     def default_max_batch_size(self, backend: str) -> int:
         """``--backend-config=[<backend>,]default-max-batch-size=N``, else Triton's 4."""
         return default_max_batch_size(self._settings.backend_config, backend)
+
+    def backend_setting(self, backend: str, key: str) -> str | None:
+        """The value of ``--backend-config=[<backend>,]<key>=<value>``, or None."""
+        return backend_setting(self._settings.backend_config, backend, key)
 
     async def bls_infer(self, caller: str, request: InferenceRequest) -> InferenceResponse:
         """Run ``caller``'s request on a non-decoupled model; its error raised."""

@@ -33,19 +33,30 @@ class TensorSpec:
     shape: tuple[int, ...]
 
 
+def backend_setting(backend_config: Sequence[str], backend: str, key: str) -> str | None:
+    """The last ``--backend-config=[<backend>,]<key>=<value>`` value for ``backend`` (an
+    entry without a backend applies to every backend), or None."""
+    found = None
+    for entry in backend_config:
+        scope, _, setting = str(entry).rpartition(",")
+        name, _, value = setting.partition("=")
+        if name.strip() == key and scope in ("", backend):
+            found = value.strip()
+    return found
+
+
 def default_max_batch_size(backend_config: Sequence[str], backend: str) -> int:
     """``default-max-batch-size`` from ``--backend-config=<backend>,default-max-batch-size=N``
     (or without the backend prefix), else :data:`DEFAULT_MAX_BATCH_SIZE`."""
-    value = DEFAULT_MAX_BATCH_SIZE
-    for entry in backend_config:
-        scope, _, setting = str(entry).rpartition(",")
-        key, _, raw = setting.partition("=")
-        if key.strip() == "default-max-batch-size" and scope in ("", backend):
-            try:
-                value = int(raw)
-            except ValueError:
-                raise ConfigError(f"--backend-config={entry}: not an integer") from None
-    return value
+    raw = backend_setting(backend_config, backend, "default-max-batch-size")
+    if raw is None:
+        return DEFAULT_MAX_BATCH_SIZE
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(
+            f"--backend-config={backend},default-max-batch-size={raw}: not an integer"
+        ) from None
 
 
 def supports_batching(

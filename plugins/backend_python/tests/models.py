@@ -344,14 +344,20 @@ class TritonPythonModel:
         return responses
 """
 
-#: Gives back input IN as output OUT, whatever its datatype.
+#: Gives back input IN as output OUT, whatever its datatype (through DLPack, which BF16
+#: needs as in Triton; BYTES, which DLPack cannot carry, through numpy).
 IDENTITY = """
 import triton_python_backend_utils as pb_utils
 
+def same(tensor):
+    try:
+        return pb_utils.Tensor.from_dlpack("OUT", tensor.to_dlpack())
+    except TypeError:
+        return pb_utils.Tensor("OUT", tensor.as_numpy())
+
 class TritonPythonModel:
     def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-                    "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+        return [pb_utils.InferenceResponse([same(pb_utils.get_input_tensor_by_name(r, "IN"))])
                 for r in requests]
 """
 

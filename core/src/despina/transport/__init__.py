@@ -1,2 +1,3 @@
-"""The transport toolkit frontends share: listening sockets (more to move here: one frame
-codec, one worker pool, protocol engines without I/O; see DESIGN.md)."""
+"""The transport toolkit frontends share: listening sockets (``listen``), the frame codec
+(``frames``) and the worker-process pool (``workers``); protocol engines without I/O are
+still to move here (see DESIGN.md)."""

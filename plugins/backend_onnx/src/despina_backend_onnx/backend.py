@@ -29,6 +29,7 @@ from despina import (
 
 from despina_backend_onnx import options
 from despina_backend_onnx.bf16 import run_bound
+from despina_backend_onnx.threads import THREAD_POOL_KEY, shared_pool, wants_shared
 
 #: onnxruntime's type strings -> Triton wire datatypes.
 ORT_TO_DATATYPE = {
@@ -76,11 +77,19 @@ class OnnxBackend(Backend):
         """The model file as error messages name it: ``<version>/<file>``."""
         return f"{self.context.version}/{self.context.config.default_model_filename}"
 
+    @property
+    def shared_threads(self) -> bool:
+        """``--backend-config=onnxruntime,thread-pool=shared`` (:mod:`.threads`)."""
+        return wants_shared(self.context.host.backend_setting(self.name, THREAD_POOL_KEY))
+
     async def auto_complete(self) -> None:
         """Fill inputs, outputs and max_batch_size from the graph (no optimisation pass)."""
         import onnxruntime as ort
 
         session_opts = ort.SessionOptions()
+        if self.shared_threads:
+            shared_pool()
+            session_opts.use_per_session_threads = False
         session_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         session = await asyncio.to_thread(self._open, session_opts, [("CPUExecutionProvider", {})])
         inputs, outputs = self._signature(session)
@@ -92,7 +101,7 @@ class OnnxBackend(Backend):
         load fails naming the model and file when the file is missing or unreadable)."""
         config, model = self.context.config, self.context.name
         providers = options.providers(config, spec.kind, spec.device_id, model)
-        session_opts = options.session_options(config, model)
+        session_opts = options.session_options(config, model, self.shared_threads)
         session = await asyncio.to_thread(self._open, session_opts, providers)
         inputs, outputs = self._signature(session)
         check_config(config, inputs, outputs, model, self.file_label)

@@ -12,13 +12,14 @@ Read the way Triton's onnxruntime backend reads them:
 - ``optimization.execution_accelerators``: GPU ``tensorrt`` / ``cuda`` (with their
   parameters), CPU ``openvino``; each needs its provider in the installed onnxruntime.
 
-Without ``intra_op_thread_count``, each session of a model with N > 1 CPU instances keeps
-onnxruntime's default pool (a thread per core), with spinning off
-(``session.intra_op.allow_spinning`` "0"): a lone
-request gets every core, and an idle instance's threads sleep instead of spinning against
-the busy one. onnxruntime's process-wide pool would do the same, but once it exists every
-session of the process must use it, so ``intra_op_thread_count`` could no longer be honoured.
-One instance keeps onnxruntime's defaults.
+Threads: by default each session has its own intra-op pool (Triton's behaviour); without
+``intra_op_thread_count``, a model with N > 1 CPU instances gives each ``max(1, cores // N)``
+threads (:func:`despina.placement.threads_per_instance`), so its instances do not compete
+for cores; one instance keeps onnxruntime's default. With
+``--backend-config=onnxruntime,thread-pool=shared`` every session of the process runs on
+one pool of a thread per core (:mod:`.threads`): a lone request gets every core whichever
+instance runs it, and concurrent ones share the cores; the models' thread counts are then
+ignored (onnxruntime allows no per-session pool once the shared one exists).
 
 Every function imports onnxruntime lazily and raises ConfigError for a bad value.
 """
@@ -27,10 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from despina import ConfigError, ModelConfig, cpu_instances, parameters_of
+from despina import ConfigError, ModelConfig, parameters_of, threads_per_instance
 
-#: The session key that lets idle intra-op threads spin (onnxruntime: on by default).
-SPINNING = "session.intra_op.allow_spinning"
+from despina_backend_onnx.threads import shared_pool
 
 #: Triton's TensorRT accelerator keys whose EP option has another name.
 _TRT_RENAMED = {"max_workspace_size_bytes": "trt_max_workspace_size"}
@@ -50,17 +50,22 @@ _GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISAB
 Provider = tuple[str, dict[str, str]]
 
 
-def session_options(config: ModelConfig, model: str) -> Any:
-    """An ``onnxruntime.SessionOptions`` for the model's ``parameters`` and graph level."""
+def session_options(config: ModelConfig, model: str, shared_threads: bool = False) -> Any:
+    """An ``onnxruntime.SessionOptions`` for the model's ``parameters`` and graph level;
+    ``shared_threads``: on the process-wide pool (:func:`.threads.shared_pool`)."""
     import onnxruntime as ort
 
     params = parameters_of(config)
     options = ort.SessionOptions()
-    if params.get("intra_op_thread_count", "").strip():
-        options.intra_op_num_threads = _int(params, "intra_op_thread_count", 0, model)
-    elif cpu_instances(config) > 1:
-        options.add_session_config_entry(SPINNING, "0")
-    options.inter_op_num_threads = _int(params, "inter_op_thread_count", 0, model)
+    intra = _int(params, "intra_op_thread_count", 0, model)
+    inter = _int(params, "inter_op_thread_count", 0, model)
+    if shared_threads:
+        shared_pool()
+        options.use_per_session_threads = False
+    else:
+        stated = bool(params.get("intra_op_thread_count", "").strip())
+        options.intra_op_num_threads = intra if stated else threads_per_instance(config)
+        options.inter_op_num_threads = inter
     mode = _int(params, "execution_mode", 0, model)
     options.execution_mode = (
         ort.ExecutionMode.ORT_PARALLEL if mode == 1 else ort.ExecutionMode.ORT_SEQUENTIAL

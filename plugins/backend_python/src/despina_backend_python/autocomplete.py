@@ -62,7 +62,7 @@ async def run_auto_complete(
 def _in_this_process(backend: PythonBackend, config_json: str) -> str:
     ctx = backend.context
     try:
-        model_class = load_model_class(ctx.model_file, f"despina_autocomplete_{ctx.name}")
+        model_class = load_model_class(ctx.model_file, f"despina_autocomplete_{id(ctx):x}")
         hook = getattr(model_class, "auto_complete_config", None)
         if hook is None:
             return ""

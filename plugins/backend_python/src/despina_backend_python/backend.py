@@ -39,6 +39,12 @@ class PythonBackend(Backend):
 
     name = "python"
     default_model_filename = "model.py"
+    inputs_optional = True  # as Triton: e.g. a model that only runs BLS calls
+
+    @classmethod
+    def gpu_support(cls) -> str | None:
+        """Always: the instance is told its kind and device; model.py uses the GPU."""
+        return None
 
     @property
     def mode(self) -> str:

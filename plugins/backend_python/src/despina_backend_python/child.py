@@ -185,10 +185,10 @@ class ChildProcess(asyncio.Protocol):
         if stream is None:
             return
         items = wire.unpack_responses(message, self.incoming)
-        if not items:
+        item = items[0] if items else None
+        if item is None:
             stream.send(None, final)
             return
-        item = items[0]
         if isinstance(item, str):
             raise TritonModelException(f"send() expects an InferenceResponse, got {item}")
         request.respond(convert.response_to_core(item, outputs), final)

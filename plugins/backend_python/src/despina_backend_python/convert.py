@@ -87,7 +87,7 @@ def response_to_core(response: pb.InferenceResponse, wanted: list[str] | None) -
     tensors = response.output_tensors()
     if wanted is not None:  # in the model's order, as Triton answers
         tensors = [t for t in tensors if t.name() in wanted]
-    outputs = {t.name(): output_array(t.as_numpy()) for t in tensors}
+    outputs = {t.name(): output_array(t._array) for t in tensors}
     return CoreResponse(outputs=outputs, parameters=params)
 
 
@@ -107,7 +107,7 @@ def request_to_core(request: pb.InferenceRequest) -> CoreRequest:
     parameters = json.loads(request.parameters())
     return CoreRequest(
         model_name=request.model_name(),
-        inputs={t.name(): t.as_numpy() for t in request.inputs()},
+        inputs={t.name(): t._array for t in request.inputs()},
         model_version=str(version) if version >= 0 else "",
         id=request.request_id(),
         outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,

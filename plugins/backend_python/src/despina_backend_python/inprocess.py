@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 import weakref
 from collections.abc import MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from despina import (
     ModelContext,
     ModelInstance,
     inline_budget,
+    report_compute,
 )
 
 from despina_backend_python import convert, responses
@@ -36,32 +38,39 @@ from despina_backend_python.loading import describe_exception, load_model_class
 from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
 from despina_backend_python.pb.tensor import Tensor
+from despina_backend_python.returned import ReturnedError, check_returned, close_senders
 from despina_backend_python.server_runtime import ServerRuntime
 
 
 class CoreResponder(Responder):
     """Sends a model's responses straight to the server request's stream."""
 
-    __slots__ = ("open", "request", "wanted")
+    __slots__ = ("decoupled", "open", "request", "wanted")
 
     def __init__(
         self,
         request: CoreRequest,
         wanted: list[str],
-        open_requests: MutableMapping[int, CoreRequest] | None,
+        open_requests: MutableMapping[int, CoreRequest],
+        decoupled: bool,
     ) -> None:
         """``wanted``: the outputs execute was told the request asks for (none other is
-        sent); ``open_requests``: where a decoupled model's request stays (by ``id``) until
-        its final response (None for other models)."""
+        sent); ``open_requests``: where the request stays (by ``id``) until its final
+        response, if it may answer through a sender: always for a decoupled model, once
+        its sender is taken for others."""
         self.request = request
         self.wanted = wanted
         self.open = open_requests
-        if open_requests is not None:
+        self.decoupled = decoupled
+        if decoupled:
             open_requests[id(request)] = request
+
+    def taken(self) -> None:
+        self.open[id(self.request)] = self.request
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         stream = self.request.stream
-        if final and self.open is not None:
+        if final:
             self.open.pop(id(self.request), None)
         if stream is None:
             return
@@ -91,7 +100,7 @@ class SharedModel:
         )
         #: Where synchronous ``execute`` calls run (shared: the instances share the model).
         self.placement = CallPlacement(self.executor, inline_budget(context.config))
-        #: A decoupled model's requests still waiting for their final response, by ``id``;
+        #: Requests that may still answer through their senders (see CoreResponder), by ``id``;
         #: weak, so one the model dropped without a final response (execute raised, a
         #: cancelled request abandoned) does not stay here until unload.
         self.open: weakref.WeakValueDictionary[int, CoreRequest] = weakref.WeakValueDictionary()
@@ -110,27 +119,31 @@ class SharedModel:
 
     def _load(self) -> None:
         ctx = self.context
-        module = f"despina_python_model_{ctx.name}_{ctx.version}_{id(self):x}"
+        package = f"despina_python_model_{id(self):x}"  # one per model version: unique
         try:
-            model_class = load_model_class(ctx.model_file, module)
+            model_class = load_model_class(ctx.model_file, package)
             self.model = model_class()
             if hasattr(self.model, "initialize"):
+                self.host.bls_allowed = False
                 result = self.model.initialize(self.args)
                 if inspect.isawaitable(result):
                     asyncio.run(_awaited(result))
+                self.host.bls_allowed = True
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
             raise Internal(describe_exception(exc)) from None
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
 
     async def finalize(self) -> None:
-        """Let a decoupled model's open streams end (see ``settle_streams``), run
+        """Let the open requests end (a decoupled model's streams, a default model's
+        requests its senders still answer; see ``settle_streams``), run
         ``finalize`` (if the model has one) and stop the worker threads."""
         loop = asyncio.get_running_loop()
-        if self.decoupled:
+        if self._open_requests():
             await responses.settle_streams(
                 self._open_requests, self.host.unload_wait_s, self.context.name
             )
             self.open.clear()
+        self.host.bls_allowed = False
         try:
             if self.model is not None and hasattr(self.model, "finalize"):
                 await loop.run_in_executor(self.executor, self._in_host, self.model.finalize)
@@ -144,6 +157,12 @@ class SharedModel:
         # valuerefs() copies in one step: model threads may add or finish requests meanwhile
         return [r for ref in self.open.valuerefs() if (r := ref()) is not None]
 
+    def timed_execute(self, pb_requests: list[InferenceRequest]) -> tuple[Any, int, int]:
+        """The model's (synchronous) ``execute``, with its start and end (monotonic ns)."""
+        start = time.monotonic_ns()
+        result = self.model.execute(pb_requests)
+        return result, start, time.monotonic_ns()
+
     def pb_requests(self, requests: Sequence[CoreRequest]) -> list[InferenceRequest]:
         ctx = self.context
         incoming = []
@@ -151,7 +170,7 @@ class SharedModel:
             fields = convert.request_fields(r, self.output_names)
             incoming.append(
                 InferenceRequest.incoming(
-                    CoreResponder(r, fields["outputs"], self.open if self.decoupled else None),
+                    CoreResponder(r, fields["outputs"], self.open, self.decoupled),
                     [Tensor._trusted(name, array) for name, array in r.inputs.items()],
                     model_name=ctx.name,
                     model_version=ctx.version,
@@ -180,10 +199,10 @@ class InProcessInstance(ModelInstance):
         shared = self.shared
         pb_requests = shared.pb_requests(requests)
         try:
-            result = await shared.placement.run(shared._in_host, shared.model.execute, pb_requests)
+            timed = await shared.placement.run(shared._in_host, shared.timed_execute, pb_requests)
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
-            raise responses.exception_failed(self.spec.name, exc) from None
-        return responses.collect(self.spec.name, result, requests, shared.decoupled, _convert)
+            raise self._failed(pb_requests, exc) from None
+        return self._collect(requests, pb_requests, *timed)
 
     @property
     def runs_now(self) -> bool:
@@ -193,12 +212,37 @@ class InProcessInstance(ModelInstance):
         shared = self.shared
         pb_requests = shared.pb_requests(requests)
         try:
-            result = shared.placement.call_inline(
-                shared._in_host, shared.model.execute, pb_requests
-            )
+            timed = shared.placement.call_inline(shared._in_host, shared.timed_execute, pb_requests)
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
-            raise responses.exception_failed(self.spec.name, exc) from None
-        return responses.collect(self.spec.name, result, requests, shared.decoupled, _convert)
+            raise self._failed(pb_requests, exc) from None
+        return self._collect(requests, pb_requests, *timed)
+
+    def _failed(self, pb_requests: list[InferenceRequest], exc: BaseException) -> Internal:
+        """The error of an ``execute`` that raised; its requests' senders are closed."""
+        close_senders(pb_requests)
+        return responses.exception_failed(self.spec.name, exc)
+
+    def _collect(
+        self,
+        requests: Sequence[CoreRequest],
+        pb_requests: list[InferenceRequest],
+        result: Any,
+        start_ns: int,
+        end_ns: int,
+    ) -> Sequence[CoreResponse] | None:
+        """The responses of an ``execute`` that ran from ``start_ns`` to ``end_ns``, which
+        reports the compute split (input: requests to pb_utils; output: back)."""
+        decoupled = self.shared.decoupled
+        try:
+            unanswered = check_returned(self.spec.name, pb_requests, result, decoupled)
+        except ReturnedError as exc:
+            close_senders(pb_requests)
+            raise responses.execute_failed(self.spec.name, str(exc)) from None
+        collected = responses.collect(
+            self.spec.name, result, requests, decoupled, _convert, unanswered
+        )
+        report_compute(requests, start_ns, end_ns)
+        return collected
 
 
 class AsyncInProcessInstance(InProcessInstance):
@@ -215,9 +259,13 @@ class AsyncInProcessInstance(InProcessInstance):
         shared = self.shared
         token = pb_runtime.activate(shared.host)
         try:
-            result = await shared.model.execute(shared.pb_requests(requests))
+            pb_requests = shared.pb_requests(requests)
+            start = time.monotonic_ns()
+            result = await shared.model.execute(pb_requests)
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
-            raise responses.exception_failed(self.spec.name, exc) from None
+            if shared.decoupled:  # as Triton: logged, its senders may have ended every request
+                shared.host.log("ERROR", describe_exception(exc))
+            raise self._failed(pb_requests, exc) from None
         finally:
             pb_runtime.deactivate(token)
-        return responses.collect(self.spec.name, result, requests, shared.decoupled, _convert)
+        return self._collect(requests, pb_requests, result, start, time.monotonic_ns())

@@ -9,6 +9,7 @@ import importlib.util
 import sys
 import sysconfig
 import traceback
+import types
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +42,14 @@ def _shown(filename: str) -> str:
     return Path(filename).name
 
 
-def load_model_class(model_file: Path, module_name: str) -> type[Any]:
-    """Import ``model_file`` as ``module_name`` and return its ``TritonPythonModel``.
+def load_model_class(model_file: Path, package: str | None = None) -> type[Any]:
+    """Import ``model_file`` as a module of its version folder and return its
+    ``TritonPythonModel``.
 
-    As Triton's stub, the version folder and the model folder go on ``sys.path`` so a
-    model can import modules that sit next to it.
+    As Triton's stub, the version folder and the model folder go on ``sys.path`` and the
+    module is ``<version>.<file stem>`` (``1.model``), a module of the version folder as a
+    package, so ``from . import helper`` works. ``package`` names that package instead of
+    the version folder's name (a process serving several models gives each its own).
     """
     if not model_file.is_file():
         raise FileNotFoundError(f"Python model file not found in '{model_file}'")
@@ -53,6 +57,12 @@ def load_model_class(model_file: Path, module_name: str) -> type[Any]:
     for folder in (model_file.parent, model_file.parent.parent):
         if str(folder) not in sys.path:
             sys.path.append(str(folder))
+    package = package or model_file.parent.name
+    holder = types.ModuleType(package)
+    holder.__path__ = [str(model_file.parent)]
+    holder.__package__ = package
+    sys.modules[package] = holder
+    module_name = f"{package}.{model_file.stem}"
     spec = importlib.util.spec_from_file_location(module_name, model_file)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import '{model_file}'")

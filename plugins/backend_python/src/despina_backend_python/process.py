@@ -25,6 +25,7 @@ from despina import (
     ModelInstance,
     Unavailable,
     number_parameter,
+    report_compute,
 )
 
 from despina_backend_python import convert, responses
@@ -122,8 +123,8 @@ class ProcessInstance(ModelInstance):
                 self.host,
                 self._child_exited,
             )
-        except ChildDied as exc:
-            raise Internal(str(exc)) from None
+        except ChildDied as exc:  # Triton's text, which users grep their logs for
+            raise Internal(f"Stub process '{self.spec.name}' is not healthy. ({exc})") from None
         if answer["op"] != "ready":
             await child.stop(FINALIZE_TIMEOUT_S, finalize=False)
             raise Internal(answer.get("message", "the model process failed to start"))
@@ -187,6 +188,7 @@ class ProcessInstance(ModelInstance):
             reply = await (asyncio.wait_for(future, self.timeout) if self.timeout > 0 else future)
         except TimeoutError:
             self._back.clear()
+            _forget(child, tokens)
             child.kill()
             raise responses.execute_failed(
                 self.spec.name,
@@ -194,23 +196,32 @@ class ProcessInstance(ModelInstance):
                 "process was killed and is restarting",
             ) from None
         except ChildDied:
+            _forget(child, tokens)
             raise self._died_error(child) from None
-        finally:
-            if not self.decoupled:
-                for token in tokens:
-                    child.open.pop(token, None)
-        if "exception" in reply or "invalid_result" in reply:
-            for token in tokens:  # failed (final) by the scheduler: no stream stays open
-                child.open.pop(token, None)
-        if "exception" in reply:
-            raise responses.execute_failed(self.spec.name, reply["exception"])
-        if "invalid_result" in reply:
-            raise responses.execute_failed(
-                self.spec.name,
-                f"Expected a list in the execute return, got {reply['invalid_result']}",
-            )
         result = reply.get("unpacked")
-        return responses.collect(self.spec.name, result, requests, self.decoupled, self._convert)
+        try:
+            if "exception" in reply:
+                raise responses.execute_failed(self.spec.name, reply["exception"])
+            if "invalid_result" in reply:
+                raise responses.execute_failed(
+                    self.spec.name,
+                    f"Expected a list in the execute return, got {reply['invalid_result']}",
+                )
+            unanswered = reply.get("unanswered", ())
+            collected = responses.collect(
+                self.spec.name, result, requests, self.decoupled, self._convert, unanswered
+            )
+        except Internal:  # failed (final) by the scheduler: no stream stays open
+            _forget(child, tokens)
+            raise
+        if not self.decoupled:  # open: the requests that answer through their senders
+            items = result if result is not None else [None] * len(tokens)
+            _forget(
+                child,
+                [t for i, t in enumerate(tokens) if items[i] is not None or i in unanswered],
+            )
+        report_compute(requests, *reply["span"])
+        return collected
 
     def _execute_message(
         self, exec_id: int, child: ChildProcess, requests: Sequence[CoreRequest], tokens: list[int]
@@ -250,14 +261,15 @@ class ProcessInstance(ModelInstance):
         return convert.response_to_core(item, request.requested_output_names)
 
     async def close(self) -> None:
-        """Let a decoupled model's open streams end (see ``settle_streams``), ``finalize``
-        in the child, then wait for it to exit."""
+        """Let the open requests (a decoupled model's streams, a default model's requests
+        its senders still answer) end (see ``settle_streams``), ``finalize`` in the child,
+        then wait for it to exit."""
         self._closing = True
         if self._restarter is not None:
             self._restarter.cancel()
         child = self.child
         if child is not None and child.alive:
-            if self.decoupled:
+            if child.open:  # decoupled streams, or default requests answered by senders
                 await responses.settle_streams(
                     lambda: [request for request, _ in child.open.values()],
                     self.host.unload_wait_s,
@@ -267,6 +279,12 @@ class ProcessInstance(ModelInstance):
             if error:
                 self.host.logger.error("finalize of '%s' failed: %s", self.spec.name, error)
         self.child = None
+
+
+def _forget(child: ChildProcess, tokens: Sequence[int]) -> None:
+    """Stop delivering what the child sends for these requests (they were answered)."""
+    for token in tokens:
+        child.open.pop(token, None)
 
 
 class AsyncProcessInstance(ProcessInstance):

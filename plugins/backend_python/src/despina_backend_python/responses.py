@@ -35,34 +35,40 @@ def collect(
     requests: Sequence[CoreRequest],
     decoupled: bool,
     convert: Callable[[Any, CoreRequest], CoreResponse],
+    unanswered: Sequence[int] = (),
 ) -> list[CoreResponse] | None:
-    """The server responses for ``result`` (what ``execute`` returned).
+    """The server responses for ``result`` (what ``execute`` returned, checked by
+    :func:`~despina_backend_python.returned.check_returned`).
 
-    Decoupled models answer through their response senders: None. A default model that
-    returned None must have sent every response through senders; requests still open
-    fail. Otherwise ``result`` must hold one response per request; raises Internal with
-    Triton's message when it does not.
+    Decoupled models answer through their response senders: None. A default model's
+    ``result`` is None or holds one item per request (else raises Internal with Triton's
+    text); a None item means the request answers through its response sender, maybe
+    later from another thread: then the returned responses are sent here and None is
+    returned. The requests in ``unanswered`` (no response, no sender taken) fail.
     """
     if decoupled:
         return None
-    if result is None:
-        for request in requests:
-            if request.stream is not None and not request.stream.done:
-                request.fail(
-                    execute_failed(
-                        instance_name, "execute() returned None without sending a response"
-                    )
-                )
-        return None
-    if not isinstance(result, list | tuple):
-        raise execute_failed(instance_name, "Expected a list in the execute return")
-    if len(result) != len(requests):
-        raise execute_failed(
-            instance_name,
-            "Number of InferenceResponse objects do not match the number of InferenceRequest "
-            f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
-            f"size is:{len(result)}\n",
+    if result is not None:
+        if not isinstance(result, list | tuple):
+            raise execute_failed(instance_name, "Expected a list in the execute return")
+        if len(result) != len(requests):
+            raise execute_failed(
+                instance_name,
+                "Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
+                f"InferenceResponse(s) size is:{len(result)}\n",
+            )
+    for index in unanswered:
+        requests[index].fail(
+            execute_failed(instance_name, "execute() returned None without sending a response")
         )
+    if result is None:
+        return None
+    if any(item is None for item in result):
+        for item, request in zip(result, requests, strict=True):
+            if item is not None:
+                request.respond(convert(item, request), final=True)
+        return None
     return [convert(item, request) for item, request in zip(result, requests, strict=True)]
 
 

@@ -29,6 +29,7 @@ import queue
 import socket
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -43,6 +44,7 @@ from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
 from despina_backend_python.pb.model_config import ModelConfig
 from despina_backend_python.pb.tensor import Tensor
+from despina_backend_python.returned import ReturnedError, check_returned, close_senders
 from despina_backend_python.shm import Arena, Ring, unpack
 
 _END = object()
@@ -146,10 +148,11 @@ class ChildRuntime(pb_runtime.Runtime):
 class ChildResponder(Responder):
     """A request's response sender in the child: each send is one message."""
 
-    __slots__ = ("stub", "token")
+    __slots__ = ("decoupled", "stub", "token")
 
     def __init__(self, stub: Stub, token: int) -> None:
         self.stub, self.token = stub, token
+        self.decoupled = stub.decoupled
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         items = [] if response is None else [response]
@@ -181,6 +184,10 @@ class Stub:
         self.work: deque[tuple[int, list[InferenceRequest]] | None] = deque()
         self.model: Any = None
         self.is_async = False
+        args = hello.get("args", {})  # none in an ``auto_complete`` hello
+        self.instance_name: str = args.get("model_instance_name", "")
+        policy = json.loads(args.get("model_config", "{}")).get("model_transaction_policy", {})
+        self.decoupled = bool(policy.get("decoupled", False))
         #: The configured poll window (DESPINA_CHANNEL_POLL_US), used while the server
         #: says it pays (see ``route``).
         self.poll_s = float(hello.get("poll_us", 0)) / 1e6
@@ -209,12 +216,14 @@ class Stub:
         """Import the model and run ``initialize``; the ``ready`` (or ``error``) message."""
         pb_runtime.activate(self.runtime)
         try:
-            model_class = load_model_class(Path(self.hello["model_file"]), "model")
+            model_class = load_model_class(Path(self.hello["model_file"]))
             self.model = model_class()
             if hasattr(self.model, "initialize"):
+                self.runtime.bls_allowed = False
                 result = self.model.initialize(self.hello["args"])
                 if inspect.isawaitable(result):
                     self.run_coroutine(_awaited(result))
+                self.runtime.bls_allowed = True
         except BaseException as exc:  # noqa: BLE001 - reported to the server as the reason
             return {"op": "error", "message": describe_exception(exc)}
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
@@ -284,27 +293,48 @@ class Stub:
         self.loop.create_task(self._run_async(exec_id, requests))
 
     def _run_sync(self, exec_id: int, requests: list[InferenceRequest]) -> None:
+        start = time.monotonic_ns()
         try:
             result = self.model.execute(requests)
         except BaseException as exc:  # noqa: BLE001 - reported to the server
-            self._executed(exec_id, exception=describe_exception(exc))
+            self._failed(exec_id, requests, describe_exception(exc))
             return
-        self._executed(exec_id, result=result)
+        self._executed(exec_id, requests, result, (start, time.monotonic_ns()))
 
     async def _run_async(self, exec_id: int, requests: list[InferenceRequest]) -> None:
+        start = time.monotonic_ns()
         try:
             result = await self.model.execute(requests)
         except BaseException as exc:  # noqa: BLE001 - reported to the server
-            self._executed(exec_id, exception=describe_exception(exc))
+            message = describe_exception(exc)
+            if self.decoupled:  # as Triton: logged, its senders may have ended every request
+                self.runtime.log("ERROR", message)
+            self._failed(exec_id, requests, message)
             return
-        self._executed(exec_id, result=result)
+        self._executed(exec_id, requests, result, (start, time.monotonic_ns()))
 
-    def _executed(self, exec_id: int, result: Any = None, exception: str = "") -> None:
-        reply: dict[str, Any] = {"op": "executed", "id": exec_id}
+    def _failed(self, exec_id: int, requests: list[InferenceRequest], message: str) -> None:
+        close_senders(requests)
+        self.channel.send({"op": "executed", "id": exec_id, "exception": message})
+
+    def _executed(
+        self, exec_id: int, requests: list[InferenceRequest], result: Any, span: tuple[int, int]
+    ) -> None:
+        """Reply to an execution; ``span``: when the model's ``execute`` began and ended
+        (monotonic ns: the server reports them as the compute split)."""
+        try:
+            unanswered = check_returned(self.instance_name, requests, result, self.decoupled)
+        except ReturnedError as exc:
+            self._failed(exec_id, requests, str(exc))
+            return
+        reply: dict[str, Any] = {
+            "op": "executed",
+            "id": exec_id,
+            "unanswered": unanswered,
+            "span": span,
+        }
         pack = None
-        if exception:
-            reply["exception"] = exception
-        elif isinstance(result, list | tuple):
+        if isinstance(result, list | tuple):
             items = list(result)
             pack = lambda: wire.pack_responses(self.arena, items)  # noqa: E731
         elif result is not None:
@@ -313,6 +343,7 @@ class Stub:
 
     def _finalize(self) -> None:
         message = ""
+        self.runtime.bls_allowed = False
         try:
             if hasattr(self.model, "finalize"):
                 self.model.finalize()
@@ -335,7 +366,7 @@ def auto_complete(stub: Stub, hello: dict[str, Any]) -> dict[str, Any]:
     """The ``config`` (JSON) after the model's ``auto_complete_config``, or an error."""
     pb_runtime.activate(stub.runtime)
     try:
-        model_class = load_model_class(Path(hello["model_file"]), "model")
+        model_class = load_model_class(Path(hello["model_file"]))
         config = ModelConfig(hello["config"])
         hook = getattr(model_class, "auto_complete_config", None)
         if hook is None:
@@ -361,6 +392,7 @@ def _die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     _die_with_parent()
     channel = BlockingChannel(socket.socket(fileno=int(argv[1])))
+    del sys.argv[1:]  # as in Triton's stub, the model sees no arguments (unittest.main)
     hello = channel.recv()
     if hello is None:
         return 0

@@ -16,17 +16,20 @@ from despina_backend_python.shm import Arena, Ring, unpack
 
 
 def pack_responses(arena: Arena, items: list[Any]) -> dict[str, Any]:
-    """``{"shm", "responses"}`` for a list of InferenceResponse (other items are marked
-    ``invalid`` with their type name, for the server to report)."""
+    """``{"shm", "responses"}`` for a list of InferenceResponse or None (other items are
+    marked ``invalid`` with their type name, for the server to report)."""
     tensors: list[tuple[str, np.ndarray]] = []
     descs: list[dict[str, Any]] = []
     for item in items:
+        if item is None:  # the request answers through its response sender
+            descs.append({"none": True})
+            continue
         if not isinstance(item, InferenceResponse):
             descs.append({"invalid": type(item).__name__})
             continue
         error = item.error()
         outputs = [] if error is not None else item.output_tensors()
-        tensors.extend((t.name(), t.as_numpy()) for t in outputs)
+        tensors.extend((t.name(), t._array) for t in outputs)
         descs.append(
             {
                 "n": len(outputs),
@@ -37,12 +40,17 @@ def pack_responses(arena: Arena, items: list[Any]) -> dict[str, Any]:
     return {**arena.pack(tensors), "responses": descs}
 
 
-def unpack_responses(message: dict[str, Any], ring: Ring | None) -> list[InferenceResponse | str]:
+def unpack_responses(
+    message: dict[str, Any], ring: Ring | None
+) -> list[InferenceResponse | str | None]:
     """The responses of :func:`pack_responses` (the type name for invalid items)."""
     tensors = unpack(message, ring)
-    out: list[InferenceResponse | str] = []
+    out: list[InferenceResponse | str | None] = []
     at = 0
     for desc in message["responses"]:
+        if "none" in desc:
+            out.append(None)
+            continue
         if "invalid" in desc:
             out.append(desc["invalid"])
             continue
@@ -69,7 +77,7 @@ def request_fields(request: InferenceRequest) -> dict[str, Any]:
 
 def pack_request(arena: Arena, request: InferenceRequest) -> dict[str, Any]:
     """A BLS request as a message body."""
-    fields = arena.pack([(t.name(), t.as_numpy()) for t in request.inputs()])
+    fields = arena.pack([(t.name(), t._array) for t in request.inputs()])
     return {**fields, "request": request_fields(request)}
 
 

@@ -8,13 +8,12 @@ compression, TLS and restricted-protocol settings of the ``--grpc-*`` flags.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from despina import reserve_port
+from despina import CORE, WorkerPool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
@@ -28,7 +27,7 @@ from despina_frontend_grpc.options import (
     GRPC_OPTIONS,
     GrpcOptions,
 )
-from despina_frontend_grpc.pool import WorkerPool
+from despina_frontend_grpc.pool import DRAIN_GRACE, start_workers
 from despina_frontend_grpc.restrict import SERVICE, RestrictionInterceptor, method_rules
 from despina_frontend_grpc.service import InferenceServicer, add_to_server
 from despina_frontend_grpc.wire import HEALTH_SERVICE
@@ -199,7 +198,8 @@ class GrpcFrontend:
         await self.health.refresh()
         servicers = {SERVICE: servicer, HEALTH_SERVICE: self.health}
         if options.worker_processes > 0:
-            self.pool, self.port = await self._start_workers(servicers, options)
+            exit_timeout = float(self.host.stash[CORE].exit_timeout_secs)
+            self.pool, self.port = await start_workers(servicers, options, exit_timeout)
             stack = f"grpcio in {options.worker_processes} worker processes"
         elif options.stack == "grpcio":
             self.grpc_server, self.port = await self._serve_here(servicer, options)
@@ -208,24 +208,6 @@ class GrpcFrontend:
             self.http2_server, self.port = await self._serve_http2(servicers, options)
             stack = "despina"
         log.info("Started GRPCInferenceService at %s (%s)", bind_address(options, self.port), stack)
-
-    @staticmethod
-    async def _start_workers(
-        servicers: dict[str, Any], options: GrpcOptions
-    ) -> tuple[WorkerPool, int]:
-        """Start the workers on the options' port, or on one ephemeral port all of them
-        share for port 0; OSError when they cannot bind."""
-        if options.port:
-            pool = WorkerPool(servicers, options)
-            return pool, await pool.start(options.worker_processes)
-        try:
-            reserved = reserve_port(options.address)
-        except OSError as exc:
-            raise OSError(f"cannot bind gRPC to {bind_address(options)}: {exc}") from None
-        with reserved:
-            port = int(reserved.getsockname()[1])
-            pool = WorkerPool(servicers, dataclasses.replace(options, port=port))
-            return pool, await pool.start(options.worker_processes)
 
     async def _serve_here(
         self, servicer: InferenceServicer, options: GrpcOptions
@@ -272,5 +254,5 @@ class GrpcFrontend:
             await self.http2_server.stop(grace=1.0)
             self.http2_server = None
         if self.pool is not None:
-            await self.pool.stop()
+            await self.pool.stop(DRAIN_GRACE)
             self.pool = None

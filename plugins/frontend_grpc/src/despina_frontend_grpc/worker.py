@@ -1,68 +1,78 @@
 """A gRPC worker process: serves the gRPC port and forwards every call to the server.
 
-Run as ``python -m despina_frontend_grpc.worker SOCKET OPTIONS_JSON`` by the frontend
-(``--grpc-worker-processes``). It connects to the server's Unix socket, binds the port
-(SO_REUSEPORT, shared with its siblings), reports HELLO, and serves until the server
-closes the socket. Restricted protocols are checked here; everything else runs in the
-server process.
+Run by the core's :class:`~despina.WorkerPool` (``--grpc-worker-processes``) as ``python
+-m despina_frontend_grpc.worker SOCKET PORT OPTIONS_JSON``: :func:`despina.run_worker`
+connects, :class:`GrpcWorker` binds the port (SO_REUSEPORT, shared with its siblings) and
+serves until the server drains the workers. Restricted protocols are checked here;
+everything else runs in the server process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from despina import Frame, FrameLink, run_worker
 
 from despina_frontend_grpc import wire
 from despina_frontend_grpc.options import GrpcOptions
 
 
-class ServerLink(asyncio.Protocol):
-    """The connection to the server process: sends frames, routes replies by call id."""
+class GrpcWorker:
+    """grpc.aio serving the port; each call is forwarded over the link, replies are
+    routed back by call id."""
 
-    def __init__(self) -> None:
-        self.writer: wire.FrameWriter | None = None
-        self.reader = wire.FrameReader(self._received)
+    def __init__(self, link: FrameLink, args: list[str]) -> None:
+        (options_json,) = args
+        self.options = GrpcOptions.from_json(options_json)
+        self.link = link
+        self.forward_metadata = bool(self.options.header_forward_pattern)
         self.calls: dict[int, asyncio.Future[tuple[int, bytes]] | asyncio.Queue[Any]] = {}
         self.ids = itertools.count(1)
-        self.closed = asyncio.Event()
+        self.server: grpc.aio.Server | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.writer = wire.FrameWriter(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.reader.feed(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed.set()
-
-    def send(self, kind: int, call: int, aux: int = 0, payload: bytes = b"") -> None:
-        assert self.writer is not None
-        self.writer.send(kind, call, aux, payload)
-
-    def _received(self, kind: int, call: int, aux: int, payload: bytes) -> None:
+    def frame_received(self, frame: Frame) -> None:
+        kind, call, aux, payload = frame
         target = self.calls.get(call)
         if target is None:
             return
         if kind == wire.REPLY:
             assert isinstance(target, asyncio.Future)
             if not target.done():
-                target.set_result((aux, payload))
+                target.set_result((aux, bytes(payload)))
         else:
             assert isinstance(target, asyncio.Queue)
-            target.put_nowait((kind, aux, payload))
+            target.put_nowait((kind, aux, bytes(payload)))
 
+    def connection_lost(self) -> None:
+        """Nothing to do: :meth:`drain` follows, cancelling the calls in flight."""
 
-class Forwarder:
-    """grpc method handlers that forward each call over a :class:`ServerLink`."""
+    async def start(self, port: int) -> int:
+        """Bind ``port`` and serve every forwarded method; the port bound."""
+        from despina_frontend_grpc.frontend import bind, create_server
 
-    def __init__(self, link: ServerLink, forward_metadata: bool) -> None:
-        self.link = link
-        self.forward_metadata = forward_metadata
+        options = dataclasses.replace(self.options, port=port)
+        server = create_server(options, share_port=True)
+        handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+        for index, method in enumerate(wire.METHODS):
+            service = method.path.split("/")[1]
+            handlers.setdefault(service, {})[method.name] = self.handler(index, method)
+        server.add_generic_rpc_handlers(
+            tuple(grpc.method_handlers_generic_handler(s, h) for s, h in handlers.items())
+        )
+        bound = bind(server, options)
+        await server.start()
+        self.server = server
+        return bound
+
+    async def drain(self, grace: float) -> None:
+        if self.server is not None:
+            await self.server.stop(grace)
 
     def metadata(self, context: grpc.aio.ServicerContext) -> bytes:
         return wire.pack_metadata(
@@ -94,17 +104,17 @@ class Forwarder:
 
     async def unary(self, index: int, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         link = self.link
-        call = next(link.ids)
+        call = next(self.ids)
         future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
-        link.calls[call] = future
+        self.calls[call] = future
         try:
-            link.send(wire.CALL, call, index, self.metadata(context) + request)
+            link.send(wire.CALL, call, index, self.metadata(context), request)
             code, payload = await future
         except asyncio.CancelledError:
             link.send(wire.CANCEL, call)
             raise
         finally:
-            del link.calls[call]
+            del self.calls[call]
         if code:
             await context.abort(_status(code), payload.decode())
         return payload
@@ -113,9 +123,9 @@ class Forwarder:
         self, index: int, requests: Any, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         link = self.link
-        call = next(link.ids)
+        call = next(self.ids)
         replies: asyncio.Queue[tuple[int, int, bytes]] = asyncio.Queue()
-        link.calls[call] = replies
+        self.calls[call] = replies
         link.send(wire.OPEN, call, index, self.metadata(context))
 
         async def pump() -> None:
@@ -136,7 +146,7 @@ class Forwarder:
                 yield payload
         finally:
             pumping.cancel()
-            del link.calls[call]
+            del self.calls[call]
             if not ended:
                 link.send(wire.CANCEL, call)
 
@@ -152,36 +162,8 @@ def _status(code: int) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-async def serve(socket_path: str, options: GrpcOptions) -> None:
-    """Connect, bind, report HELLO, serve until the server closes the socket."""
-    from despina_frontend_grpc.frontend import bind, create_server
-
-    loop = asyncio.get_running_loop()
-    _, link = await loop.create_unix_connection(ServerLink, socket_path)
-    server = create_server(options, share_port=True)
-    forwarder = Forwarder(link, bool(options.header_forward_pattern))
-    handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
-    for index, method in enumerate(wire.METHODS):
-        service = method.path.split("/")[1]
-        handlers.setdefault(service, {})[method.name] = forwarder.handler(index, method)
-    server.add_generic_rpc_handlers(
-        tuple(grpc.method_handlers_generic_handler(s, h) for s, h in handlers.items())
-    )
-    try:
-        port = bind(server, options)
-    except OSError as exc:
-        link.send(wire.HELLO, 0, 1, str(exc).encode())
-        await asyncio.sleep(0)  # let the frame go out
-        return
-    await server.start()
-    link.send(wire.HELLO, 0, 0, str(port).encode())
-    await link.closed.wait()
-    await server.stop(grace=1.0)
-
-
 def main(argv: list[str]) -> None:
-    socket_path, options_json = argv
-    asyncio.run(serve(socket_path, GrpcOptions.from_json(options_json)))
+    asyncio.run(run_worker(argv, GrpcWorker))
 
 
 if __name__ == "__main__":

@@ -3,14 +3,13 @@ relaying to an aiohttp application (default), aiohttp alone, or worker processes
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, ClassVar
 
 from aiohttp import web
-from despina import reserve_port
+from despina import CORE
 
 from despina_frontend_http import (
     routes_admin,
@@ -25,7 +24,7 @@ from despina_frontend_http.front import Front
 from despina_frontend_http.options import HTTP_OPTIONS, HttpOptions
 from despina_frontend_http.responses import endpoint
 from despina_frontend_http.restricted import Restrictions
-from despina_frontend_http.workers import WorkerPool
+from despina_frontend_http.workers import HttpWorkers
 
 if TYPE_CHECKING:
     from despina import FrontendHost
@@ -72,7 +71,7 @@ class HttpFrontend:
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._front: Front | None = None
-        self._pool: WorkerPool | None = None
+        self._workers: HttpWorkers | None = None
         self._executor: ThreadPoolExecutor | None = None
 
     async def start(self) -> None:
@@ -95,9 +94,10 @@ class HttpFrontend:
             max_outputs=options.max_outputs,
         )
         if options.worker_processes > 0:
-            self._pool = WorkerPool(context, build_app(context), options.worker_processes)
+            exit_timeout = float(self.host.stash[CORE].exit_timeout_secs)
+            self._workers = HttpWorkers(context, build_app(context), options, exit_timeout)
             try:
-                self.port = await self._start_workers(self._pool, options)
+                self.port = await self._workers.start()
             except OSError:
                 await self.stop()
                 raise
@@ -142,18 +142,6 @@ class HttpFrontend:
         self.port = int(runner.addresses[0][1])
         log.info("Started %s at %s:%d", _service(options), options.address, self.port)
 
-    @staticmethod
-    async def _start_workers(pool: WorkerPool, options: HttpOptions) -> int:
-        """Start the workers on the flags' port, or on one ephemeral port all of them share
-        for port 0; the port."""
-        if options.port:
-            await pool.start(options)
-            return options.port
-        with reserve_port(options.address) as reserved:
-            port = int(reserved.getsockname()[1])
-            await pool.start(dataclasses.replace(options, port=port))
-        return port
-
     async def stop(self) -> None:
         """Close the listening socket and the connections (in-flight requests finish first)."""
         if self._runner is not None:
@@ -162,9 +150,9 @@ class HttpFrontend:
         if self._front is not None:
             await self._front.stop()
             self._front = None
-        if self._pool is not None:
-            await self._pool.stop()
-            self._pool = None
+        if self._workers is not None:
+            await self._workers.stop()
+            self._workers = None
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None

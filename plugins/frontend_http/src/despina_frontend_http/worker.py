@@ -1,17 +1,18 @@
 """An HTTP worker process: parses HTTP on the shared port, forwards to the server process.
 
-Run by the frontend as ``python -m despina_frontend_http.worker LINK PROXY SETTINGS_JSON``
-(``--http-worker-processes``). Inference requests travel as INFER frames over the Unix
-socket LINK; every other endpoint is proxied over HTTP to the server's Unix socket PROXY,
-where the full application answers. The worker exits when the server closes LINK.
+Run by the core's :class:`~despina.WorkerPool` (``--http-worker-processes``) as ``python
+-m despina_frontend_http.worker SOCKET PORT PROXY SETTINGS_JSON``. Inference requests
+travel as INFER frames over the link (:func:`despina.run_worker`); every other endpoint is
+proxied over HTTP to the server's Unix socket PROXY, where the full application answers.
+The worker exits when the server drains the workers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
-import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from despina import DespinaError, Unavailable, parse_restricted
+from despina import DespinaError, Frame, FrameLink, Unavailable, parse_restricted, run_worker
 
 from despina_frontend_http import wire
 from despina_frontend_http.aioserver import GuardedSite, handler_args
@@ -45,48 +46,90 @@ _BACK = ("content-type", "content-encoding", "inference-header-content-length")
 _EVENT_STREAM = "text/event-stream"
 
 
-class ServerLink(asyncio.Protocol):
-    """The connection to the server process; replies are matched to calls by id."""
+class HttpWorker:
+    """aiohttp serving the port; inference calls go over the link, replies are matched
+    to calls by id."""
 
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.reader = wire.FrameReader(self._frame)
+    def __init__(self, link: FrameLink, args: list[str]) -> None:
+        self.proxy_path, settings = args
+        self.settings: dict[str, Any] = json.loads(settings)
+        self.link = link
         self.calls: dict[int, asyncio.Future[tuple[int, int, bytes]]] = {}
         self.ids = itertools.count(1)
-        self.closed = asyncio.Event()
+        self.session: aiohttp.ClientSession | None = None
+        self.runner: web.AppRunner | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+    def frame_received(self, frame: Frame) -> None:
+        future = self.calls.pop(frame.call, None)
+        if frame.kind == wire.REPLY and future is not None and not future.done():
+            future.set_result(wire.parse_reply(frame))
 
-    def data_received(self, data: bytes) -> None:
-        self.reader.feed(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+    def connection_lost(self) -> None:
         for future in self.calls.values():
             if not future.done():
                 future.set_exception(Unavailable("Server is stopping"))
         self.calls.clear()
-        self.closed.set()
-
-    def _frame(self, call_id: int, kind: int, payload: memoryview) -> None:
-        future = self.calls.pop(call_id, None)
-        if kind == wire.REPLY and future is not None and not future.done():
-            future.set_result(wire.parse_reply(payload))
 
     async def infer(self, meta: list[Any], body: bytes) -> tuple[int, int, bytes]:
-        if self.transport is None:
+        """(status, inference header length, body) of an inference the server ran."""
+        if not self.link.connected:
             raise Unavailable("Server is stopping")
-        call_id = next(self.ids)
+        call = next(self.ids)
         future: asyncio.Future[tuple[int, int, bytes]] = asyncio.get_running_loop().create_future()
-        self.calls[call_id] = future
-        self.transport.writelines(wire.infer_frame(call_id, meta, body))
+        self.calls[call] = future
+        wire.send_infer(self.link, call, meta, body)
         return await future
+
+    async def start(self, port: int) -> int:
+        """Serve the worker application on ``port``; OSError when it cannot bind."""
+        settings = self.settings
+        connector = aiohttp.UnixConnector(path=self.proxy_path)
+        self.session = aiohttp.ClientSession(
+            "http://despina", connector=connector, auto_decompress=False
+        )
+        self.runner = web.AppRunner(
+            build_worker_app(self, self.session, settings), access_log=None, handle_signals=False
+        )
+        await self.runner.setup()
+        context = (
+            server_context(
+                settings["server_cert"],
+                settings["server_key"],
+                settings["root_cert"] or None,
+                bool(settings["use_ssl_mutual"]),
+            )
+            if settings["tls"]
+            else None
+        )
+        site = GuardedSite(
+            self.runner,
+            settings["address"],
+            port,
+            max_connections=int(settings["max_connections"]),
+            max_header_size=int(settings["max_header_size"]),
+            ssl_context=context,
+            reuse_port=True,
+        )
+        try:
+            await site.start()
+        except OSError:
+            await self.drain(0.0)
+            raise
+        return port
+
+    async def drain(self, grace: float) -> None:
+        """Stop listening; the requests in flight get ``grace`` seconds."""
+        if self.runner is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.runner.cleanup(), grace)
+            self.runner = None
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
 
 
 def build_worker_app(
-    link: ServerLink, session: aiohttp.ClientSession, settings: dict[str, Any]
+    link: HttpWorker, session: aiohttp.ClientSession, settings: dict[str, Any]
 ) -> web.Application:
     """The worker's application: INFER forwarding plus a proxy for everything else."""
     limit = int(settings["max_input_size"])
@@ -155,52 +198,8 @@ def build_worker_app(
     return app
 
 
-async def serve(link_path: str, proxy_path: str, settings: dict[str, Any]) -> None:
-    """Serve until the server process closes the link."""
-    loop = asyncio.get_running_loop()
-    link = ServerLink()
-    await loop.create_unix_connection(lambda: link, link_path)
-    connector = aiohttp.UnixConnector(path=proxy_path)
-    async with aiohttp.ClientSession(
-        "http://despina", connector=connector, auto_decompress=False
-    ) as session:
-        runner = web.AppRunner(
-            build_worker_app(link, session, settings), access_log=None, handle_signals=False
-        )
-        await runner.setup()
-        context = (
-            server_context(
-                settings["server_cert"],
-                settings["server_key"],
-                settings["root_cert"] or None,
-                bool(settings["use_ssl_mutual"]),
-            )
-            if settings["tls"]
-            else None
-        )
-        site = GuardedSite(
-            runner,
-            settings["address"],
-            int(settings["port"]),
-            max_connections=int(settings["max_connections"]),
-            max_header_size=int(settings["max_header_size"]),
-            ssl_context=context,
-            reuse_port=True,
-        )
-        try:
-            await site.start()
-        except OSError as exc:
-            print(f"despina HTTP worker: cannot bind: {exc}", file=sys.stderr)
-            raise SystemExit(3) from None
-        assert link.transport is not None
-        link.transport.write(wire.hello_frame(os.getpid()))
-        await link.closed.wait()
-        await runner.cleanup()
-
-
 def main(argv: list[str]) -> int:
-    link_path, proxy_path, settings = argv
-    asyncio.run(serve(link_path, proxy_path, json.loads(settings)))
+    asyncio.run(run_worker(argv, HttpWorker))
     return 0
 
 

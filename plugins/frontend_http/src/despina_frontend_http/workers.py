@@ -1,98 +1,54 @@
 """``--http-worker-processes N``: N processes parse HTTP on the shared port (SO_REUSEPORT)
 and forward to this process, which keeps the models, the statistics and shared memory.
 
-This process serves the full application on a private Unix socket (proxied endpoints) and
-takes INFER frames on another; both live in a 0700 temporary folder.
+The workers are the core's :class:`~despina.WorkerPool`; INFER frames reach
+:class:`~despina_frontend_http.link.WorkerCalls`. This process also serves the full
+application on a Unix socket in the pool's private folder (the endpoints the workers
+proxy).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import shutil
-import sys
-import tempfile
-from pathlib import Path
 
 from aiohttp import web
+from despina import WorkerPool
 
 from despina_frontend_http.context import Context
-from despina_frontend_http.link import WorkerConnection
+from despina_frontend_http.link import WorkerCalls
 from despina_frontend_http.options import HttpOptions
 
+#: Seconds the calls in flight get when the workers drain (as the in-process front).
+DRAIN_GRACE = 5.0
 
-class WorkerPool:
-    """Starts the worker processes and the sockets they use; ``stop`` ends them."""
 
-    def __init__(self, ctx: Context, app: web.Application, count: int) -> None:
-        self.ctx = ctx
-        self.app = app
-        self.count = count
-        self.folder = Path(tempfile.mkdtemp(prefix="despina-http-"))
-        self.runner: web.AppRunner | None = None
-        self.link: asyncio.base_events.Server | None = None
-        self.connections: list[WorkerConnection] = []
-        self.processes: list[asyncio.subprocess.Process] = []
+class HttpWorkers:
+    """The worker processes and the proxied application; ``stop`` ends them."""
 
-    async def start(self, options: HttpOptions) -> None:
-        """Start the workers; OSError if one cannot bind the port or start in time."""
-        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+    def __init__(
+        self, ctx: Context, app: web.Application, options: HttpOptions, exit_timeout: float
+    ) -> None:
+        self.options = options
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self.pool = WorkerPool(
+            "HTTP",
+            "despina_frontend_http.worker",
+            [],
+            lambda link: WorkerCalls(ctx, link),
+            exit_timeout,
+        )
+
+    async def start(self) -> int:
+        """Start the workers; the port they serve. OSError if one cannot bind it or start
+        in time."""
         await self.runner.setup()
-        proxy = str(self.folder / "app.sock")
+        proxy = str(self.pool.folder / "app.sock")
         await web.UnixSite(self.runner, proxy).start()
-        hello: asyncio.Queue[int] = asyncio.Queue()
-
-        def connection() -> WorkerConnection:
-            made = WorkerConnection(self.ctx, hello)
-            self.connections.append(made)
-            return made
-
-        link = str(self.folder / "link.sock")
-        self.link = await asyncio.get_running_loop().create_unix_server(connection, link)
-        worker_options = json.dumps(options.worker_settings())
-        for _ in range(self.count):
-            self.processes.append(
-                await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "despina_frontend_http.worker",
-                    link,
-                    proxy,
-                    worker_options,
-                )
-            )
-        await self._wait_hello(hello)
-
-    async def _wait_hello(self, hello: asyncio.Queue[int]) -> None:
-        exits = [asyncio.ensure_future(p.wait()) for p in self.processes]
-        try:
-            for _ in range(self.count):
-                got = asyncio.ensure_future(hello.get())
-                done, _ = await asyncio.wait(
-                    [got, *exits], timeout=60, return_when=asyncio.FIRST_COMPLETED
-                )
-                if got not in done:
-                    got.cancel()
-                    raise OSError("an HTTP worker process failed to start (see its error above)")
-        finally:
-            for waiter in exits:
-                waiter.cancel()
+        self.pool.args = [proxy, json.dumps(self.options.worker_settings())]
+        options = self.options
+        return await self.pool.start(options.worker_processes, options.address, options.port)
 
     async def stop(self) -> None:
-        """Close the link (workers exit), wait for them, remove the sockets."""
-        if self.link is not None:
-            self.link.close()
-        for connection in self.connections:
-            if connection.transport is not None:
-                connection.transport.close()
-        for process in self.processes:
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
-        if self.runner is not None:
-            await self.runner.cleanup()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Drain the workers, then close the proxied application."""
+        await self.pool.stop(DRAIN_GRACE)
+        await self.runner.cleanup()

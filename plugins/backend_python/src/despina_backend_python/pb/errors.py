@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import UnionType
+
 
 class TritonError:
     """An error carried by an ``InferenceResponse``; ``code`` defaults to INTERNAL."""
@@ -47,3 +49,9 @@ class TritonModelException(Exception):
 
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+def require(value: object, kinds: type | UnionType, what: str) -> None:
+    """Raise TypeError where Triton's bindings (pybind11) refuse an argument's type."""
+    if not isinstance(value, kinds):
+        raise TypeError(f"{what}: incompatible argument type {type(value).__name__}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from despina_backend_python.pb import runtime
+from despina_backend_python.pb.errors import require
 
 _LOCAL = logging.getLogger("despina.python")
 
@@ -20,8 +21,9 @@ class Logger:
     @classmethod
     def log(cls, message: str, level: str = INFO) -> None:
         """Log ``message`` at ``level`` (INFO unless given)."""
+        require(message, str, "Logger.log(): message")
         if level not in (cls.INFO, cls.WARNING, cls.ERROR, cls.VERBOSE):
-            raise ValueError(f"unknown log level {level!r}")
+            raise TypeError(f"Logger.log(): unknown log level {level!r}")
         host = runtime.current_or_none()
         if host is None:
             _LOCAL.log(_LEVELS[level], "%s", message)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import abc
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from despina_backend_python.pb import runtime
-from despina_backend_python.pb.errors import TritonError, TritonModelException
+from despina_backend_python.pb.errors import TritonError, TritonModelException, require
 from despina_backend_python.pb.tensor import Tensor
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
@@ -35,6 +36,9 @@ class PreferredMemory:
 class Responder(abc.ABC):
     """The server side of a request given to ``execute``: where its responses go."""
 
+    #: Whether the request's model is decoupled (its response sender's rules differ).
+    decoupled: bool = False
+
     @abc.abstractmethod
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         """Deliver a response (None: only the final flag)."""
@@ -42,6 +46,9 @@ class Responder(abc.ABC):
     @abc.abstractmethod
     def is_cancelled(self) -> bool:
         """True once the client cancelled the request."""
+
+    def taken(self) -> None:  # noqa: B027 - optional hook
+        """The model took the request's response sender (called once)."""
 
 
 def _text(value: Any) -> str:
@@ -69,13 +76,14 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: Sequence[Tensor] | None = None,
+        output_tensors: Sequence[Tensor] = (),
         error: TritonError | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
+        require(output_tensors, list | tuple, "InferenceResponse(): output_tensors")
         if error is not None and not isinstance(error, TritonError):
             raise TritonModelException("InferenceResponse error must be a pb_utils.TritonError")
-        self._outputs = list(output_tensors or [])
+        self._outputs = list(output_tensors)
         for tensor in self._outputs:
             if not isinstance(tensor, Tensor):
                 raise TritonModelException(
@@ -99,23 +107,58 @@ class InferenceResponse:
 
 
 class InferenceResponseSender:
-    """Sends the responses of one request (decoupled models, or default models since 24.06)."""
+    """Sends the responses of one request (decoupled models, or default models since 24.06).
+
+    Triton's rules: after the final flag nothing more may be sent; a default (not
+    decoupled) model sends exactly one response, and the final flag only after it. A
+    response ``execute`` returns for the request counts as a final send (see
+    :meth:`record`). Safe to use from any thread."""
+
+    __slots__ = ("_closed", "_lock", "_responder", "_sent")
 
     def __init__(self, responder: Responder) -> None:
         self._responder = responder
         self._closed = False
+        self._sent = 0
+        self._lock = threading.Lock()
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         """Send ``response``; ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` ends the request."""
-        if self._closed:
-            raise TritonModelException("Unable to send response. Response sender has been closed.")
         final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         if response is None and not final:
             raise TritonModelException("Inference Response object is needed when the flag is 0")
         if response is not None and not isinstance(response, InferenceResponse):
             raise TritonModelException("send() expects a pb_utils.InferenceResponse")
-        self._closed = final
-        self._responder.send(response, final)
+        self.record(response, final)
+        # a default model's one response ends its request (a later final flag adds nothing)
+        self._responder.send(response, final or not self._responder.decoupled)
+
+    def record(self, response: InferenceResponse | None, final: bool) -> None:
+        """Count a send; raises TritonModelException (Triton's texts) where the rules
+        above refuse it."""
+        with self._lock:
+            if not self._responder.decoupled:
+                if response is not None and self._sent:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than "
+                        "one response."
+                    )
+                if response is None and final and not self._sent:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send complete "
+                        "final before sending a response."
+                    )
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            self._closed = final
+            self._sent += 1
+
+    def close(self) -> None:
+        """No more sends (after a failed ``execute``: the server answered the request)."""
+        with self._lock:
+            self._closed = True
 
     def is_cancelled(self) -> bool:
         return self._responder.is_cancelled()
@@ -158,6 +201,19 @@ class InferenceRequest:
         parameters: dict[str, Any] | str | None = None,
         trace: Any = None,
     ) -> None:
+        require(model_name, str | bytes, "InferenceRequest(): model_name")
+        require(inputs, list | tuple, "InferenceRequest(): inputs")
+        require(requested_output_names, list | tuple, "InferenceRequest(): requested_output_names")
+        for name in requested_output_names:
+            require(name, str | bytes, "InferenceRequest(): requested_output_names")
+        require(request_id, str | bytes, "InferenceRequest(): request_id")
+        require(correlation_id, int | str, "InferenceRequest(): correlation_id")
+        for value, what in (
+            (model_version, "model_version"),
+            (flags, "flags"),
+            (timeout, "timeout"),
+        ):
+            require(value, int, f"InferenceRequest(): {what}")
         self._model_name = _text(model_name)
         self._inputs = list(inputs)
         for tensor in self._inputs:
@@ -175,6 +231,7 @@ class InferenceRequest:
         self._parameters = _parameters_json(parameters)
         self._trace = trace
         self._responder: Responder | None = None
+        self._sender: InferenceResponseSender | None = None
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     @classmethod
@@ -198,6 +255,7 @@ class InferenceRequest:
         request._preferred_memory, request._trace = None, None
         request._parameters = parameters_json
         request._responder = responder
+        request._sender = None
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request
 
@@ -245,7 +303,10 @@ class InferenceRequest:
     def get_response_sender(self) -> InferenceResponseSender:
         if self._responder is None:
             raise TritonModelException("only requests given to execute() have a response sender")
-        return InferenceResponseSender(self._responder)
+        if self._sender is None:  # one per request: it counts what was sent
+            self._sender = InferenceResponseSender(self._responder)
+            self._responder.taken()
+        return self._sender
 
     def set_release_flags(self, flags: int) -> None:
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
@@ -256,17 +317,25 @@ class InferenceRequest:
     def exec(self, decoupled: bool = False) -> Any:
         """Run this request on ``model_name`` and wait: a response, or with
         ``decoupled=True`` an iterator of responses."""
-        host = runtime.current()
+        host = _bls_host()
         if decoupled:
             return ResponseIterator(host.infer_stream(self))
         return host.infer(self)
 
     async def async_exec(self, decoupled: bool = False) -> Any:
         """``exec`` for ``async def execute`` models (awaitable)."""
-        host = runtime.current()
+        host = _bls_host()
         if decoupled:
             return ResponseIterator(iter(await host.infer_stream_async(self)))
         return await host.infer_async(self)
+
+
+def _bls_host() -> runtime.Runtime:
+    """The host to send a BLS request to; raises outside ``execute`` (as Triton)."""
+    host = runtime.current()
+    if not host.bls_allowed:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
+    return host
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

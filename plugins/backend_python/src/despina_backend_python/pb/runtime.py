@@ -22,6 +22,10 @@ class Runtime(abc.ABC):
 
     model_name: str = ""
 
+    #: Whether the model may send BLS requests now: not while ``initialize`` or
+    #: ``finalize`` runs (Triton's rule; the backend sets it around them).
+    bls_allowed: bool = True
+
     @abc.abstractmethod
     def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run a BLS request and wait; errors come back as the response's error."""

@@ -6,7 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from despina_backend_python.pb.types import wire_datatype
+from despina_backend_python.pb import bf16_dlpack
+from despina_backend_python.pb.errors import TritonModelException, require
+from despina_backend_python.pb.types import BF16, wire_datatype
 
 
 class _Capsule:
@@ -28,6 +30,7 @@ class Tensor:
     __slots__ = ("_array", "_name")
 
     def __init__(self, name: str, array: Any) -> None:
+        require(name, str, "Tensor(): name")
         if not isinstance(array, np.ndarray):
             raise TypeError(f"Tensor '{name}' expects a numpy array, got {type(array).__name__}")
         wire_datatype(array)  # refuses unsupported dtypes up front
@@ -38,7 +41,13 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray:
-        """The data as a numpy array (BYTES: an object array of ``bytes``)."""
+        """The data as a numpy array (BYTES: an object array of ``bytes``); raises
+        TritonModelException for BF16, as Triton (use :meth:`to_dlpack`)."""
+        if self._array.dtype == BF16:
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and "
+                "from_dlpack() instead."
+            )
         return self._array
 
     def shape(self) -> list[int]:
@@ -52,17 +61,32 @@ class Tensor:
         return True
 
     def to_dlpack(self) -> Any:
-        """A DLPack capsule sharing this tensor's memory (not for BYTES tensors)."""
+        """A DLPack capsule sharing this tensor's memory, or a copy's where it is
+        read-only (a request's tensor in-process); not for BYTES tensors."""
         if self._array.dtype == np.object_:
             raise TypeError("DLPack does not support BYTES tensors")
+        if self._array.dtype == BF16:
+            return bf16_dlpack.to_dlpack(self._array)
+        if not self._array.flags.writeable:  # DLPack 0.x cannot mark memory read-only
+            return self._array.copy().__dlpack__()
         return self._array.__dlpack__()
 
     @staticmethod
     def from_dlpack(name: str, dlpack: Any) -> Tensor:
         """A Tensor sharing the memory of a DLPack capsule or ``__dlpack__`` object
         (C-contiguous, on the CPU)."""
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if dlpack is None:
+            raise TritonModelException("from_dlpack() expects a DLPack capsule, got None")
         source = dlpack if hasattr(dlpack, "__dlpack__") else _Capsule(dlpack)
-        array = np.from_dlpack(source)
+        try:
+            array = np.from_dlpack(source)
+        except (BufferError, RuntimeError, TypeError):  # numpy has no BF16 DLPack type
+            bf16 = None if BF16 is None else bf16_dlpack.from_dlpack(dlpack, BF16)
+            if bf16 is None:
+                raise
+            array = bf16
         if not array.flags.c_contiguous:
             raise ValueError(f"Tensor '{name}': DLPack tensor must be C-contiguous")
         return Tensor(name, array)

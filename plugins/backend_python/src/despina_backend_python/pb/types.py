@@ -18,6 +18,8 @@ try:  # BF16 needs ml_dtypes (installed with the server; optional in foreign env
     _BF16: Any = np.dtype(ml_dtypes.bfloat16)
 except ImportError:  # pragma: no cover - only in execution environments without it
     _BF16 = None
+#: The numpy dtype of BF16 tensors (None where ml_dtypes is not installed).
+BF16: Any = _BF16
 
 #: Wire datatype -> numpy dtype.
 WIRE_TO_DTYPE: dict[str, Any] = {

@@ -1,0 +1,65 @@
+"""What ``execute`` returned, checked against the requests' response senders as
+Triton's stub checks it. Server-independent (runs in child processes too)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from despina_backend_python.pb.errors import TritonModelException
+from despina_backend_python.pb.messages import (
+    InferenceRequest,
+    InferenceResponse,
+    InferenceResponseSender,
+)
+
+
+class ReturnedError(Exception):
+    """``execute`` returned what Triton refuses; the message is Triton's text."""
+
+
+def check_returned(
+    instance_name: str, requests: Sequence[InferenceRequest], result: Any, decoupled: bool
+) -> list[int]:
+    """Check ``result`` (what ``execute`` returned for ``requests``).
+
+    Raises ReturnedError when a decoupled model returned anything but None, or a
+    returned response is for a request whose sender already sent one (or its final
+    flag). Returns the indices of the requests of a default model that nothing can
+    answer any more: no response returned for them and their response sender never
+    taken. A result that is not a list of one item per request is left to the caller.
+    """
+    if decoupled:
+        if result is not None:
+            raise ReturnedError(
+                f"Python model '{instance_name}' is using the decoupled mode and the execute "
+                "function must return None."
+            )
+        return []
+    items = [None] * len(requests) if result is None else result
+    if not isinstance(items, list | tuple) or len(items) != len(requests):
+        return []
+    unanswered = [i for i, item in enumerate(items) if item is None and not has_sender(requests[i])]
+    for request, item in zip(requests, items, strict=True):
+        if isinstance(item, InferenceResponse):
+            try:  # a returned response is the request's final send
+                request.get_response_sender().record(item, final=True)
+            except TritonModelException as exc:
+                raise ReturnedError(str(exc)) from None
+    return unanswered
+
+
+def has_sender(request: InferenceRequest) -> bool:
+    """Whether the model took the request's response sender."""
+    return request._sender is not None
+
+
+def close_senders(requests: Sequence[InferenceRequest]) -> None:
+    """After a failed ``execute`` (the server answers every request with the error): a
+    later ``send`` raises, as in Triton."""
+    for request in requests:
+        sender = request._sender
+        if sender is None and request._responder is not None:  # not taken: nothing waits
+            sender = request._sender = InferenceResponseSender(request._responder)
+        if sender is not None:
+            sender.close()
