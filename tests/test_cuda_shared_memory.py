@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from despina.testing import RepositoryBuilder, RunningServer
+from despina.testing import ADD_SUB_MODEL_PY, RepositoryBuilder, RunningServer
 
 pytestmark = pytest.mark.gpu
 
@@ -35,21 +35,6 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {N} ] }},
 instance_group [ {{ kind: KIND_CPU }} ]
 """
 
-MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
-
 
 def test_cuda_regions_over_http_and_grpc(
     model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
@@ -62,7 +47,7 @@ def test_cuda_regions_over_http_and_grpc(
     support = probe_cuda()
     if not support.available:
         pytest.skip(f"no CUDA shared memory here: {support.reason}")
-    model_repository.add("add_sub", CONFIG, {"1/model.py": MODEL})
+    model_repository.add("add_sub", CONFIG, {"1/model.py": ADD_SUB_MODEL_PY})
     running = despina_server(model_repository.root, args=["--allow-client-shm=true"])
     done = subprocess.run(
         [sys.executable, __file__, running.http_url, running.grpc_url],

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from despina.testing import RepositoryBuilder, RunningServer
+from despina.testing import ADD_SUB_MODEL_PY, RepositoryBuilder, RunningServer
 
 pytest.importorskip("despina_frontend_http")
 pytest.importorskip("despina_frontend_grpc")
@@ -30,19 +30,6 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
 parameters { key: "DESPINA_EXECUTION_MODE" value { string_value: "in-process" } }
 """
 
-ADD_SUB = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
 
 ENSEMBLE = """
 platform: "ensemble"
@@ -74,7 +61,7 @@ LOCAL = ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--allow-metric
 
 @pytest.fixture
 def repo(model_repository: RepositoryBuilder) -> RepositoryBuilder:
-    model_repository.add("add_sub", ADD_SUB_IO, {"1/model.py": ADD_SUB})
+    model_repository.add("add_sub", ADD_SUB_IO, {"1/model.py": ADD_SUB_MODEL_PY})
     model_repository.add("twice", ENSEMBLE, {"1/.keep": ""})
     return model_repository
 

@@ -44,7 +44,6 @@ output [
   {{ name: "logprobs" data_type: TYPE_STRING dims: [ 1 ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-parameters {{ key: "DESPINA_EXECUTION_MODE" value {{ string_value: "in-process" }} }}
 """
 
 #: The optional inputs of tiny_llm: Triton's OpenAI frontend's names for Python and
@@ -80,7 +79,6 @@ output [
   { name: "num_input_tokens" data_type: TYPE_UINT32 dims: [ 1 ] }
 ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters { key: "DESPINA_EXECUTION_MODE" value { string_value: "in-process" } }
 """
 
 

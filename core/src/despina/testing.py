@@ -8,6 +8,7 @@
   running server.
 - ``served``: helper returning a numpy :class:`~despina.testing_client.ModelClient` (HTTP).
 - :func:`http_post`: one raw POST, for answers a client library would not show as sent.
+- :data:`ADD_SUB_MODEL_PY`: the ``model.py`` of a pb_utils add_sub model, for tests.
 
 Every pytest run imports this module wherever despina is installed, so it imports nothing
 heavy at module level: the server, asyncio, numpy and tritonclient are imported by the
@@ -26,12 +27,30 @@ import pytest
 from despina.testing_server import RunningServer, start_server
 
 __all__ = [
+    "ADD_SUB_MODEL_PY",
     "RepositoryBuilder",
     "RunningServer",
     "free_port",
     "http_post",
     "start_server",
 ]
+
+#: A Python-backend ``model.py``: ``OUTPUT0 = INPUT0 + INPUT1``, ``OUTPUT1 = INPUT0 - INPUT1``
+#: (any shape and data type the config gives them).
+ADD_SUB_MODEL_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            out = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]
+            responses.append(pb_utils.InferenceResponse(output_tensors=out))
+        return responses
+"""
 
 
 def http_post(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from despina.testing import RepositoryBuilder, RunningServer
+from despina.testing import ADD_SUB_MODEL_PY, RepositoryBuilder, RunningServer
 
 from .helpers import LOOPBACK, family_help, family_types, infer, scrape, value
 
@@ -66,20 +66,6 @@ model_metrics {{
     }}
   ]
 }}
-"""
-ADD_SUB_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            out = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]
-            responses.append(pb_utils.InferenceResponse(output_tensors=out))
-        return responses
 """
 ADD_SUB_CONFIG = f"""
 backend: "python"
@@ -215,7 +201,7 @@ def test_buckets_not_increasing_fail_that_model(
 ) -> None:
     bad = DECOUPLED_CONFIG.replace("[ 10, 200, 100000 ]", "[ 10, 5 ]")
     model_repository.add("stream", bad, {"1/model.py": DECOUPLED_PY})
-    model_repository.add("add_sub", ADD_SUB_CONFIG, {"1/model.py": ADD_SUB_PY})
+    model_repository.add("add_sub", ADD_SUB_CONFIG, {"1/model.py": ADD_SUB_MODEL_PY})
     running = despina_server(
         model_repository.root,
         [*LOOPBACK, "--metrics-config=histogram_latencies=true", "--exit-on-error=false"],
@@ -230,7 +216,9 @@ def test_load_duration_per_model_version(
     model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
 ) -> None:
     config = ADD_SUB_CONFIG + "version_policy { all {} }\n"
-    model_repository.add("add_sub", config, {"1/model.py": ADD_SUB_PY, "2/model.py": ADD_SUB_PY})
+    model_repository.add(
+        "add_sub", config, {"1/model.py": ADD_SUB_MODEL_PY, "2/model.py": ADD_SUB_MODEL_PY}
+    )
     text = scrape(despina_server(model_repository.root, LOOPBACK))
     assert family_types(text)["nv_model_load_duration_secs"] == "gauge"
     assert family_help(text)["nv_model_load_duration_secs"] == "Model load time in seconds"
@@ -242,7 +230,7 @@ def test_load_duration_per_model_version(
 def test_compute_input_and_output_reach_the_counters(
     model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
 ) -> None:
-    model_repository.add("add_sub", ADD_SUB_CONFIG, {"1/model.py": ADD_SUB_PY})
+    model_repository.add("add_sub", ADD_SUB_CONFIG, {"1/model.py": ADD_SUB_MODEL_PY})
     running = despina_server(model_repository.root, LOOPBACK)
     with grpcclient.InferenceServerClient(running.grpc_url) as client:
         for _ in range(20):

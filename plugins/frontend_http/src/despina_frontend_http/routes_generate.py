@@ -14,7 +14,13 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 
 from aiohttp import web
-from despina import DespinaError, InferenceRequest, InferenceResponse, InvalidArgument
+from despina import (
+    DespinaError,
+    DisconnectWatch,
+    InferenceRequest,
+    InferenceResponse,
+    InvalidArgument,
+)
 
 from despina_frontend_http.body import read_body
 from despina_frontend_http.context import Context, Route, versioned
@@ -25,7 +31,7 @@ from despina_frontend_http.generate import (
     generate_request,
     input_shapes,
 )
-from despina_frontend_http.routes_infer import JSON_HEADERS, DisconnectWatch, connected
+from despina_frontend_http.routes_infer import JSON_HEADERS, connected
 
 EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}
 

@@ -14,7 +14,14 @@ from concurrent.futures import Executor
 from typing import Any, NamedTuple
 
 from aiohttp import web
-from despina import InferenceRequest, InferenceResponse, ModelVersion, ResponseStream, Unsupported
+from despina import (
+    DisconnectWatch,
+    InferenceRequest,
+    InferenceResponse,
+    ModelVersion,
+    ResponseStream,
+    Unsupported,
+)
 
 from despina_frontend_http.body import accepted_encoding, compress, read_body
 from despina_frontend_http.context import Context, Route, versioned
@@ -24,34 +31,6 @@ from despina_frontend_http.encode import encode_response
 #: Binary responses with more bytes than this are written buffer by buffer (no join).
 STREAM_BYTES = 1 << 20
 JSON_HEADERS = {"Content-Type": "application/json"}
-#: How often a request in the server checks that its client is still connected (seconds).
-DISCONNECT_POLL_S = 0.1
-
-
-class DisconnectWatch:
-    """Once ``alive()`` turns false, cancels ``request`` (:meth:`InferenceRequest.cancel`)
-    and the task that created the watch (it stops waiting for a model that may never
-    answer a cancelled request); checks every :data:`DISCONNECT_POLL_S` until :meth:`close`."""
-
-    __slots__ = ("alive", "handle", "loop", "request", "task")
-
-    def __init__(self, request: InferenceRequest, alive: Callable[[], bool]) -> None:
-        self.request = request
-        self.alive = alive
-        self.task = asyncio.current_task()
-        self.loop = asyncio.get_running_loop()
-        self.handle = self.loop.call_later(DISCONNECT_POLL_S, self._check)
-
-    def _check(self) -> None:
-        if self.alive():
-            self.handle = self.loop.call_later(DISCONNECT_POLL_S, self._check)
-            return
-        self.request.cancel()
-        if self.task is not None:
-            self.task.cancel()
-
-    def close(self) -> None:
-        self.handle.cancel()
 
 
 class Started(NamedTuple):

@@ -3,41 +3,14 @@ client goes away or the reader stops early, timed for the frontend's metrics."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable
 
-from despina import DespinaError, FrontendHost, InferenceRequest, InferenceResponse
+from despina import DespinaError, DisconnectWatch, FrontendHost, InferenceRequest, InferenceResponse
 
 from despina_frontend_openai.catalog import Entry, Lora
 from despina_frontend_openai.errors import OpenAIError
 from despina_frontend_openai.metrics import Metrics
-
-#: Seconds between checks that a waiting client is still connected.
-DISCONNECT_POLL_S = 0.1
-
-
-class DisconnectWatch:
-    """Once ``alive()`` turns false, cancels ``request`` and the task that made the watch
-    (which may be waiting for a model that never answers a cancelled request)."""
-
-    def __init__(self, request: InferenceRequest, alive: Callable[[], bool]) -> None:
-        self.request = request
-        self.alive = alive
-        self.task = asyncio.current_task()
-        self.loop = asyncio.get_running_loop()
-        self.handle = self.loop.call_later(DISCONNECT_POLL_S, self._check)
-
-    def _check(self) -> None:
-        if self.alive():
-            self.handle = self.loop.call_later(DISCONNECT_POLL_S, self._check)
-            return
-        self.request.cancel()
-        if self.task is not None:
-            self.task.cancel()
-
-    def close(self) -> None:
-        self.handle.cancel()
 
 
 async def responses(
