@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 from aiohttp import web
-from despina import DespinaError, FrontendHost
+from despina import DespinaError, FrontendHost, InferenceResponse
 
 from despina_frontend_openai import convert
 from despina_frontend_openai.catalog import OWNED_BY, Catalog, Entry, Lora
@@ -60,6 +60,19 @@ def _alive(http: web.Request) -> Callable[[], bool]:
         return transport is not None and not transport.is_closing()
 
     return alive
+
+
+async def _collect(
+    source: AsyncIterator[InferenceResponse], usage: convert.Usage
+) -> tuple[list[str], list[list[tuple[str, float]]]]:
+    """Every text piece and per-token logprobs of a generation's responses, counting usage."""
+    texts: list[str] = []
+    tokens: list[list[tuple[str, float]]] = []
+    async for response in source:
+        usage.add(response)
+        texts.append(convert.text_of(response))
+        tokens += convert.logprobs_of(response)
+    return texts, tokens
 
 
 def _model_body(model_id: str, entry: Entry) -> dict[str, Any]:
@@ -205,11 +218,7 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
         }
         usage = convert.Usage()
         if not body.stream:
-            texts, tokens = [], []
-            async for response in source:
-                usage.add(response)
-                texts.append(convert.text_of(response))
-                tokens += convert.logprobs_of(response)
+            texts, tokens = await _collect(source, usage)
             choice = {
                 "index": 0,
                 "text": "".join(texts),
@@ -273,11 +282,7 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
         }
         usage = convert.Usage()
         if not body.stream:
-            texts, tokens = [], []
-            async for response in source:
-                usage.add(response)
-                texts.append(convert.text_of(response))
-                tokens += convert.logprobs_of(response)
+            texts, tokens = await _collect(source, usage)
             text = "".join(texts)
             reason = _finish(usage, max_tokens)
             message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": None}
