@@ -98,6 +98,8 @@ ARGS = [
     "admin-key",
     "secret",
     "--allow-grpc=false",
+    "--metrics-address=127.0.0.1",
+    "--metrics-config=histogram_latencies=true",
 ]
 
 

@@ -244,3 +244,21 @@ def test_a_client_that_disconnects_mid_stream_cancels_the_generation(
         time.sleep(0.05)
     # the server still serves
     assert client.completions.create(model=SCRIPTED, prompt="x", max_tokens=2).choices[0].text
+
+
+def test_time_to_first_token_reaches_tritons_first_response_histogram(
+    client: openai.OpenAI, server: RunningServer
+) -> None:
+    """A streamed completion is one decoupled request: the core records its first
+    response in nv_inference_first_response_histogram_ms (histogram_latencies on)."""
+
+    def count() -> float:
+        with urllib.request.urlopen(server.metrics_url) as response:
+            text = response.read().decode()
+        prefix = 'nv_inference_first_response_histogram_ms_count{model="tiny_llm",version="1"}'
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+
+    before = count()
+    stream = client.completions.create(model=LLM, prompt="The harbour", max_tokens=4, stream=True)
+    assert any(chunk.choices and chunk.choices[0].text for chunk in stream)
+    assert count() == before + 1
