@@ -373,3 +373,51 @@ def test_bad_trace_flags_stop_the_start(
         despina_server(repo.root, args=[*LOCAL, "--trace-config=speed=3"])
     with pytest.raises(StartupError, match="trace level"):
         despina_server(repo.root, args=[*LOCAL, "--trace-config=level=ALL"])
+
+
+BLS_CALLER = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="add_sub",
+                inputs=[pb_utils.get_input_tensor_by_name(request, n) for n in ("INPUT0", "INPUT1")],
+                requested_output_names=["OUTPUT0", "OUTPUT1"],
+                trace=request.trace(),
+            )
+            answer = call.exec()
+            responses.append(pb_utils.InferenceResponse(output_tensors=answer.output_tensors()))
+        return responses
+"""
+IN_PROCESS = 'parameters { key: "DESPINA_EXECUTION_MODE" value { string_value: "in-process" } }'
+
+
+def test_bls_call_is_traced_as_its_callers_child(
+    repo: RepositoryBuilder, despina_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """A model passing ``trace=request.trace()`` to its BLS request (in-process mode): the
+    called model's trace carries the caller's id as parent_id, as Triton's do."""
+    caller_io = ADD_SUB_IO.replace(IN_PROCESS, "") + IN_PROCESS
+    repo.add("caller", caller_io, {"1/model.py": BLS_CALLER})
+    trace_file = tmp_path / "trace.json"
+    running = despina_server(
+        repo.root,
+        args=[
+            *LOCAL,
+            f"--trace-config=triton,file={trace_file}",
+            "--trace-config=level=TIMESTAMPS",
+            "--trace-config=rate=1",
+        ],
+    )
+    infer("http", running, "caller")
+    running.stop()
+    traces = by_trace(json.loads(trace_file.read_text()))
+    caller = next(t for t in traces.values() if t["model"]["model_name"] == "caller")
+    called = next(t for t in traces.values() if t["model"]["model_name"] == "add_sub")
+    assert "parent_id" not in caller["model"]
+    assert called["model"]["parent_id"] == caller["model"]["id"]
+    assert core_names(called["names"]) == CORE_ORDER

@@ -48,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "cpu_instances": "despina.placement",
     "cores": "despina.placement",
     "DisconnectWatch": "despina.transport.disconnect",
+    "Trace": "despina.tracing.trace",
     "ascii_digits": "despina.digits",
     "threads_per_instance": "despina.placement",
     "instance_specs": "despina.instance_groups",
@@ -236,6 +237,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         serialize_bytes as serialize_bytes,
     )
     from despina.threaded import ThreadedInstance as ThreadedInstance
+    from despina.tracing.trace import Trace as Trace
     from despina.transport.disconnect import DisconnectWatch as DisconnectWatch
     from despina.transport.frames import (
         Frame as Frame,

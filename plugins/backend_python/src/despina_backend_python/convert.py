@@ -16,6 +16,7 @@ from despina import (
     InferenceResponse as CoreResponse,
     RequestedOutput,
     SequenceFlags,
+    Trace,
     errors,
 )
 
@@ -101,10 +102,13 @@ def response_to_pb(response: CoreResponse) -> pb.InferenceResponse:
 
 
 def request_to_core(request: pb.InferenceRequest) -> CoreRequest:
-    """A BLS request built by a model, for ``Server.infer``."""
+    """A BLS request built by a model, for ``Server.infer``; built with
+    ``trace=request.trace()`` of a traced request (in-process mode), it is traced as that
+    request's child."""
     version = request.model_version()
     flags = request.flags()
     parameters = json.loads(request.parameters())
+    parent = request.trace()
     return CoreRequest(
         model_name=request.model_name(),
         inputs={t.name(): t._array for t in request.inputs()},
@@ -115,6 +119,7 @@ def request_to_core(request: pb.InferenceRequest) -> CoreRequest:
         timeout_us=request.timeout(),
         correlation_id=request.correlation_id(),
         flags=SequenceFlags(flags & 3),
+        trace=parent.child() if isinstance(parent, Trace) else None,
     )
 
 

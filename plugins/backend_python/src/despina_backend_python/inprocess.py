@@ -168,15 +168,15 @@ class SharedModel:
         incoming = []
         for r in requests:
             fields = convert.request_fields(r, self.output_names)
-            incoming.append(
-                InferenceRequest.incoming(
-                    CoreResponder(r, fields["outputs"], self.open, self.decoupled),
-                    [Tensor._trusted(name, array) for name, array in r.inputs.items()],
-                    model_name=ctx.name,
-                    model_version=ctx.version,
-                    **fields,
-                )
+            request = InferenceRequest.incoming(
+                CoreResponder(r, fields["outputs"], self.open, self.decoupled),
+                [Tensor._trusted(name, array) for name, array in r.inputs.items()],
+                model_name=ctx.name,
+                model_version=ctx.version,
+                **fields,
             )
+            request._trace = r.trace  # what request.trace() hands to a BLS request
+            incoming.append(request)
         return incoming
 
 
