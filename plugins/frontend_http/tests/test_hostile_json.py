@@ -53,6 +53,21 @@ def test_json_values_of_the_wrong_type_are_refused(
     assert (status, answer) == (400, {"error": f"Unable to parse 'data': {message}"})
 
 
+@pytest.mark.parametrize(
+    ("datatype", "value"), [("FP16", 1e10), ("FP16", -70000.0), ("FP32", 1e39)]
+)
+def test_floats_past_the_datatype_are_refused(
+    server: RunningServer, datatype: str, value: float
+) -> None:
+    """Found by `make fuzz`: numpy's overflowing cast became inf with a RuntimeWarning
+    (a 500 where warnings are errors); a client's value the type cannot hold is a 400."""
+    status, answer = infer(server, datatype, [1, 2], [1.0, value])
+    message = f"Unable to parse 'data': a value is outside the range of {datatype}"
+    assert (status, answer) == (400, {"error": message})
+    status, answer = infer(server, datatype, [1, 2], [1.0, 2.0])
+    assert status == 200, answer
+
+
 @pytest.mark.parametrize("datatype", ["FP32", "INT32", "UINT8"])
 def test_zeros_and_ones_are_numbers(server: RunningServer, datatype: str) -> None:
     """Numbers equal to a boolean's 0 and 1 stay accepted, few or many."""

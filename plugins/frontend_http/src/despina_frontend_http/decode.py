@@ -360,7 +360,11 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray
             raise ValueError(text)
         if dtype.kind != "b":
             _no_booleans(data, parsed, text)
-        return parsed.astype(dtype)
+        with np.errstate(over="raise"):
+            try:
+                return parsed.astype(dtype)
+            except FloatingPointError:
+                raise ValueError(f"a value is outside the range of {datatype}") from None
     if parsed.dtype.kind not in kinds:
         # numpy reads integers past int64 mixed with others as float64 (or object): check
         # the JSON values themselves on this rare path, exactly.
