@@ -33,6 +33,7 @@ from despina_backend_python.child import ChildDied, ChildProcess, spawn
 from despina_backend_python.execution_env import resolve_environment
 from despina_backend_python.pb.messages import InferenceResponse
 from despina_backend_python.server_runtime import ServerRuntime
+from despina_backend_python.shm import PoolExhausted
 
 if TYPE_CHECKING:
     from despina_backend_python.backend import PythonBackend
@@ -182,7 +183,11 @@ class ProcessInstance(ModelInstance):
         child = await self._ready_child()
         exec_id = next(self._ids)
         tokens = [next(self._tokens) for _ in requests]
-        message = self._execute_message(exec_id, child, requests, tokens)
+        try:
+            message = self._execute_message(exec_id, child, requests, tokens)
+        except PoolExhausted as exc:  # no room for the inputs: these requests fail
+            _forget(child, tokens)
+            raise responses.execute_failed(self.spec.name, str(exc)) from None
         try:
             future = child.execute(exec_id, message)
             reply = await (asyncio.wait_for(future, self.timeout) if self.timeout > 0 else future)

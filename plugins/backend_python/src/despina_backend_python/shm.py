@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.types import (
     WIRE_TO_DTYPE,
     bytes_from_parts,
@@ -42,17 +43,39 @@ def _aligned(size: int) -> int:
     return (size + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
+class PoolExhausted(TritonModelException):
+    """Shared memory has no room for a message: the request fails, no process does."""
+
+
 def _map(name: str, size: int = 0) -> mmap.mmap:
-    """Map ``name`` (creating it with ``size`` bytes when size > 0)."""
+    """Map ``name`` (creating it with ``size`` bytes when size > 0).
+
+    A new segment's pages are allocated before it is mapped: on a full ``/dev/shm`` (a
+    container's 64 MB default) that raises :class:`PoolExhausted` here, where writing to
+    a sparse mapping would kill the writing process with SIGBUS.
+    """
     path = os.path.join(SHM_DIR, name)
     flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if size else 0)
     fd = os.open(path, flags, 0o600)
     try:
         if size:
-            os.ftruncate(fd, size)
+            _allocate(fd, path, size)
         return mmap.mmap(fd, size or os.fstat(fd).st_size)
     finally:
         os.close(fd)
+
+
+def _allocate(fd: int, path: str, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        os.unlink(path)
+        # Triton's opening words, which its tests and users grep for
+        raise PoolExhausted(
+            f"Failed to increase the shared memory pool size to {size} bytes: {SHM_DIR} "
+            f"has no room ({exc.strerror}). In a container, give it more with "
+            "'--shm-size' (docker) or a larger memory-backed emptyDir (Kubernetes)."
+        ) from None
 
 
 class Ring:

@@ -45,7 +45,7 @@ from despina_backend_python.pb.messages import InferenceRequest, InferenceRespon
 from despina_backend_python.pb.model_config import ModelConfig
 from despina_backend_python.pb.tensor import Tensor
 from despina_backend_python.returned import ReturnedError, check_returned, close_senders
-from despina_backend_python.shm import Arena, Ring, unpack
+from despina_backend_python.shm import Arena, PoolExhausted, Ring, unpack
 
 _END = object()
 
@@ -339,7 +339,10 @@ class Stub:
             pack = lambda: wire.pack_responses(self.arena, items)  # noqa: E731
         elif result is not None:
             reply["invalid_result"] = type(result).__name__
-        self.channel.send(reply, pack)
+        try:
+            self.channel.send(reply, pack)
+        except PoolExhausted as exc:  # no room for the outputs: these requests fail
+            self._failed(exec_id, requests, str(exc))
 
     def _finalize(self) -> None:
         message = ""
