@@ -4,9 +4,7 @@ receiver that decodes them with ``opentelemetry-proto``)."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from despina.testing import ADD_SUB_MODEL_PY, RepositoryBuilder, RunningServer
+from otlp_receiver import Receiver, attributes
 
 pytest.importorskip("despina_frontend_http")
 pytest.importorskip("despina_frontend_grpc")
@@ -242,50 +241,6 @@ def test_settings_at_run_time_on_both_protocols(
     assert {n.split("_")[0] for t in traces.values() for n in t["names"]} >= {"HTTP", "GRPC"}
 
 
-class Receiver:
-    """A minimal OTLP/HTTP trace receiver: decodes each export request with
-    opentelemetry-proto and keeps its resource attributes and spans."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-
-        spans: list[tuple[dict[str, Any], Any]] = []
-        paths: list[str] = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
-                paths.append(self.path)
-                for resource_spans in request.resource_spans:
-                    resource = {
-                        a.key: a.value.string_value for a in resource_spans.resource.attributes
-                    }
-                    for scope in resource_spans.scope_spans:
-                        spans.extend((resource, span) for span in scope.spans)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.spans = spans
-        self.paths = paths
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     pytest.importorskip("opentelemetry.sdk")
@@ -294,14 +249,6 @@ def receiver() -> Iterator[Receiver]:
     running = Receiver()
     yield running
     running.close()
-
-
-def attributes(span: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for attribute in span.attributes:
-        value = attribute.value
-        values[attribute.key] = getattr(value, value.WhichOneof("value"))
-    return values
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
