@@ -17,6 +17,8 @@ test files' own switch for "no CUDA tensors"), and no KIND_GPU / CUDA-pool model
 
 ``--server-cmd`` runs another server the same way, e.g. Triton itself
 (``--server-cmd ../shared/tools/tritonserver``), to see the reference counts.
+``--shm-size 1g`` and ``--client-python`` (a tritonclient 2.51) recreate Triton's CI
+container for the two cases that depend on it (see ``--help``).
 Exit status: 0 when every case ran and passed, 1 otherwise.
 """
 
@@ -62,6 +64,7 @@ class Context:
     work: Path  # plays TRITON_DIR: <work>/qa/L0_backend_python, <work>/qa/python_models
     server_cmd: list[str]
     python_backend: Path | None
+    client_python: str = sys.executable  # runs the test files (its tritonclient)
     cases: dict[str, list[Case]] = field(default_factory=dict)
 
     @property
@@ -212,7 +215,8 @@ def pytest(
     and record its cases from junit xml; a run past PYTEST_TIMEOUT_S is a failed case."""
     report = cwd / f"{tag}.report.xml"
     report.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={report}"]
+    command = [ctx.client_python, "-m", "pytest", "-p", "no:cacheprovider"]
+    command.append(f"--junitxml={report}")
     command += [f"--deselect={target}::{test}" for test in deselect]
     try:
         proc = subprocess.run(
@@ -242,7 +246,7 @@ def pytest(
 def script(ctx: Context, suite: str, cwd: Path, target: str) -> None:
     """Run a test file as ``python3 file.py`` (unittest main); one case, by exit status."""
     proc = subprocess.run(
-        [sys.executable, target], cwd=cwd, env=ctx.env(), capture_output=True, text=True
+        [ctx.client_python, target], cwd=cwd, env=ctx.env(), capture_output=True, text=True
     )
     check(ctx, suite, target, proc.returncode == 0, (proc.stdout + proc.stderr)[-1000:])
 
@@ -570,18 +574,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--suite", action="append", choices=sorted(SUITES))
     parser.add_argument(
         "--server-cmd",
-        default=f"{shlex.quote(sys.executable)} -m despina serve",
+        # Triton 2.51 bounds no HTTP body; Despina's 64 MB default is newer Triton's
+        default=f"{shlex.quote(sys.executable)} -m despina serve --http-max-input-size={2 << 30}",
         help="command that starts the server (given --model-repository and more)",
+    )
+    parser.add_argument(
+        "--client-python",
+        default=sys.executable,
+        help="Python that runs the test files, e.g. a virtualenv with Triton's own release "
+        "of tritonclient (test_bf16 sends BF16 as float32, which tritonclient refuses since r26.06)",
+    )
+    parser.add_argument(
+        "--shm-size",
+        help="run everything with a /dev/shm of this size (e.g. 1g, as Triton's CI "
+        "container: test_growth_error counts on running out of it); needs root: the runner "
+        "runs itself again in a mount namespace of its own (unshare -m)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     opts = parser.parse_args(argv)
+    if opts.shm_size and os.environ.get("TRITON_QA_SHM") != opts.shm_size:
+        return _in_private_shm(opts.shm_size, argv)
     if opts.triton_repo is None or not (opts.triton_repo / "qa/L0_backend_python").is_dir():
         parser.error("give --triton-repo (or TRITON_SERVER_REPO): a copy of Triton's server repo")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers on the way out
     work = Path(tempfile.mkdtemp(prefix="triton-qa-")).resolve()
     for part in ("L0_backend_python", "python_models", "common"):
         shutil.copytree(opts.triton_repo / "qa" / part, work / "qa" / part)
-    ctx = Context(work, shlex.split(opts.server_cmd), opts.python_backend_repo)
+    ctx = Context(work, shlex.split(opts.server_cmd), opts.python_backend_repo, opts.client_python)
     total = failed = 0
     try:
         for name in opts.suite or SUITES:
@@ -601,6 +620,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print(f"total: {total - failed}/{total} passed")
     return 0 if total and not failed else 1
+
+
+def _in_private_shm(size: str, argv: Sequence[str] | None) -> int:
+    """This runner again, with a tmpfs of ``size`` on /dev/shm seen by it alone."""
+    mount = f"mount -t tmpfs -o size={shlex.quote(size)} tmpfs /dev/shm"
+    command = [sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)]
+    script = f"{mount} && exec {shlex.join(command)}"
+    env = dict(os.environ, TRITON_QA_SHM=size)
+    return subprocess.run(["unshare", "-m", "sh", "-c", script], env=env).returncode
 
 
 if __name__ == "__main__":
