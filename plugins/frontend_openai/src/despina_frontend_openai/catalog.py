@@ -1,8 +1,11 @@
 """The models the OpenAI API serves: what each takes, its tokenizer, its LoRA adapters.
 
-A model whose inputs include ``text_input`` generates (Triton's request format for Python
-and TensorRT-LLM models); one with ``embedding_request`` embeds (vLLM's format). An entry
-is built when a request first names the model version and rebuilt after it reloads.
+A model whose inputs include ``text_input`` generates: in vLLM's request format when it
+also takes ``sampling_parameters`` (its config is the contract), else in the format
+Triton's OpenAI frontend sends Python and TensorRT-LLM models; ``--backend`` forces one
+format on every model, as Triton's. One with ``embedding_request`` embeds (vLLM's format).
+An entry is built when a request first names the model version and rebuilt after it
+reloads.
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ class Lora:
 
     name: str
     task_id: int
-    folder: Path
+    folder: Path | None
     registered: bool = False
 
     def tensors(self) -> dict[str, np.ndarray]:
         """``lora_weights`` and ``lora_config`` from the adapter's ``.npy`` files."""
+        assert self.folder is not None, "a vLLM adapter is sent by name"
         return {
             "lora_weights": np.load(self.folder / "model.lora_weights.npy"),
             "lora_config": np.load(self.folder / "model.lora_config.npy"),
@@ -53,6 +57,8 @@ class Entry:
     inputs: frozenset[str]
     folder: Path | None
     loras: dict[str, Lora]
+    #: Whether requests take vLLM's format (``sampling_parameters`` JSON).
+    vllm: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
     tokenizer: Any = None
 
@@ -152,8 +158,11 @@ class Catalog:
             ),
             None,
         )
-        loras = _loras(folder, self.roots) if folder is not None else {}
-        return Entry(model, frozenset(i.name for i in model.config.input), folder, loras)
+        inputs = frozenset(i.name for i in model.config.input)
+        forced = self.options.backend
+        vllm = forced == "vllm" if forced else "sampling_parameters" in inputs
+        loras = _loras(folder, self.roots, vllm) if folder is not None else {}
+        return Entry(model, inputs, folder, loras, vllm)
 
 
 def _tokenizer_folder(version_folder: Path | None) -> Path | None:
@@ -171,9 +180,10 @@ def _load(folder: Path) -> Any:
     return AutoTokenizer.from_pretrained(folder)
 
 
-def _loras(version_folder: Path, roots: list[Path]) -> dict[str, Lora]:
-    """The adapters ``multi_lora.json`` lists (paths relative to the model repository,
-    which they must stay inside); none when the file is absent or malformed."""
+def _loras(version_folder: Path, roots: list[Path], vllm: bool) -> dict[str, Lora]:
+    """The adapters ``multi_lora.json`` lists; none when the file is absent or malformed.
+    A vLLM model gets an adapter's name (its path is vLLM's business); otherwise the path
+    is relative to the model repository and must stay inside it (Triton's rule)."""
     listing = version_folder / "multi_lora.json"
     if not listing.is_file():
         return {}
@@ -182,8 +192,12 @@ def _loras(version_folder: Path, roots: list[Path]) -> dict[str, Lora]:
         items = json.loads(listing.read_text())
     except ValueError:
         return {}
+    if not isinstance(items, dict):
+        return {}
+    if vllm:
+        return {str(name): Lora(str(name), 0, None) for name in items}
     loras: dict[str, Lora] = {}
-    for task_id, (name, relative) in enumerate(dict(items).items(), start=1):
+    for task_id, (name, relative) in enumerate(items.items(), start=1):
         path = Path(os.path.realpath(root / str(relative)))
         if Path(str(relative)).is_absolute() or not path.is_relative_to(root):
             continue  # as Triton: adapters live inside the repository

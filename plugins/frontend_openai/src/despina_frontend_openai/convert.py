@@ -1,13 +1,19 @@
 """OpenAI requests as model inputs, and model responses as text, counts and logprobs.
 
-Generation uses the inputs Triton's OpenAI frontend sends Python and TensorRT-LLM models
-(``text_input``, ``stream``, ``max_tokens``, ``stop_words``, ``temperature``, ``top_p``,
-``seed``, ``frequency_penalty``, ``presence_penalty``, the echo switch, ``lora_task_id``
-with ``lora_weights``/``lora_config`` the first time, ``return_num_input_tokens``,
-``return_num_output_tokens``), shaped ``[1, 1]``; Despina adds ``return_logprobs`` and
-``top_logprobs``. Only the inputs a model declares are sent. Answers are read from
-``text_output``, ``num_input_tokens``, ``num_output_tokens`` and ``logprobs`` (vLLM's
-JSON: per token ``{token_id: {"logprob", "rank", "decoded_token"}}``, the chosen first).
+Generation takes one of the two request formats of Triton's OpenAI frontend. vLLM's
+(a model that takes ``sampling_parameters``, or ``--backend vllm``): ``text_input``,
+``stream``, the echo switch, ``return_logprobs``, ``return_num_input_tokens``,
+``return_num_output_tokens`` shaped ``[1]``, and ``sampling_parameters``, one JSON
+string (``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``, the penalties,
+``n``, ``min_tokens``, ``ignore_eos``, ``logprobs``, ``lora_name``). The one it sends
+Python and TensorRT-LLM models: ``text_input``, ``stream``, ``max_tokens``,
+``stop_words``, ``temperature``, ``top_p``, ``seed``, ``frequency_penalty``,
+``presence_penalty``, the echo switch, ``lora_task_id`` with ``lora_weights``/
+``lora_config`` the first time, ``return_num_input_tokens``, ``return_num_output_tokens``,
+shaped ``[1, 1]``; Despina adds ``return_logprobs`` and ``top_logprobs``. Only the inputs
+a model declares are sent. Answers are read from ``text_output``, ``num_input_tokens``,
+``num_output_tokens`` and ``logprobs`` (vLLM's JSON: per token ``{token_id: {"logprob",
+"rank", "decoded_token"}}``, the chosen first).
 """
 
 from __future__ import annotations
@@ -40,12 +46,57 @@ class Generation:
     logprobs: int | None = None
 
 
+#: The request fields vLLM's ``sampling_parameters`` carries as they are.
+VLLM_SAMPLING = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "n",
+        "stop",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+        "min_tokens",
+        "ignore_eos",
+    }
+)
+
+
 def generation_request(
     entry: Entry, body: _Sampling, gen: Generation, lora: Lora | None
 ) -> InferenceRequest:
-    """The model's request for ``gen`` with ``body``'s sampling parameters."""
+    """The model's request for ``gen`` with ``body``'s sampling parameters, in the
+    entry's format."""
     if body.seed is not None and body.seed < 0:
         raise OpenAIError("seed must be a non-negative integer", param="seed")
+    values = (_vllm if entry.vllm else _tensorrtllm)(entry, body, gen, lora)
+    inputs = {k: v for k, v in values.items() if k in entry.inputs}
+    return InferenceRequest(model_name=entry.model.name, inputs=inputs)
+
+
+def _vllm(entry: Entry, body: _Sampling, gen: Generation, lora: Lora | None) -> dict[str, Any]:
+    params = body.model_dump(include=set(VLLM_SAMPLING), exclude_none=True)
+    params["max_tokens"] = gen.max_tokens
+    if gen.logprobs is not None:
+        params["logprobs"] = gen.logprobs
+    if lora is not None:
+        params["lora_name"] = lora.name
+    values = {
+        "text_input": np.array([gen.prompt.encode()], dtype=object),
+        "stream": np.array([gen.stream]),
+        "sampling_parameters": np.array([json.dumps(params).encode()], dtype=object),
+        "return_logprobs": np.array([gen.logprobs is not None]),
+        "return_num_input_tokens": np.array([True]),
+        "return_num_output_tokens": np.array([True]),
+    }
+    if entry.echo_input is not None:  # the prompt is left out unless echo is asked
+        values[entry.echo_input] = np.array([not gen.echo])
+    return values
+
+
+def _tensorrtllm(
+    entry: Entry, body: _Sampling, gen: Generation, lora: Lora | None
+) -> dict[str, Any]:
     values: dict[str, np.ndarray] = {
         "text_input": _one(gen.prompt.encode(), object),
         "stream": _one(gen.stream, bool),
@@ -70,8 +121,7 @@ def generation_request(
         values["lora_task_id"] = _one(lora.task_id, np.uint64)
         if not lora.registered:
             values.update(lora.tensors())
-    inputs = {k: v for k, v in values.items() if k in entry.inputs}
-    return InferenceRequest(model_name=entry.model.name, inputs=inputs)
+    return values
 
 
 def embedding_request(entry: Entry, text: str, dimensions: int | None) -> InferenceRequest:

@@ -36,6 +36,8 @@ class OpenAIOptions:
     tool_call_parser: str | None
     max_tool_call_parse_bytes: int
     lora_separator: str | None
+    #: ``--backend``: the request format forced on every model, or None (each model's).
+    backend: str | None
     #: ``{group: Restriction}`` from ``--openai-restricted-api``.
     restrictions: Mapping[str, Restriction]
     max_input_size: int
@@ -69,6 +71,7 @@ class OpenAIOptions:
             tool_call_parser=flags.tool_call_parser,
             max_tool_call_parse_bytes=int(flags.max_tool_call_parse_bytes),
             lora_separator=flags.lora_separator or None,
+            backend=flags.backend,
             restrictions=parse_restrictions(flags.openai_restricted_api),
             max_input_size=int(flags.openai_max_input_size),
         )

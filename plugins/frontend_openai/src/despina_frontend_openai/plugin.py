@@ -66,18 +66,27 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--tool-call-parser",
         default=None,
-        choices=("hermes", "json"),
-        help="parser of tool calls in generated text: hermes (<tool_call>{...}</tool_call>) "
-        "or json (the whole reply is one call object or a list of them); default: none",
+        choices=("llama3", "mistral", "hermes", "json"),
+        help="parser of tool calls in generated text: llama3 ([<|python_tag|>]{...}; {...}), "
+        "mistral ([TOOL_CALLS][{...}, ...]), hermes (<tool_call>{...}</tool_call>) or json "
+        "(the reply starts with a call object or a list of them); default: none",
     )
     group.add_argument(
         "--max-tool-call-parse-bytes",
         type=int,
         default=DEFAULT_MAX_TOOL_CALL_PARSE_BYTES,
         metavar="BYTES",
-        help="generated text the tool-call parser holds per request; past it the reply ends "
-        f"with finish_reason 'length' and the generation is cancelled (default: "
+        help="tool-call text the parser reads per request; past it the reply ends with "
+        f"finish_reason 'length' and the generation is cancelled (default: "
         f"{DEFAULT_MAX_TOOL_CALL_PARSE_BYTES})",
+    )
+    group.add_argument(
+        "--backend",
+        default=None,
+        choices=("vllm", "tensorrtllm"),
+        help="request format for every generating model (Triton's --backend of its OpenAI "
+        "frontend): vllm (text_input + sampling_parameters JSON) or tensorrtllm (one tensor "
+        "per parameter); default: vllm for a model that takes sampling_parameters",
     )
     group.add_argument(
         "--lora-separator",

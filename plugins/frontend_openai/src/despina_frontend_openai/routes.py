@@ -194,6 +194,11 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
         _check_sampling(body, entry, bool(body.logprobs))
         if body.suffix is not None:
             raise OpenAIError("suffix is not currently supported", param="suffix")
+        if entry.vllm and "best_of" in body.model_fields_set:
+            raise OpenAIError(
+                "best_of is no longer supported in vLLM backend, removed from vLLM V1 engine",
+                param="best_of",
+            )
         if body.best_of is not None and body.best_of > 1:
             raise OpenAIError(
                 f"Received best_of={body.best_of}, but only single choice (best_of=1) is "
@@ -269,11 +274,8 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
         top = (body.top_logprobs or 0) if body.logprobs else None
         gen = convert.Generation(prompt, max_tokens, bool(body.stream), None, top)
         source = await run(http, entry, body, gen, lora)
-        parser = (
-            ToolParser(options.tool_call_parser, options.max_tool_call_parse_bytes)
-            if auto and options.tool_call_parser
-            else None
-        )
+        kind = options.tool_call_parser or ""
+        parser = ToolParser(kind, options.max_tool_call_parse_bytes) if auto else None
         head = {
             "id": f"chatcmpl-{uuid.uuid4()}",
             "created": int(time.time()),
@@ -289,8 +291,8 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
             if named is not None:
                 message["content"] = ""
                 message["tool_calls"] = [_named_call(named, text)]
-            elif parser is not None:
-                content, calls = parser.parse(text)
+            elif auto:
+                content, calls = ToolParser.parse(kind, options.max_tool_call_parse_bytes, text)
                 if calls:
                     message.update(content=content, tool_calls=calls)
                     reason = "tool_calls"
@@ -330,22 +332,22 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
                         await delta({"tool_calls": [{"index": 0, **call}]}, logprobs=logprobs)
                         named_sent = True
                         continue
-                    if parser is not None:
-                        text = parser.feed(text)
-                        if parser.overflow:
-                            finish = "length"
-                            break
-                    if text or logprobs:
-                        await delta({"content": text}, logprobs=logprobs)
-            if parser is not None and parser.held and finish is None:
-                content, calls = parser.parse(parser.held)
-                if calls:
-                    if content:
-                        await delta({"content": content})
-                    await delta({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
-                    finish = "tool_calls"
-                else:
-                    await delta({"content": parser.held})
+                    if parser is None:
+                        pieces = [{"content": text}] if text else []
+                    else:
+                        pieces = parser.feed(text)
+                    for piece in pieces or ([{"content": ""}] if logprobs else []):
+                        await delta(piece, logprobs=logprobs)
+                        logprobs = None
+                    if parser is not None and _parse_ended(parser):
+                        finish = "length"
+                        break
+            if parser is not None and finish is None:
+                cut = _finish(usage, max_tokens) == "length"
+                for piece in parser.end(cut):
+                    await delta(piece)
+                _parse_ended(parser)
+                finish = parser.finish_reason()
             await delta({}, finish or _finish(usage, max_tokens))
             if body.stream_options and body.stream_options.include_usage:
                 await stream.send({**head, "choices": [], "usage": usage.body()})
@@ -452,6 +454,18 @@ def _auto_tools(body: ChatRequest, options: OpenAIOptions) -> bool:
             "having tools in the request requires --tool-call-parser to be set", param="tools"
         )
     return True
+
+
+def _parse_ended(parser: ToolParser) -> bool:
+    """True when the tool-call parser read its limit; OpenAIError (sent as the stream's
+    error event) when an opened call broke (see tools.py's contract)."""
+    if parser.broken is not None:
+        raise OpenAIError(
+            f"the model's tool call broke off mid-stream: {parser.broken}",
+            500,
+            code="tool_call_parse_error",
+        )
+    return parser.overflow
 
 
 def _named_call(name: str, arguments: str) -> dict[str, Any]:

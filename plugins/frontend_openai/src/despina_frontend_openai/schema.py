@@ -36,6 +36,9 @@ class _Sampling(_Body):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     seed: int | None = None
+    #: vLLM's sampling extensions (Triton's schema has them; sent to vLLM models only).
+    min_tokens: Annotated[int, Field(ge=0)] | None = None
+    ignore_eos: bool | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
 
