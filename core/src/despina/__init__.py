@@ -91,6 +91,7 @@ _EXPORTS: dict[str, str] = {
     "GAUGE": "despina.custom_metrics",
     "HISTOGRAM": "despina.custom_metrics",
     "CustomMetrics": "despina.custom_metrics",
+    "Metric": "despina.custom_metrics",
     "MetricFamily": "despina.custom_metrics",
     "FAILURE_REASONS": "despina.stats",
     "LATENCY_OBSERVERS": "despina.stats",
@@ -158,6 +159,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         GAUGE as GAUGE,
         HISTOGRAM as HISTOGRAM,
         CustomMetrics as CustomMetrics,
+        Metric as Metric,
         MetricFamily as MetricFamily,
     )
     from despina.devices import Gpu as Gpu, GpuInventory as GpuInventory

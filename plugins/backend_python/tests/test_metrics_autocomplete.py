@@ -4,6 +4,7 @@ conformance suite, test_conformance.py)."""
 from __future__ import annotations
 
 import logging
+import urllib.request
 from typing import Any
 
 import pytest
@@ -26,18 +27,20 @@ def test_custom_metrics_and_logger(
 ) -> None:
     caplog.set_level(logging.INFO, logger="despina.model")
     add(model_repository, "metrics", METRICS, ADD_SUB_IO, mode)
-    running = despina_server(model_repository.root)
+    running = despina_server(
+        model_repository.root,
+        ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"],
+    )
     client = http_client(running)
     for value in (3.0, 7.0):
         result = infer(client, "metrics", pair(value))
     assert result.as_numpy("OUTPUT1")[0] == 2.0
     families = {f.name: f for f in running.server.custom_metrics.families()}
     assert families["test_requests_total"].kind == "counter"
-    assert families["test_requests_total"].value({"model": "metrics"}) == 2.0
-    assert families["test_last_value"].value({"model": "metrics"}) == 7.0
+    assert [(s.labels, s.value) for s in families["test_requests_total"].samples()] == [
+        ({"model": "metrics"}, 2.0)
+    ]
+    assert [s.value for s in families["test_last_value"].samples()] == [7.0]
     assert "metrics model initialized" in caplog.text
-    if running.metrics_port:
-        import urllib.request
-
-        text = urllib.request.urlopen(running.metrics_url, timeout=10).read().decode()
-        assert 'test_requests_total{model="metrics"} 2' in text
+    text = urllib.request.urlopen(running.metrics_url, timeout=10).read().decode()
+    assert 'test_requests_total{model="metrics"} 2\n' in text

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 import socket
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from despina.custom_metrics import COUNTER, GAUGE, HISTOGRAM
+from despina import COUNTER, GAUGE, HISTOGRAM, InvalidArgument
 from despina.plugins import create_plugins
 from despina.testing import RunningServer
 
@@ -45,20 +46,68 @@ def test_triton_metrics_move_after_inferences(serve: Callable[..., RunningServer
     assert value(after, "nv_cpu_memory_total_bytes") >= value(after, "nv_cpu_memory_used_bytes") > 0
 
 
-def test_custom_metric_families_are_exported(serve: Callable[..., RunningServer]) -> None:
+def test_custom_metric_families_are_exported_as_triton_writes_them(
+    serve: Callable[..., RunningServer],
+) -> None:
     running = serve()
     metrics = running.server.custom_metrics
-    metrics.family("requests_by_tenant", "Requests per tenant", COUNTER).add({"tenant": "a"}, 2)
-    metrics.family("queue_depth", "Depth", GAUGE).set({}, 7)
-    metrics.family("latency_ms", "Latency", HISTOGRAM).observe({"m": "x"}, 3.0, [1.0, 5.0])
+    tenants = metrics.family("requests_by_tenant", "Requests per tenant", COUNTER)
+    tenants.metric({"tenant": "a"}).increment(2)
+    metrics.family("queue_depth", "", GAUGE).metric({}).set(7.25)
+    latency = metrics.family("latency_ms", "Latency", HISTOGRAM).metric({"m": "x"}, [1.0, 5.0])
+    for observed in (3.0, 0.5, 100.0):
+        latency.observe(observed)
+    unused = metrics.family("unused", "No series yet", GAUGE)
+    lines = scrape(running).splitlines()
+    start = lines.index("# HELP requests_by_tenant Requests per tenant")
+    assert lines[start:] == [
+        "# HELP requests_by_tenant Requests per tenant",
+        "# TYPE requests_by_tenant counter",
+        'requests_by_tenant{tenant="a"} 2',
+        "# TYPE queue_depth gauge",  # an empty help text: no HELP line
+        "queue_depth 7.25",
+        "# HELP latency_ms Latency",
+        "# TYPE latency_ms histogram",
+        'latency_ms_count{m="x"} 3',
+        'latency_ms_sum{m="x"} 103.5',
+        'latency_ms_bucket{m="x",le="1"} 1',
+        'latency_ms_bucket{m="x",le="5"} 2',
+        'latency_ms_bucket{m="x",le="+Inf"} 3',
+    ]
+    assert unused.samples() == []  # registered, but not exposed without series
+
+
+def test_values_are_written_in_tritons_number_format(serve: Callable[..., RunningServer]) -> None:
+    running = serve()
+    gauge = running.server.custom_metrics.family("formats", "f", GAUGE)
+    values = {"int": 2023.0, "big": 1e20, "small": 1e-05, "frac": 1 / 3, "nan": math.nan}
+    for name, number in values.items():
+        gauge.metric({"v": name}).set(number)
+    gauge.metric({"v": "inf"}).set(-math.inf)
     text = scrape(running)
-    assert value(text, "requests_by_tenant", tenant="a") == 2
-    assert "# TYPE requests_by_tenant counter" in text
-    assert value(text, "queue_depth") == 7
-    assert value(text, "latency_ms_bucket", le="1.0", m="x") == 0
-    assert value(text, "latency_ms_bucket", le="5.0", m="x") == 1
-    assert value(text, "latency_ms_bucket", le="+Inf", m="x") == 1
-    assert value(text, "latency_ms_sum", m="x") == 3.0
+    assert 'nv_inference_request_success{model="toy",version="1"} 0\n' in text
+    for line in (
+        'formats{v="int"} 2023',
+        'formats{v="big"} 1e+20',
+        'formats{v="small"} 1e-05',
+        'formats{v="frac"} 0.3333333333333333',
+        'formats{v="nan"} Nan',
+        'formats{v="inf"} -Inf',
+    ):
+        assert f"\n{line}\n" in text
+
+
+def test_a_series_goes_with_its_last_metric(serve: Callable[..., RunningServer]) -> None:
+    running = serve()
+    family = running.server.custom_metrics.family("held", "h", COUNTER)
+    first, second = family.metric({"k": "1"}), family.metric({"k": "1"})
+    first.increment(3)
+    first.delete()
+    assert 'held{k="1"} 3' in scrape(running)
+    with pytest.raises(InvalidArgument, match="Metric has been invalidated"):
+        first.value()
+    second.delete()
+    assert "held" not in scrape(running)
 
 
 def test_flags_turn_parts_off(serve: Callable[..., RunningServer]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import logging
 import queue
 import threading
@@ -24,7 +25,7 @@ from despina_backend_python.pb.messages import InferenceRequest, InferenceRespon
 from despina_backend_python.pb.runtime import Runtime
 
 if TYPE_CHECKING:
-    from despina import BackendHost
+    from despina import BackendHost, CustomMetrics, Metric, MetricFamily
 
 _END = object()
 
@@ -37,6 +38,7 @@ class ServerRuntime(Runtime):
         self.loop = loop
         self.model_name = model_name
         self.logger = logging.getLogger(f"despina.model.{model_name}")
+        self.metric_handles = MetricHandles(host.custom_metrics)
 
     @property
     def unload_wait_s(self) -> float:
@@ -105,24 +107,17 @@ class ServerRuntime(Runtime):
         self.logger.log(python_level(level), "%s", message)
 
     def metric(self, action: str, family: str, **fields: Any) -> float:
-        registry = self.host.custom_metrics
+        """A custom-metric call of the model, by handle (see :mod:`.pb.metrics`):
+
+        - ``family`` (``description``, ``kind``): register family ``family``; its handle;
+        - ``metric`` (``handle`` of the family, ``labels``, ``buckets``): a metric's handle;
+        - ``increment``, ``set``, ``observe`` (``handle``, ``value``) and ``value``;
+        - ``delete_family`` (``handle``): delete the family's metrics, then its handle.
+
+        Errors are TritonModelException with Triton's texts.
+        """
         try:
-            if action == "family":
-                registry.family(family, fields["description"], fields["kind"])
-                return 0.0
-            target = next((f for f in registry.families() if f.name == family), None)
-            if target is None:
-                raise InvalidArgument(f"metric family '{family}' does not exist")
-            labels, value = fields.get("labels", {}), float(fields.get("value", 0.0))
-            if action == "add":
-                target.add(labels, value)
-            elif action == "set":
-                target.set(labels, value)
-            elif action == "observe":
-                target.observe(labels, value, list(fields.get("buckets", [])))
-            elif action == "remove":
-                target.remove(labels)
-            return float(target.value(labels))
+            return self.metric_handles.call(action, family, fields)
         except DespinaError as exc:
             raise TritonModelException(str(exc)) from None
 
@@ -157,6 +152,76 @@ class ServerRuntime(Runtime):
         except DespinaError as exc:
             raise TritonModelException(str(exc)) from None
         return None
+
+
+class MetricHandles:
+    """The custom metric families and metrics a model holds, by number (a model in
+    another process refers to them so)."""
+
+    def __init__(self, registry: CustomMetrics) -> None:
+        self.registry = registry
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()  # a finalizer of the model may call in again
+        #: family handle -> (family, handles of the metrics made from it)
+        self._families: dict[int, tuple[MetricFamily, list[int]]] = {}
+        self._metrics: dict[int, Metric] = {}
+
+    def call(self, action: str, name: str, fields: dict[str, Any]) -> float:
+        """Run ``action`` (see :meth:`ServerRuntime.metric`); its handle or value."""
+        if action == "family":
+            family = self.registry.family(name, str(fields["description"]), str(fields["kind"]))
+            return self._add_family(family)
+        handle = int(fields["handle"])
+        if action == "metric":
+            return self._add_metric(handle, fields["labels"], fields.get("buckets"))
+        if action == "delete_family":
+            self._delete_family(handle)
+            return 0.0
+        metric = self._metric(handle)
+        if action == "value":
+            return metric.value()
+        operations = {"increment": metric.increment, "set": metric.set, "observe": metric.observe}
+        if action not in operations:
+            raise InvalidArgument(f"unknown metric operation '{action}'")
+        operations[action](float(fields["value"]))
+        return 0.0
+
+    def _add_family(self, family: MetricFamily) -> int:
+        with self._lock:
+            handle = next(self._ids)
+            self._families[handle] = (family, [])
+        return handle
+
+    def _add_metric(self, family_handle: int, labels: Any, buckets: Any) -> int:
+        with self._lock:
+            family, metrics = self._family(family_handle)
+            if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+                raise InvalidArgument("attempt to access JSON non-string as string")
+            bounds = None if buckets is None else [float(b) for b in buckets]
+            metric = family.metric({str(k): v for k, v in labels.items()}, bounds)
+            handle = next(self._ids)
+            self._metrics[handle] = metric
+            metrics.append(handle)
+        return handle
+
+    def _family(self, handle: int) -> tuple[MetricFamily, list[int]]:
+        entry = self._families.get(handle)
+        if entry is None:
+            raise InvalidArgument(f"unknown metric family handle {handle}")
+        return entry
+
+    def _metric(self, handle: int) -> Metric:
+        metric = self._metrics.get(handle)
+        if metric is None:
+            raise InvalidArgument(f"unknown metric handle {handle}")
+        return metric
+
+    def _delete_family(self, handle: int) -> None:
+        with self._lock:
+            _, metrics = self._family(handle)
+            for metric_handle in metrics:
+                self._metrics.pop(metric_handle).delete()
+            del self._families[handle]
 
 
 def _as_bytes(value: Any) -> bytes:

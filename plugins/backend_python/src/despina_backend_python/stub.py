@@ -352,6 +352,7 @@ class Stub:
                 self.model.finalize()
         except BaseException as exc:  # noqa: BLE001 - reported to the server
             message = describe_exception(exc)
+        pb_runtime.forget(self.runtime)  # objects the model leaves now call no more (metrics)
         self.channel.send({"op": "finalized", "error": message})
 
 

@@ -8,14 +8,16 @@ per request (:mod:`despina_metrics_prometheus.latency`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from despina import COUNTER, FAILURE_REASONS, GAUGE, MetricFamily
+from despina import FAILURE_REASONS, HISTOGRAM, MetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from despina_metrics_prometheus.cpu import CpuSampler, memory
+from despina_metrics_prometheus.exposition import format_number
 from despina_metrics_prometheus.gpu import FAMILIES as GPU_FAMILIES, GpuSampler
 from despina_metrics_prometheus.latency import FIRST_RESPONSE, Histogram, LatencyRecorder
 from despina_metrics_prometheus.options import MetricsOptions
@@ -121,7 +123,8 @@ class StatsCollector(Collector):
         if self.cpu is not None:
             yield from self._cpu()
         for custom in self.host.custom_metrics.families():
-            yield _custom(custom)
+            if (exposed := _custom(custom)) is not None:
+                yield exposed
 
     def _latencies(self, versions: list[ModelVersion]) -> Iterator[Metric]:
         """The first-response histogram and the summaries of the versions that record
@@ -155,7 +158,7 @@ class StatsCollector(Collector):
                         quantiles, window.quantiles(quantiles), strict=True
                     ):
                         summary.add_sample(
-                            name, {**labels, "quantile": _number(quantile)}, estimate
+                            name, {**labels, "quantile": format_number(quantile)}, estimate
                         )
             yield from summaries.values()
 
@@ -184,32 +187,23 @@ class StatsCollector(Collector):
                 yield metric
 
 
-def _custom(family: MetricFamily) -> Metric:
-    """A model-defined family (pb_utils.MetricFamily) as a Metric."""
-    kind = family.kind if family.kind in (COUNTER, GAUGE) else "histogram"
-    metric = Metric(family.name, family.description, kind)
-    with family.lock:
-        values = list(family.values.items())
-        buckets = list(family.buckets.items())
-    for key, value in values:
-        metric.add_sample(family.name, dict(key), value)
-    for key, (bounds, counts, total, count) in buckets:
-        labels = dict(key)
-        for bound, cumulative in zip(bounds, counts, strict=True):
-            metric.add_sample(f"{family.name}_bucket", {**labels, "le": _bound(bound)}, cumulative)
-        metric.add_sample(f"{family.name}_bucket", {**labels, "le": "+Inf"}, count)
-        metric.add_sample(f"{family.name}_sum", labels, total)
-        metric.add_sample(f"{family.name}_count", labels, count)
+def _custom(family: MetricFamily) -> Metric | None:
+    """A model-defined family (pb_utils.MetricFamily) as Triton exposes it, or None while
+    it has no series: a histogram's ``_count``, ``_sum``, then its buckets by bound."""
+    samples = family.samples()
+    if not samples:
+        return None
+    metric = Metric(family.name, family.description, family.kind)
+    for sample in samples:
+        if family.kind != HISTOGRAM:
+            metric.add_sample(family.name, sample.labels, sample.value)
+            continue
+        metric.add_sample(f"{family.name}_count", sample.labels, sample.count)
+        metric.add_sample(f"{family.name}_sum", sample.labels, sample.total)
+        for bound, cumulative in (*sample.buckets, (math.inf, sample.count)):
+            labels = {**sample.labels, "le": format_number(bound)}
+            metric.add_sample(f"{family.name}_bucket", labels, cumulative)
     return metric
-
-
-def _bound(value: float) -> str:
-    return repr(float(value))
-
-
-def _number(value: float) -> str:
-    """A label value as prometheus-cpp (Triton) writes it: ``100``, ``0.5``, ``1e-05``."""
-    return f"{value:.16g}"
 
 
 def _histogram_samples(metric: Metric, labels: dict[str, str], histogram: Histogram) -> None:
@@ -218,5 +212,5 @@ def _histogram_samples(metric: Metric, labels: dict[str, str], histogram: Histog
     metric.add_sample(f"{name}_count", labels, count)
     metric.add_sample(f"{name}_sum", labels, total)
     for bound, at_most in zip(histogram.bounds, cumulative, strict=True):
-        metric.add_sample(f"{name}_bucket", {**labels, "le": _number(bound)}, at_most)
+        metric.add_sample(f"{name}_bucket", {**labels, "le": format_number(bound)}, at_most)
     metric.add_sample(f"{name}_bucket", {**labels, "le": "+Inf"}, count)

@@ -1,22 +1,35 @@
-"""Prometheus text exposition with Triton's sample names.
+"""Prometheus text exposition as Triton (prometheus-cpp) writes it.
 
 prometheus-client's ``generate_latest`` renames counters to ``<name>_total``; Triton's
 counters (``nv_inference_count``, ...) have no suffix and dashboards query them by those
-names, so metrics are rendered here as they are named.
+names, so metrics are rendered here as they are named, with Triton's number format
+(``0``, ``2023``, ``1e-05``, ``+Inf``, ``Nan``) and no ``# HELP`` line for an empty help
+text. Unlike Triton, a help text's backslashes and line breaks are escaped (Triton writes
+them raw, which breaks the format).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def format_number(value: float) -> str:
+    """``value`` as prometheus-cpp writes sample values and bucket bounds (C's ``%.16g``:
+    ``0``, ``0.1``, ``1e+20``)."""
+    if math.isnan(value):
+        return "Nan"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:.16g}"
 
 
 def _label_order(item: tuple[str, str]) -> tuple[bool, str]:
@@ -26,11 +39,12 @@ def _label_order(item: tuple[str, str]) -> tuple[bool, str]:
 
 
 def render(metrics: Iterable[Metric]) -> bytes:
-    """The text format of ``metrics``: HELP, TYPE, then one line per sample."""
+    """The text format of ``metrics``: HELP (if any), TYPE, then one line per sample."""
     lines: list[str] = []
     for metric in metrics:
-        doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        lines.append(f"# HELP {metric.name} {doc}")
+        if metric.documentation:
+            doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+            lines.append(f"# HELP {metric.name} {doc}")
         lines.append(f"# TYPE {metric.name} {metric.type}")
         for sample in metric.samples:
             labels = ",".join(
@@ -38,6 +52,6 @@ def render(metrics: Iterable[Metric]) -> bytes:
                 for k, v in sorted(sample.labels.items(), key=_label_order)
             )
             name = f"{sample.name}{{{labels}}}" if labels else sample.name
-            lines.append(f"{name} {floatToGoString(sample.value)}")  # type: ignore[no-untyped-call]
+            lines.append(f"{name} {format_number(sample.value)}")
     lines.append("")
     return "\n".join(lines).encode()

@@ -48,8 +48,8 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     def metric(self, action: str, family: str, **fields: Any) -> float:
-        """A custom-metric operation (``family``, ``add``, ``set``, ``value``, ``observe``,
-        ``remove``) on the server's registry; returns the metric's value where relevant."""
+        """A custom-metric operation on the server's registry (see
+        :meth:`.server_runtime.ServerRuntime.metric`); returns a handle or a value."""
 
     @abc.abstractmethod
     def model_control(self, action: str, **fields: Any) -> Any:
@@ -88,6 +88,11 @@ def activate(runtime: Runtime) -> contextvars.Token[Runtime | None]:
 
 def deactivate(token: contextvars.Token[Runtime | None]) -> None:
     _current.reset(token)
+
+
+def is_active(runtime: Runtime) -> bool:
+    """Whether ``runtime`` still hosts a model: activated and not forgotten since."""
+    return runtime in _fallback
 
 
 def forget(runtime: Runtime) -> None:
