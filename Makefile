@@ -1,4 +1,4 @@
-# make serve · make test · make lint · make bench · make fuzz — each sets up .venv itself.
+# make serve · make test · make lint · make bench · make fuzz · make image-test — each sets up .venv itself.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,7 @@ PLUGINS := $(sort $(wildcard plugins/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGINS))
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench compare fuzz triton-qa venv clean
+.PHONY: serve test lint bench compare fuzz triton-qa image-test venv clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,12 @@ triton-qa: $(STAMP)
 FUZZ_EXAMPLES ?= 100000
 fuzz: $(STAMP)
 	$(BIN)/python tests/fuzz/campaign.py --examples $(FUZZ_EXAMPLES) $(FUZZ_ARGS)
+
+# The container image (deploy/container) built with build.sh from BASE_IMAGE (default
+# localhost/debian-python:bookworm, made with mmdebstrap if missing) and run with podman:
+# uid 1000, HEALTHCHECK, HTTP/gRPC/metrics, SIGTERM drain, --shm-size. Skips without podman.
+image-test: $(STAMP)
+	DESPINA_IMAGE_TEST=1 $(BIN)/python -m pytest tests/container -rs $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check core plugins tests bench compare
