@@ -1,6 +1,7 @@
 """Hostile chunked bodies: a chunk whose announced size is over ``--http-max-input-size``
-is refused at once (413, or 400 when the size overflows 64 bits), before its bytes come;
-legitimate chunked bodies still pass however their bytes are split."""
+is refused at once (413, or 400 when the size overflows 64 bits), before its bytes come,
+on Despina's front, aiohttp alone and HTTP worker processes; legitimate chunked bodies
+still pass however their bytes are split."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterator
 import httptools
 import pytest
 from despina.testing import RunningServer
-from despina_frontend_http.body import ChunkSizes
+from despina_frontend_http.framing import ChunkSizes, OverLimit, RequestFraming
 
 INFER = "/v2/models/add_sub/infer"
 LIMIT = 1000
@@ -20,8 +21,16 @@ TOO_LARGE = (
     "use --http-max-input-size to increase the limit"
 )
 HEAD = b"POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" % INFER.encode()
-FRONT_ONLY = pytest.mark.parametrize(
-    "serve", ["--http-stack=despina"], indirect=True, ids=["front"]
+#: Every HTTP path: Despina's front, aiohttp alone, and worker processes (aiohttp).
+STACKS = pytest.mark.parametrize(
+    ("serve", "workers"),
+    [
+        ("--http-stack=despina", []),
+        ("--http-stack=aiohttp", []),
+        ("--http-stack=aiohttp", ["--http-worker-processes=1"]),
+    ],
+    indirect=["serve"],
+    ids=["front", "aiohttp", "workers"],
 )
 BODY = json.dumps(
     {
@@ -41,6 +50,10 @@ def chunked(body: bytes, size: int) -> bytes:
         for p in (body[i : i + size] for i in range(0, len(body), size))
     ]
     return b"".join(parts) + b"0\r\nX-Trailer: ab\r\n\r\n"
+
+
+#: Two chunked requests, then a third announcing one byte over the limit.
+PIPELINED = (HEAD + chunked(BODY, 40)) * 2 + HEAD + b"40;x=1\r\n" + b"y" * 64 + b"\r\n3a9\r\n"
 
 
 @pytest.fixture
@@ -77,7 +90,7 @@ def error_reply(raw: bytes) -> tuple[int, dict[str, str], dict[str, str]]:
     return int(first.split(" ")[1]), headers, json.loads(body)
 
 
-@FRONT_ONLY
+@STACKS
 @pytest.mark.parametrize(
     ("size_line", "status"),
     [
@@ -92,11 +105,12 @@ def error_reply(raw: bytes) -> tuple[int, dict[str, str], dict[str, str]]:
 )
 def test_chunk_size_over_the_limit_is_refused_at_once(
     serve: Callable[..., RunningServer],
+    workers: list[str],
     connect: Callable[[RunningServer], socket.socket],
     size_line: list[bytes],
     status: int,
 ) -> None:
-    running = serve(f"--http-max-input-size={LIMIT}")
+    running = serve(f"--http-max-input-size={LIMIT}", *workers)
     sock = connect(running)
     sock.sendall(HEAD + size_line[0])
     for part in size_line[1:]:
@@ -109,26 +123,44 @@ def test_chunk_size_over_the_limit_is_refused_at_once(
     assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
 
 
-@pytest.mark.parametrize("serve", ["--http-stack=aiohttp"], indirect=True, ids=["aiohttp"])
-@pytest.mark.xfail(
-    raises=TimeoutError,
-    strict=True,
-    reason="aiohttp's parser does not report a chunk's size: it waits for the chunk's bytes",
-)
-def test_aiohttp_waits_for_a_chunk_over_the_limit(
-    serve: Callable[..., RunningServer], connect: Callable[[RunningServer], socket.socket]
+@STACKS
+def test_chunk_over_the_limit_while_the_body_is_read(
+    serve: Callable[..., RunningServer],
+    workers: list[str],
+    connect: Callable[[RunningServer], socket.socket],
 ) -> None:
-    sock = connect(serve(f"--http-max-input-size={LIMIT}"))
-    sock.settimeout(2)
-    sock.sendall(HEAD + b"7fffffffffffffff\r\n")
-    assert error_reply(read_to_close(sock))[0] == 413
+    """The size line comes after ``100 Continue``, the request being handled: 413 too."""
+    sock = connect(serve(f"--http-max-input-size={LIMIT}", *workers))
+    sock.sendall(HEAD.replace(b"Host: x", b"Host: x\r\nExpect: 100-continue"))
+    assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    sock.sendall(b"7fffffffffffffff\r\n")
+    got, headers, body = error_reply(read_to_close(sock))
+    assert (got, headers["connection"], body) == (413, "close", {"error": TOO_LARGE})
 
 
+@STACKS
+def test_chunk_over_the_limit_after_answered_requests(
+    serve: Callable[..., RunningServer],
+    workers: list[str],
+    connect: Callable[[RunningServer], socket.socket],
+) -> None:
+    """Pipelined after two requests in one send: those are answered, then 413 and close."""
+    sock = connect(serve(f"--http-max-input-size={LIMIT}", *workers))
+    sock.sendall(PIPELINED)
+    raw = read_to_close(sock)
+    assert raw.count(b"HTTP/1.1 200 OK\r\n") == 2, raw
+    got, headers, body = error_reply(raw[raw.rindex(b"HTTP/1.") :])
+    assert (got, headers["connection"], body) == (413, "close", {"error": TOO_LARGE})
+
+
+@STACKS
 def test_chunked_body_passing_the_limit_is_refused_before_it_ends(
-    serve: Callable[..., RunningServer], connect: Callable[[RunningServer], socket.socket]
+    serve: Callable[..., RunningServer],
+    workers: list[str],
+    connect: Callable[[RunningServer], socket.socket],
 ) -> None:
     """Small chunks adding up past the limit: 413 at once, without the last chunk."""
-    running = serve(f"--http-max-input-size={LIMIT}")
+    running = serve(f"--http-max-input-size={LIMIT}", *workers)
     sock = connect(running)
     sock.sendall(HEAD + b"100\r\n" + b" " * 256 + b"\r\n")
     for _ in range(4):
@@ -137,13 +169,15 @@ def test_chunked_body_passing_the_limit_is_refused_before_it_ends(
     assert (got, body) == (413, {"error": TOO_LARGE})
 
 
-@FRONT_ONLY
+@STACKS
 def test_chunked_body_split_anywhere_is_served(
-    serve: Callable[..., RunningServer], connect: Callable[[RunningServer], socket.socket]
+    serve: Callable[..., RunningServer],
+    workers: list[str],
+    connect: Callable[[RunningServer], socket.socket],
 ) -> None:
     """Sent a byte at a time (size lines split anywhere), a body at the limit passes."""
     body = BODY + b" " * (LIMIT - len(BODY))
-    sock = connect(serve(f"--http-max-input-size={LIMIT}"))
+    sock = connect(serve(f"--http-max-input-size={LIMIT}", *workers))
     for byte in HEAD + chunked(body, 97):
         sock.sendall(bytes([byte]))
     assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
@@ -192,3 +226,26 @@ def test_chunk_sizes_wherever_the_bytes_split(split: int) -> None:
     parser = Chunked()
     sizes = [parser.feed(stream[:split]), parser.feed(stream[split:])]
     assert max(size or 0 for size in sizes) == 26 + 0x3E9
+
+
+@pytest.mark.parametrize("split", range(len(PIPELINED) + 1))
+def test_request_framing_wherever_the_bytes_split(split: int) -> None:
+    """What aiohttp's paths run beside their parser names the third request."""
+    framing = RequestFraming(max_header_size=len(HEAD), max_input_size=LIMIT)
+    over = framing.feed(PIPELINED[:split]) or framing.feed(PIPELINED[split:])
+    assert over == OverLimit(413, 3)
+
+
+@STACKS
+def test_size_line_across_the_head_limit_offset_is_read(
+    serve: Callable[..., RunningServer],
+    workers: list[str],
+    connect: Callable[[RunningServer], socket.socket],
+) -> None:
+    """In one send, a head and a chunk, then a size line over the limit that crosses the
+    offset where the head's limit (1024 bytes) ended: 413 at once."""
+    sock = connect(serve(f"--http-max-input-size={LIMIT}", "--http-max-header-size=1024", *workers))
+    first = 1024 - 2 - len(HEAD) - len(b"%x\r\n" % 900) - 2
+    sock.sendall(HEAD + b"%x\r\n" % first + b"z" * first + b"\r\n3e9\r\n")
+    got, headers, body = error_reply(read_to_close(sock))
+    assert (got, headers["connection"], body) == (413, "close", {"error": TOO_LARGE})

@@ -43,9 +43,10 @@ from aiohttp import web
 from despina import ascii_digits
 
 from despina_frontend_http import memory_pipe
-from despina_frontend_http.aioserver import head_too_large
-from despina_frontend_http.body import ChunkSizes, too_large
+from despina_frontend_http.aioserver import LINGER_S, head_too_large
+from despina_frontend_http.body import too_large
 from despina_frontend_http.context import Context
+from despina_frontend_http.framing import ChunkSizes
 from despina_frontend_http.responses import failure
 from despina_frontend_http.routes_infer import (
     Started,
@@ -65,8 +66,6 @@ log = logging.getLogger("despina.http")
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
 #: Requests a connection may have waiting before it stops reading.
 MAX_WAITING = 16
-#: Seconds a refused connection reads and drops what its client still sends.
-LINGER_S = 5.0
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 #: Request targets already parsed by :func:`infer_target` (clients repeat one or a few).
@@ -178,6 +177,8 @@ class FrontConnection(asyncio.Protocol):
         self.head_fed = 0
         #: A head passed ``--http-max-header-size`` within a parser callback.
         self.head_over = False
+        #: Heads read whole on this connection.
+        self.heads = 0
 
     # --- asyncio.Protocol
 
@@ -210,15 +211,21 @@ class FrontConnection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._parse_error(exc)
         else:
-            chunks = self.chunks
-            if chunks.reading or chunks.opened:
-                incoming = self.current
-                if chunks.announced(data, incoming.size) > self.ctx.max_input_size:
-                    self._too_large(incoming)
+            self._check_chunks(data)
+
+    def _check_chunks(self, data: bytes) -> None:
+        """After ``data`` was fed: 413 when the chunks announce a body over the limit."""
+        chunks = self.chunks
+        if chunks.reading or chunks.opened:
+            incoming = self.current
+            if chunks.announced(data, incoming.size) > self.ctx.max_input_size:
+                self._too_large(incoming)
 
     def _feed_head(self, head: bytes) -> bool:
         """Feed the bytes the head may still take; False (answered: 431 or 400) when the
-        head did not end within them."""
+        head did not end within them (one that began after another ended may go on), or
+        a size line begun in them announces a body over the limit."""
+        heads = self.heads
         try:
             self.parser.feed_data(head)
         except httptools.HttpParserUpgrade:
@@ -226,10 +233,11 @@ class FrontConnection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._parse_error(exc)
             return False
-        if self.in_head:
+        if self.in_head and self.heads == heads:
             self._head_too_large()
             return False
-        return True
+        self._check_chunks(head)
+        return not self.closed
 
     def _parse_error(self, exc: httptools.HttpParserError) -> None:
         if self.head_over:
@@ -286,6 +294,7 @@ class FrontConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self.in_head = False
         self.head_fed = 0
+        self.heads += 1
         incoming = self.current
         parser = self.parser
         incoming.method = parser.get_method()

@@ -129,6 +129,7 @@ class HttpFrontend:
             options.port,
             max_connections=options.max_connections,
             max_header_size=options.max_header_size,
+            max_input_size=options.max_input_size,
             ssl_context=options.ssl_context,
             reuse_port=options.reuse_port or None,
         )

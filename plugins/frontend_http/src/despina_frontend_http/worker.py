@@ -107,6 +107,7 @@ class HttpWorker:
             port,
             max_connections=int(settings["max_connections"]),
             max_header_size=int(settings["max_header_size"]),
+            max_input_size=int(settings["max_input_size"]),
             ssl_context=context,
             reuse_port=True,
         )
