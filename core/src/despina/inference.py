@@ -19,10 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from despina.errors import DespinaError
+from despina.errors import DespinaError, InvalidArgument
 
 if TYPE_CHECKING:
     from despina.tracing.trace import Trace
+
+
+#: Triton's error for a request released with ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``
+#: by a model whose sequence batcher is not iterative.
+RESCHEDULE_UNSUPPORTED = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+    "configured to handle such a flag."
+)
 
 
 class SequenceFlags(enum.IntFlag):
@@ -196,6 +204,11 @@ class InferenceRequest:
     compute_input_end_ns: int = field(default=0, repr=False)
     compute_output_start_ns: int = field(default=0, repr=False)
     _cancelled: bool = field(default=False, repr=False)
+    #: Whether a backend may :meth:`reschedule` the request: set by the sequence batcher of
+    #: a model with ``sequence_batching { iterative_sequence: true }``.
+    reschedulable: bool = field(default=False, init=False, repr=False)
+    #: Set by :meth:`reschedule`; the scheduler reads and clears it once the execution ends.
+    rescheduled: bool = field(default=False, init=False, repr=False)
 
     @property
     def requested_output_names(self) -> list[str] | None:
@@ -225,6 +238,16 @@ class InferenceRequest:
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    def reschedule(self) -> None:
+        """Release the request to run again (Triton's ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``):
+        called by a backend during an execution, which then must not send the request's
+        final response. Once the execution returns, the request is queued again in its
+        sequence, with its inputs, stream and correlation ID and with neither START nor
+        END. Raises InvalidArgument (Triton's text) unless :attr:`reschedulable`."""
+        if not self.reschedulable:
+            raise InvalidArgument(RESCHEDULE_UNSUPPORTED)
+        self.rescheduled = True
 
     def respond(self, response: InferenceResponse, final: bool = True) -> None:
         """Send a response to the submitter (backends of decoupled models call this)."""

@@ -9,6 +9,15 @@ one frees up. Its requests then run in order on that slot's instance (see
 any request that neither starts a sequence nor continues a known one, gets Triton's
 "must specify the START flag" error.
 
+Iterative sequences (``iterative_sequence: true``, Triton's provisional feature): a request
+without a correlation ID starts a sequence of its own under a fresh server-assigned ID
+(counting from 1, as Triton), and a backend may :meth:`~despina.inference.InferenceRequest.reschedule`
+it: once the execution returns it is queued again in its slot, flags cleared, and runs
+again on the same instance; released without rescheduling, it ends its sequence and frees
+the slot. A rescheduled request that was cancelled, already got its final response, or
+meets a stopping scheduler is not queued again (the first and last are answered with an
+error), so nothing loops on after its client or model is gone.
+
 Implicit state: a backend reads a ``state`` entry's value from the request input
 ``input_name`` and writes the next value as the response output ``output_name``; the
 scheduler keeps it for the sequence's next request and removes it from the response
@@ -20,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import itertools
 import logging
 import math
 import time
@@ -50,7 +60,8 @@ log = logging.getLogger("despina.scheduling")
 
 #: Triton's default ``max_sequence_idle_microseconds``.
 DEFAULT_IDLE_US = 1_000_000
-#: How often the reaper looks again at an idle sequence still waiting in the backlog.
+#: How often the reaper looks again at an idle sequence still waiting in the backlog or
+#: executing (a sequence is not idle while one of its requests runs).
 BACKLOG_RECHECK_S = 0.05
 
 
@@ -84,6 +95,8 @@ class SequenceBatchScheduler(Scheduler):
         config = model.config
         batching = config.sequence_batching
         _validate(config)
+        self.iterative = bool(batching.iterative_sequence)
+        self._sequence_ids = itertools.count(1)
         self.controls = SequenceControls(config)
         self.states = state_specs(config, model.model_dir)
         self.input_names = [i.name for i in config.input]
@@ -148,10 +161,14 @@ class SequenceBatchScheduler(Scheduler):
             raise Unavailable(QUEUE_FULL)
         corrid = request.correlation_id
         if corrid == 0 or corrid == "":
-            raise InvalidArgument(
-                f"inference request to model '{model}' must specify a non-zero or non-empty "
-                "correlation ID"
-            )
+            if not self.iterative:
+                raise InvalidArgument(
+                    f"inference request to model '{model}' must specify a non-zero or "
+                    "non-empty correlation ID"
+                )
+            corrid = request.correlation_id = next(self._sequence_ids)
+            request.flags = SequenceFlags.START
+        request.reschedulable = self.iterative
         start = SequenceFlags.START in request.flags
         end = SequenceFlags.END in request.flags
         slot = self._active.get(corrid)
@@ -186,6 +203,60 @@ class SequenceBatchScheduler(Scheduler):
         if end:
             del self._active[corrid]
         slot.put(request)
+
+    def executed(self, slot: Slot, request: InferenceRequest) -> None:
+        """After ``request`` ran in ``slot``: queue it again when its backend rescheduled
+        it; otherwise free the slot when its sequence ended (END flag, or any request of
+        an iterative sequence)."""
+        if request.rescheduled:
+            request.rescheduled = False
+            if self._requeue(slot, request):
+                return
+        corrid = request.correlation_id
+        if SequenceFlags.END in request.flags:
+            self.release(slot)
+        elif self.iterative and self._active.get(corrid) is slot:
+            # as Triton, through the slot's queue: requests already queued run first
+            del self._active[corrid]
+            self._last_seen.pop(corrid, None)
+            slot.put(RELEASE)
+
+    def _requeue(self, slot: Slot, request: InferenceRequest) -> bool:
+        """Queue a rescheduled request again in ``slot`` (its flags cleared); False, with
+        the request answered where it still waits for an answer, when it will not run
+        again."""
+        corrid = request.correlation_id
+        model = self.model.name
+        if request.stream is not None and request.stream.done:
+            log.warning(
+                "a request of sequence %s of model '%s' was rescheduled after its final "
+                "response; its sequence ends",
+                corrid,
+                model,
+            )
+            return False
+        if request.cancelled or self.stopping:
+            error = Cancelled("Request was cancelled") if request.cancelled else None
+            reject(self.model, request, error or stopping_error(self.model))
+            return False
+        holder = self._active.get(corrid)
+        ended = SequenceFlags.END in request.flags
+        if holder is None and ended and corrid not in self._backlog:  # its END is undone
+            self._active[corrid] = slot
+        elif holder is not slot:
+            reject(
+                self.model,
+                request,
+                Unavailable(
+                    f"sequence {corrid} of model '{model}' was restarted before its "
+                    "rescheduled request could run again"
+                ),
+            )
+            return False
+        request.flags = SequenceFlags.NONE
+        self._last_seen[corrid] = time.monotonic()
+        slot.put(request)
+        return True
 
     def release(self, slot: Slot) -> None:
         """Free ``slot`` (its sequence ended, idled out or was cancelled) and give it to
@@ -246,6 +317,10 @@ class SequenceBatchScheduler(Scheduler):
             remaining = self.idle_s - (now - seen)
             if remaining > 0:
                 wait = min(wait, remaining)
+                continue
+            slot = self._active.get(corrid)
+            if slot is not None and slot.running:
+                wait = min(wait, BACKLOG_RECHECK_S)
                 continue
             slot = self._active.pop(corrid, None)
             if slot is not None:

@@ -12,7 +12,9 @@ run in order, one at a time, always on the same instance.
   (preferred sizes, queue delay), at most one request per sequence per batch.
 
 Before execution each request gets its control tensors and its implicit state inputs;
-after it, state outputs are kept for the sequence's next request.
+after it, state outputs are kept for the sequence's next request, and the scheduler is
+told each request ran (it queues a rescheduled one again, or frees an ended sequence's
+slot).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class SlotOwner(Protocol):
 
     def release(self, slot: Slot) -> None: ...
 
+    def executed(self, slot: Slot, request: InferenceRequest) -> None: ...
+
 
 #: A slot-queue entry meaning "the sequence idled out: free the slot".
 RELEASE = None
@@ -65,7 +69,7 @@ Chosen = list[tuple["Slot", InferenceRequest | None]]
 class Slot:
     """One sequence slot of an instance."""
 
-    __slots__ = ("batcher", "corrid", "index", "queue", "states")
+    __slots__ = ("batcher", "corrid", "index", "queue", "running", "states")
 
     def __init__(self, batcher: InstanceBatcher, index: int) -> None:
         self.batcher = batcher
@@ -75,6 +79,8 @@ class Slot:
         self.corrid: int | str | None = None
         #: Implicit state of the sequence (input name -> tensor), None until its first run.
         self.states: dict[str, np.ndarray] | None = None
+        #: True while a request of the slot executes (its sequence is not idle then).
+        self.running = False
 
     def put(self, item: InferenceRequest | None) -> None:
         """Queue a request (or RELEASE) and wake the instance's worker."""
@@ -181,7 +187,7 @@ class InstanceBatcher:
         return sum(1 for slot in self.slots for item in slot.queue if item is not None)
 
     async def run(self) -> None:
-        """The worker: form a batch, run it, release ended sequences; until stopped."""
+        """The worker: form a batch, run it, report its requests; until stopped."""
         while not self.owner.stopping:
             chosen = await self._next_batch()
             self.executing = True
@@ -219,12 +225,20 @@ class InstanceBatcher:
         return heads
 
     async def _execute(self, chosen: Chosen) -> None:
-        requests = [request for _, request in chosen if request is not None]
+        ran = [(slot, request) for slot, request in chosen if request is not None]
         execution = _Execution(self.owner, self.instance, chosen)
-        await execute_on(self.owner.model, self.index, requests, execution)
-        for slot, request in chosen:
-            if request is not None and SequenceFlags.END in request.flags:
-                self.owner.release(slot)
+        for slot, _ in ran:
+            slot.running = True
+        try:
+            await execute_on(self.owner.model, self.index, [r for _, r in ran], execution)
+        finally:
+            for slot, _ in ran:
+                slot.running = False
+        again = any(request.rescheduled for _, request in ran)
+        for slot, request in ran:
+            self.owner.executed(slot, request)
+        if again:  # a backend that never suspends must not hold the loop across iterations
+            await asyncio.sleep(0)
 
 
 class _Execution(ModelInstance):

@@ -38,7 +38,12 @@ from despina_backend_python.loading import describe_exception, load_model_class
 from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
 from despina_backend_python.pb.tensor import Tensor
-from despina_backend_python.returned import ReturnedError, check_returned, close_senders
+from despina_backend_python.returned import (
+    ReturnedError,
+    check_returned,
+    close_senders,
+    rescheduled_indices,
+)
 from despina_backend_python.server_runtime import ServerRuntime
 
 
@@ -241,6 +246,8 @@ class InProcessInstance(ModelInstance):
         collected = responses.collect(
             self.spec.name, result, requests, decoupled, _convert, unanswered
         )
+        again = rescheduled_indices(pb_requests)
+        responses.reschedule(self.spec.name, requests, again, self.shared.host.logger)
         report_compute(requests, start_ns, end_ns)
         return collected
 

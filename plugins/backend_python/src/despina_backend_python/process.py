@@ -219,12 +219,16 @@ class ProcessInstance(ModelInstance):
         except Internal:  # failed (final) by the scheduler: no stream stays open
             _forget(child, tokens)
             raise
+        again = reply["rescheduled"]
+        # a rescheduled request's next execute gives it a new token: this one is done
+        _forget(child, [tokens[i] for i in again])
         if not self.decoupled:  # open: the requests that answer through their senders
             items = result if result is not None else [None] * len(tokens)
             _forget(
                 child,
                 [t for i, t in enumerate(tokens) if items[i] is not None or i in unanswered],
             )
+        responses.reschedule(self.spec.name, requests, again, self.host.logger)
         report_compute(requests, *reply["span"])
         return collected
 

@@ -4,6 +4,7 @@ the response streams a decoupled model left open at unload (both modes)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -12,6 +13,7 @@ from despina import (
     InferenceRequest as CoreRequest,
     InferenceResponse as CoreResponse,
     Internal,
+    InvalidArgument,
     Unavailable,
 )
 
@@ -70,6 +72,25 @@ def collect(
                 request.respond(convert(item, request), final=True)
         return None
     return [convert(item, request) for item, request in zip(result, requests, strict=True)]
+
+
+def reschedule(
+    instance_name: str,
+    requests: Sequence[CoreRequest],
+    indices: Iterable[int],
+    logger: logging.Logger,
+) -> None:
+    """Release the requests at ``indices`` (those a successful ``execute`` rescheduled)
+    to run again. Where the model's sequence batcher is not iterative the server refuses
+    with Triton's error: logged as Triton logs it, and the request, which Triton leaves
+    unanswered, fails with it."""
+    for index in indices:
+        request = requests[index]
+        try:
+            request.reschedule()
+        except InvalidArgument as exc:
+            logger.error("Failed to release request: %s", exc)
+            request.fail(execute_failed(instance_name, str(exc)))
 
 
 #: How often :func:`settle_streams` looks whether the open streams have ended.

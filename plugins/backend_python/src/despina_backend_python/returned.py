@@ -8,6 +8,7 @@ from typing import Any
 
 from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.messages import (
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
     InferenceRequest,
     InferenceResponse,
     InferenceResponseSender,
@@ -23,11 +24,13 @@ def check_returned(
 ) -> list[int]:
     """Check ``result`` (what ``execute`` returned for ``requests``).
 
-    Raises ReturnedError when a decoupled model returned anything but None, or a
-    returned response is for a request whose sender already sent one (or its final
-    flag). Returns the indices of the requests of a default model that nothing can
-    answer any more: no response returned for them and their response sender never
-    taken. A result that is not a list of one item per request is left to the caller.
+    Raises ReturnedError when a decoupled model returned anything but None, a default
+    model returned anything but None for a request it rescheduled, or a returned
+    response is for a request whose sender already sent one (or its final flag).
+    Returns the indices of the requests of a default model that nothing can answer any
+    more: neither rescheduled nor answered by a returned response, and their response
+    sender never taken. A result that is not a list of one item per request is left to
+    the caller.
     """
     if decoupled:
         if result is not None:
@@ -39,14 +42,33 @@ def check_returned(
     items = [None] * len(requests) if result is None else result
     if not isinstance(items, list | tuple) or len(items) != len(requests):
         return []
-    unanswered = [i for i, item in enumerate(items) if item is None and not has_sender(requests[i])]
+    unanswered = [
+        i
+        for i, item in enumerate(items)
+        if item is None and not has_sender(requests[i]) and not rescheduled(requests[i])
+    ]
     for request, item in zip(requests, items, strict=True):
+        if item is not None and rescheduled(request):
+            raise ReturnedError(  # sic: Triton's spelling, which tests grep for
+                "Expected a None object in the execute function return list for reschduled "
+                f"request, found type '{type(item)}'."
+            )
         if isinstance(item, InferenceResponse):
             try:  # a returned response is the request's final send
                 request.get_response_sender().record(item, final=True)
             except TritonModelException as exc:
                 raise ReturnedError(str(exc)) from None
     return unanswered
+
+
+def rescheduled(request: InferenceRequest) -> bool:
+    """Whether the model released the request with ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``."""
+    return bool(request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+
+
+def rescheduled_indices(requests: Sequence[InferenceRequest]) -> list[int]:
+    """The indices of the requests of a successful ``execute`` the model rescheduled."""
+    return [i for i, request in enumerate(requests) if rescheduled(request)]
 
 
 def has_sender(request: InferenceRequest) -> bool:

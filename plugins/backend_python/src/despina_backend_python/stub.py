@@ -44,7 +44,12 @@ from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
 from despina_backend_python.pb.model_config import ModelConfig
 from despina_backend_python.pb.tensor import Tensor
-from despina_backend_python.returned import ReturnedError, check_returned, close_senders
+from despina_backend_python.returned import (
+    ReturnedError,
+    check_returned,
+    close_senders,
+    rescheduled_indices,
+)
 from despina_backend_python.shm import Arena, PoolExhausted, Ring, unpack
 
 _END = object()
@@ -331,6 +336,7 @@ class Stub:
             "op": "executed",
             "id": exec_id,
             "unanswered": unanswered,
+            "rescheduled": rescheduled_indices(requests),
             "span": span,
         }
         pack = None

@@ -309,8 +309,11 @@ class InferenceRequest:
         return self._sender
 
     def set_release_flags(self, flags: int) -> None:
-        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException("request rescheduling is not supported by this server")
+        """How the request is released once ``execute`` returns:
+        ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` runs it again in a later ``execute``
+        (models with ``sequence_batching { iterative_sequence: true }``; a default model
+        then returns None for it)."""
+        require(flags, int, "set_release_flags(): flags")
         self._release_flags = flags
 
     # -- BLS -----------------------------------------------------------------------------
