@@ -11,7 +11,7 @@ from despina import INTERNAL_KEY_PREFIX, ConfigError
 
 from despina_backend_python.child import ChildDied, spawn
 from despina_backend_python.execution_env import resolve_environment
-from despina_backend_python.loading import describe_exception, load_model_class
+from despina_backend_python.loading import MODEL_ERRORS, describe_exception, load_model_class
 from despina_backend_python.pb.model_config import ModelConfig
 from despina_backend_python.process import new_tag
 from despina_backend_python.server_runtime import ServerRuntime
@@ -70,5 +70,5 @@ def _in_this_process(backend: PythonBackend, config_json: str) -> str:
         result = hook(config)
         completed = result if isinstance(result, ModelConfig) else config
         return json.dumps(completed.as_dict())
-    except Exception as exc:  # noqa: BLE001 - model code may raise anything
+    except MODEL_ERRORS as exc:  # model code may raise anything
         raise ConfigError(describe_exception(exc)) from None

@@ -34,7 +34,7 @@ from despina import (
 )
 
 from despina_backend_python import convert, responses
-from despina_backend_python.loading import describe_exception, load_model_class
+from despina_backend_python.loading import MODEL_ERRORS, describe_exception, load_model_class
 from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
 from despina_backend_python.pb.tensor import Tensor
@@ -134,7 +134,7 @@ class SharedModel:
                 if inspect.isawaitable(result):
                     asyncio.run(_awaited(result))
                 self.host.bls_allowed = True
-        except Exception as exc:  # noqa: BLE001 - model code may raise anything
+        except MODEL_ERRORS as exc:  # model code may raise anything
             raise Internal(describe_exception(exc)) from None
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
 
@@ -152,7 +152,7 @@ class SharedModel:
         try:
             if self.model is not None and hasattr(self.model, "finalize"):
                 await loop.run_in_executor(self.executor, self._in_host, self.model.finalize)
-        except Exception as exc:  # noqa: BLE001 - a failing finalize is logged, not fatal
+        except MODEL_ERRORS as exc:  # a failing finalize is logged, not fatal
             self.host.logger.error("finalize failed: %s", describe_exception(exc))
         finally:
             self.executor.shutdown(wait=False)
@@ -205,7 +205,7 @@ class InProcessInstance(ModelInstance):
         pb_requests = shared.pb_requests(requests)
         try:
             timed = await shared.placement.run(shared._in_host, shared.timed_execute, pb_requests)
-        except Exception as exc:  # noqa: BLE001 - model code may raise anything
+        except MODEL_ERRORS as exc:  # model code may raise anything
             raise self._failed(pb_requests, exc) from None
         return self._collect(requests, pb_requests, *timed)
 
@@ -218,7 +218,7 @@ class InProcessInstance(ModelInstance):
         pb_requests = shared.pb_requests(requests)
         try:
             timed = shared.placement.call_inline(shared._in_host, shared.timed_execute, pb_requests)
-        except Exception as exc:  # noqa: BLE001 - model code may raise anything
+        except MODEL_ERRORS as exc:  # model code may raise anything
             raise self._failed(pb_requests, exc) from None
         return self._collect(requests, pb_requests, *timed)
 
@@ -269,7 +269,7 @@ class AsyncInProcessInstance(InProcessInstance):
             pb_requests = shared.pb_requests(requests)
             start = time.monotonic_ns()
             result = await shared.model.execute(pb_requests)
-        except Exception as exc:  # noqa: BLE001 - model code may raise anything
+        except MODEL_ERRORS as exc:  # model code may raise anything
             if shared.decoupled:  # as Triton: logged, its senders may have ended every request
                 shared.host.log("ERROR", describe_exception(exc))
             raise self._failed(pb_requests, exc) from None

@@ -97,6 +97,11 @@ def initialize_args(
     }
 
 
+#: What model code may raise that must fail only the call: ``sys.exit()`` and a stray
+#: KeyboardInterrupt included (out of an ``await`` they would stop the server's loop).
+MODEL_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt)
+
+
 def describe_exception(exc: BaseException) -> str:
     """``Type: message`` then ``At:`` and the model's frames, innermost first (Triton's form):
     from the first frame outside the server's calling code, without this package's; each
