@@ -343,12 +343,18 @@ class TritonPythonModel:
 IN_PROCESS = 'parameters { key: "DESPINA_EXECUTION_MODE" value { string_value: "in-process" } }'
 
 
+@pytest.mark.parametrize("mode", ["in-process", "process"])
 def test_bls_call_is_traced_as_its_callers_child(
-    repo: RepositoryBuilder, despina_server: Callable[..., RunningServer], tmp_path: Path
+    mode: str,
+    repo: RepositoryBuilder,
+    despina_server: Callable[..., RunningServer],
+    tmp_path: Path,
 ) -> None:
-    """A model passing ``trace=request.trace()`` to its BLS request (in-process mode): the
-    called model's trace carries the caller's id as parent_id, as Triton's do."""
-    caller_io = ADD_SUB_IO.replace(IN_PROCESS, "") + IN_PROCESS
+    """A model passing ``trace=request.trace()`` to its BLS request (either execution
+    mode of the caller): the called model's trace carries the caller's id as parent_id, as
+    Triton's do."""
+    mode_parameter = IN_PROCESS.replace("in-process", mode)
+    caller_io = ADD_SUB_IO.replace(IN_PROCESS, "") + mode_parameter
     repo.add("caller", caller_io, {"1/model.py": BLS_CALLER})
     trace_file = tmp_path / "trace.json"
     running = despina_server(

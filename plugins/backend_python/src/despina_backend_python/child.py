@@ -23,6 +23,7 @@ from despina import InferenceRequest as CoreRequest
 
 from despina_backend_python import channel, convert, wire
 from despina_backend_python.pb.errors import TritonModelException
+from despina_backend_python.pb.messages import ParentTrace
 from despina_backend_python.server_runtime import ServerRuntime
 from despina_backend_python.shm import SHM_DIR, Arena, Ring, cleanup
 
@@ -158,6 +159,9 @@ class ChildProcess(asyncio.Protocol):
             self._deliver(message)
         elif op in ("bls", "bls_stream"):
             request = wire.unpack_request(message, self.incoming)  # in order: frees the ring
+            if isinstance(parent := request.trace(), ParentTrace):  # the caller's trace
+                entry = self.open.get(parent.token)
+                request._trace = entry[0].trace if entry is not None else None
             self._spawn_task(self._serve_bls(op, message["id"], request))
         elif op == "log":
             self.host.log(message["level"], message["message"])

@@ -103,7 +103,7 @@ def response_to_pb(response: CoreResponse) -> pb.InferenceResponse:
 
 def request_to_core(request: pb.InferenceRequest) -> CoreRequest:
     """A BLS request built by a model, for ``Server.infer``; built with
-    ``trace=request.trace()`` of a traced request (in-process mode), it is traced as that
+    ``trace=request.trace()`` of a traced request (either mode), it is traced as that
     request's child."""
     version = request.model_version()
     flags = request.flags()

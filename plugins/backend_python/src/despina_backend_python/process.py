@@ -251,6 +251,7 @@ class ProcessInstance(ModelInstance):
                     "corr": corr if isinstance(corr, int | str) else 0,
                     "flags": scalar["flags"],
                     "params": scalar["parameters_json"],
+                    "traced": request.trace is not None,
                 }
             )
         return {

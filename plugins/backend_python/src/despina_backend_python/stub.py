@@ -41,7 +41,12 @@ from despina_backend_python.channel import BlockingChannel
 from despina_backend_python.loading import describe_exception, load_model_class
 from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.errors import TritonModelException
-from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
+from despina_backend_python.pb.messages import (
+    InferenceRequest,
+    InferenceResponse,
+    ParentTrace,
+    Responder,
+)
 from despina_backend_python.pb.model_config import ModelConfig
 from despina_backend_python.pb.tensor import Tensor
 from despina_backend_python.returned import (
@@ -260,19 +265,20 @@ class Stub:
         for fields in message["requests"]:
             inputs = [Tensor._trusted(n, a) for n, a in tensors[at : at + fields["n"]]]
             at += fields["n"]
-            requests.append(
-                InferenceRequest.incoming(
-                    ChildResponder(self, fields["token"]),
-                    inputs,
-                    fields["outputs"],
-                    request_id=fields["id"],
-                    correlation_id=fields["corr"],
-                    flags=fields["flags"],
-                    parameters_json=fields["params"],
-                    model_name=self.hello["model_name"],
-                    model_version=int(self.hello["args"]["model_version"]),
-                )
+            request = InferenceRequest.incoming(
+                ChildResponder(self, fields["token"]),
+                inputs,
+                fields["outputs"],
+                request_id=fields["id"],
+                correlation_id=fields["corr"],
+                flags=fields["flags"],
+                parameters_json=fields["params"],
+                model_name=self.hello["model_name"],
+                model_version=int(self.hello["args"]["model_version"]),
             )
+            if fields["traced"]:  # a BLS request built with trace=request.trace() says so
+                request._trace = ParentTrace(fields["token"])
+            requests.append(request)
         return requests
 
     def serve(self) -> None:

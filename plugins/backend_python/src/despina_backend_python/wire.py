@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from despina_backend_python.pb.errors import TritonError
-from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse
+from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, ParentTrace
 from despina_backend_python.pb.tensor import Tensor
 from despina_backend_python.shm import Arena, Ring, unpack
 
@@ -72,6 +72,7 @@ def request_fields(request: InferenceRequest) -> dict[str, Any]:
         "flags": request.flags(),
         "params": request.parameters(),
         "timeout": request.timeout(),
+        "trace": trace.token if isinstance(trace := request.trace(), ParentTrace) else None,
     }
 
 
@@ -82,7 +83,8 @@ def pack_request(arena: Arena, request: InferenceRequest) -> dict[str, Any]:
 
 
 def unpack_request(message: dict[str, Any], ring: Ring | None) -> InferenceRequest:
-    """The BLS request of :func:`pack_request`."""
+    """The BLS request of :func:`pack_request` (its trace: a :class:`ParentTrace` handle,
+    for the server to resolve)."""
     fields = message["request"]
     inputs = [Tensor._trusted(name, array) for name, array in unpack(message, ring)]
     return InferenceRequest(
@@ -95,4 +97,5 @@ def unpack_request(message: dict[str, Any], ring: Ring | None) -> InferenceReque
         flags=fields["flags"],
         timeout=fields["timeout"],
         parameters=fields["params"],
+        trace=None if fields.get("trace") is None else ParentTrace(fields["trace"]),
     )

@@ -33,6 +33,17 @@ class PreferredMemory:
         self.preferred_device_id = preferred_device_id
 
 
+class ParentTrace:
+    """What ``request.trace()`` gives in process mode for a traced request: a handle the
+    server resolves to the request's trace when a BLS request carries it (its spans then
+    become that trace's children). In-process, ``trace()`` is the trace itself."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+
+
 class Responder(abc.ABC):
     """The server side of a request given to ``execute``: where its responses go."""
 
