@@ -17,7 +17,7 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from despina import InferenceRequest as CoreRequest
 
@@ -115,8 +115,8 @@ class ChildProcess(asyncio.Protocol):
         self.ended = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport; uvloop's (Ray Serve replicas) is not an asyncio.Transport
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         for message in self.frames.feed(data):

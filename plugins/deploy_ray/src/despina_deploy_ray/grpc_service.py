@@ -1,8 +1,13 @@
 """``inference.GRPCInferenceService`` answered from a :class:`~despina.FrontendHost`, for a
-replica behind Ray Serve's gRPC proxy: the unary health, metadata and inference calls
-(Ray Serve routes each call to the deployment method of the same name and passes the
-request message). Messages are coded by the gRPC frontend's codec; errors set the call's
-status code and details as ``despina serve`` does.
+replica behind Ray Serve's gRPC proxy, by the gRPC frontend's own servicer: every RPC,
+unary ones and the bidirectional ``ModelStreamInfer`` (Ray Serve routes each call to the
+deployment method of the same name and passes the request message, or for a streaming
+call an iterator of them). Bodies, status codes and texts are ``despina serve``'s;
+statistics are those of the replica that answers.
+
+Model load/unload, shared-memory (un)registration and log/trace setting updates would
+change only the replica that answers: they end FAILED_PRECONDITION
+(:mod:`despina_deploy_ray.replicated`).
 
 :data:`SERVICER` is what Ray Serve's ``gRPCOptions.grpc_servicer_functions`` lists.
 """
@@ -10,13 +15,17 @@ status code and details as ``despina serve`` does.
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 import grpc
-from despina import DespinaError, FrontendHost
-from despina_frontend_grpc.codec import RequestDecoder, encode_response
-from google.protobuf import json_format
+from despina import FrontendHost
+from despina_frontend_grpc.infer import Inference
+from despina_frontend_grpc.options import GRPC_OPTIONS
+from despina_frontend_grpc.service import InferenceServicer
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from despina_deploy_ray.replicated import MODEL_CONTROL, SETTINGS, SHARED_MEMORY
 
 #: The servicer registration function Ray Serve's gRPC proxy adds.
 SERVICER = "despina_deploy_ray.grpc_service.add_servicer"
@@ -38,44 +47,64 @@ class CallContext(Protocol):
 
     def set_details(self, details: str) -> None: ...
 
+    def invocation_metadata(self) -> Sequence[tuple[str, Any]]: ...
+
+
+class Aborted(Exception):
+    """The call ended with the status set on Ray's context."""
+
+
+class ServicerContext:
+    """The part of ``grpc.aio.ServicerContext`` the gRPC frontend's servicer uses, over
+    Ray's context: :meth:`abort` sets the status there and raises :class:`Aborted`."""
+
+    def __init__(self, context: CallContext) -> None:
+        self.context = context
+
+    def invocation_metadata(self) -> tuple[tuple[str, Any], ...]:
+        return tuple(self.context.invocation_metadata())
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        self.context.set_code(code)
+        self.context.set_details(details)
+        raise Aborted(details)
+
+
+def refusal(rpc: str, message: Any) -> str | None:
+    """The text refusing ``rpc`` on a replica, or None when it is answered."""
+    if rpc in ("RepositoryModelLoad", "RepositoryModelUnload"):
+        return MODEL_CONTROL
+    if rpc.endswith(("SharedMemoryRegister", "SharedMemoryUnregister")):
+        return SHARED_MEMORY
+    if rpc in ("TraceSetting", "LogSettings") and message.settings:
+        return SETTINGS
+    return None
+
 
 class GrpcCalls:
-    """The v2 gRPC calls of one replica's server; each returns the response message."""
+    """The v2 gRPC calls of one replica's server, with its ``--grpc-*`` options."""
 
     def __init__(self, host: FrontendHost) -> None:
-        self.host = host
+        pattern = host.stash[GRPC_OPTIONS].header_forward_pattern
+        self.servicer = InferenceServicer(host, Inference(host, pattern))
 
-    def failed(self, context: CallContext, exc: DespinaError, empty: Any) -> Any:
-        """Set the call's status from ``exc``; return the (empty) message Ray sends."""
-        context.set_code(getattr(grpc.StatusCode, exc.grpc_code))
-        context.set_details(str(exc))
-        return empty
+    async def unary(self, rpc: str, message: Any, context: CallContext) -> Any:
+        """The response to one unary call; on failure the status is set on ``context``
+        and an empty response returned (Ray sends the status, not the message)."""
+        call = ServicerContext(context)
+        try:
+            refused = refusal(rpc, message)
+            if refused is not None:
+                await call.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
+            return await getattr(self.servicer, rpc)(message, call)
+        except Aborted:
+            return getattr(service_pb2, f"{rpc}Response")()
 
-    async def server_live(self) -> Any:
-        return service_pb2.ServerLiveResponse(live=self.host.live)
-
-    async def server_ready(self) -> Any:
-        return service_pb2.ServerReadyResponse(ready=self.host.ready)
-
-    async def model_ready(self, message: Any) -> Any:
-        ready = self.host.model_ready(message.name, message.version)
-        return service_pb2.ModelReadyResponse(ready=ready)
-
-    async def server_metadata(self) -> Any:
-        return json_format.ParseDict(
-            self.host.server_metadata(), service_pb2.ServerMetadataResponse()
-        )
-
-    async def model_metadata(self, message: Any) -> Any:
-        metadata = self.host.model_metadata(message.name, message.version)
-        return json_format.ParseDict(
-            metadata, service_pb2.ModelMetadataResponse(), ignore_unknown_fields=True
-        )
-
-    async def model_infer(self, message: Any) -> Any:
-        host = self.host
-        model = host.inference_model(message.model_name, message.model_version)
-        assert model.signature is not None
-        request = RequestDecoder(message, host.shared_memory).request(model.signature)
-        response = await host.infer(request, model=model)
-        return encode_response(response, request, host.shared_memory)
+    async def stream(
+        self, messages: AsyncIterator[Any], context: CallContext
+    ) -> AsyncIterator[Any]:
+        """``ModelStreamInfer``: the responses to a stream of requests (errors inside the
+        stream, or with ``triton_grpc_error`` the first one ending it: :class:`Aborted`
+        then propagates, and Ray ends the call with the status set on ``context``)."""
+        async for response in self.servicer.ModelStreamInfer(messages, ServicerContext(context)):
+            yield response

@@ -1,7 +1,8 @@
 """The Ray Serve deployment: each replica runs one Despina :class:`~despina.Server` in
 process (no frontend listens inside a replica) and answers the v2 requests Ray Serve's
-proxies route to it: REST from the HTTP proxy (:mod:`despina_deploy_ray.rest`), unary
-gRPC calls from the gRPC proxy (:mod:`despina_deploy_ray.grpc_service`).
+proxies route to it: REST from the HTTP proxy (:mod:`despina_deploy_ray.rest`), gRPC
+calls (unary and the bidirectional ``ModelStreamInfer``) from the gRPC proxy
+(:mod:`despina_deploy_ray.grpc_service`).
 
 Ray Serve's health check calls :meth:`DespinaReplica.check_health`: a replica whose server
 is not ready (a model failed, the server is stopping) is restarted by the controller.
@@ -9,22 +10,33 @@ is not ready (a model failed, the server is stopping) is restarted by the contro
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from despina import DespinaError, Server
+from despina import Server
 from ray import serve
 from starlette.requests import Request
-from starlette.responses import Response
-from tritonclient.grpc import service_pb2
+from starlette.responses import Response, StreamingResponse
 
 from despina_deploy_ray.grpc_service import CallContext, GrpcCalls
-from despina_deploy_ray.rest import HEADER_LENGTH, RestRoutes
+from despina_deploy_ray.rest import RestRoutes, StreamReply
 
 #: The listeners a replica must not open: Ray Serve's proxies face the clients.
 NO_LISTENERS = ("--allow-http=false", "--allow-grpc=false", "--allow-metrics=false")
 #: Response header naming the replica that answered (for tracing the spread over replicas).
 REPLICA_HEADER = "x-despina-replica"
+
+UnaryCall = Callable[["DespinaReplica", Any, CallContext], Awaitable[Any]]
+
+
+def _unary(rpc: str) -> UnaryCall:
+    """The deployment method Ray Serve calls for the unary RPC ``rpc``."""
+
+    async def call(self: DespinaReplica, message: Any, grpc_context: CallContext) -> Any:
+        return await self.grpc.unary(rpc, message, grpc_context)
+
+    call.__name__ = call.__qualname__ = rpc
+    return call
 
 
 class DespinaReplica:
@@ -33,7 +45,7 @@ class DespinaReplica:
 
     async def __init__(self, args: Sequence[str]) -> None:  # type: ignore[misc] # Ray awaits it
         self.server = Server.from_args([*args, *NO_LISTENERS])
-        await self.server.start()
+        await self.server.start()  # stores each plugin's options, which the routes read
         host = self.server.dataplane
         self.rest = RestRoutes(host)
         self.grpc = GrpcCalls(host)
@@ -41,11 +53,12 @@ class DespinaReplica:
 
     async def __call__(self, request: Request) -> Response:
         """A v2 REST request from Ray Serve's HTTP proxy."""
-        body = await request.body() if request.method == "POST" else b""
         reply = await self.rest.handle(
-            request.method, request.url.path, request.headers.get(HEADER_LENGTH), body
+            request.method, request.url.path, request.headers, request.stream()
         )
         headers = {**reply.headers, REPLICA_HEADER: self.replica_id}
+        if isinstance(reply, StreamReply):
+            return StreamingResponse(reply.chunks, status_code=reply.status, headers=headers)
         return Response(reply.body, status_code=reply.status, headers=headers)
 
     def check_health(self) -> None:
@@ -57,30 +70,34 @@ class DespinaReplica:
         """Ray Serve's replica shutdown: stop the server (graceful, within
         ``--exit-timeout-secs``); Ray stops routing here first."""
         await self.server.shutdown()
+        rest: RestRoutes | None = getattr(self, "rest", None)  # None: __init__ failed
+        if rest is not None:
+            rest.close()
 
-    # gRPC: Ray Serve calls the method named after the RPC with the request message.
-    async def ServerLive(self, message: Any, grpc_context: CallContext) -> Any:
-        return await self._grpc(self.grpc.server_live(), grpc_context, "ServerLive")
+    # gRPC: Ray Serve calls the method named after the RPC with the request message (a
+    # streaming RPC: with an iterator of them) and Ray's gRPC context.
+    ServerLive = _unary("ServerLive")
+    ServerReady = _unary("ServerReady")
+    ModelReady = _unary("ModelReady")
+    ServerMetadata = _unary("ServerMetadata")
+    ModelMetadata = _unary("ModelMetadata")
+    ModelConfig = _unary("ModelConfig")
+    ModelStatistics = _unary("ModelStatistics")
+    ModelInfer = _unary("ModelInfer")
+    RepositoryIndex = _unary("RepositoryIndex")
+    RepositoryModelLoad = _unary("RepositoryModelLoad")
+    RepositoryModelUnload = _unary("RepositoryModelUnload")
+    SystemSharedMemoryStatus = _unary("SystemSharedMemoryStatus")
+    SystemSharedMemoryRegister = _unary("SystemSharedMemoryRegister")
+    SystemSharedMemoryUnregister = _unary("SystemSharedMemoryUnregister")
+    CudaSharedMemoryStatus = _unary("CudaSharedMemoryStatus")
+    CudaSharedMemoryRegister = _unary("CudaSharedMemoryRegister")
+    CudaSharedMemoryUnregister = _unary("CudaSharedMemoryUnregister")
+    TraceSetting = _unary("TraceSetting")
+    LogSettings = _unary("LogSettings")
 
-    async def ServerReady(self, message: Any, grpc_context: CallContext) -> Any:
-        return await self._grpc(self.grpc.server_ready(), grpc_context, "ServerReady")
-
-    async def ServerMetadata(self, message: Any, grpc_context: CallContext) -> Any:
-        return await self._grpc(self.grpc.server_metadata(), grpc_context, "ServerMetadata")
-
-    async def ModelReady(self, message: Any, grpc_context: CallContext) -> Any:
-        return await self._grpc(self.grpc.model_ready(message), grpc_context, "ModelReady")
-
-    async def ModelMetadata(self, message: Any, grpc_context: CallContext) -> Any:
-        return await self._grpc(self.grpc.model_metadata(message), grpc_context, "ModelMetadata")
-
-    async def ModelInfer(self, message: Any, grpc_context: CallContext) -> Any:
-        return await self._grpc(self.grpc.model_infer(message), grpc_context, "ModelInfer")
-
-    async def _grpc(self, call: Awaitable[Any], context: CallContext, rpc: str) -> Any:
-        """Await one call; a DespinaError sets the call's status and an empty ``rpc``
-        response is returned (Ray sends the status, not the message)."""
-        try:
-            return await call
-        except DespinaError as exc:
-            return self.grpc.failed(context, exc, getattr(service_pb2, f"{rpc}Response")())
+    async def ModelStreamInfer(
+        self, request_stream: AsyncIterator[Any], grpc_context: CallContext
+    ) -> AsyncIterator[Any]:
+        async for response in self.grpc.stream(request_stream, grpc_context):
+            yield response

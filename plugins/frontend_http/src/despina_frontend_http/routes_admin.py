@@ -56,12 +56,12 @@ def routes(ctx: Context) -> list[Route]:
         return json_response(host.log_settings(await body_of(request)))
 
     async def trace_get(request: web.Request) -> web.StreamResponse:
-        return json_response(_trace_json(host.trace_settings(request.match_info.get("model", ""))))
+        return json_response(trace_json(host.trace_settings(request.match_info.get("model", ""))))
 
     async def trace_set(request: web.Request) -> web.StreamResponse:
         model = request.match_info.get("model", "")
         changes = await body_of(request)
-        return json_response(_trace_json(host.trace_settings(model, changes)))
+        return json_response(trace_json(host.trace_settings(model, changes)))
 
     return [
         ("POST", "/v2/repository/index", "model-repository", index),
@@ -76,7 +76,7 @@ def routes(ctx: Context) -> list[Route]:
     ]
 
 
-def _trace_json(values: dict[str, list[str]]) -> dict[str, Any]:
+def trace_json(values: dict[str, list[str]]) -> dict[str, Any]:
     """Triton's trace JSON: ``trace_level`` a list, every other setting a string."""
     return {k: v if k == "trace_level" else (v[0] if len(v) == 1 else v) for k, v in values.items()}
 

@@ -51,7 +51,7 @@ async def _responses(
             request.cancel()
 
 
-def _event(request: InferenceRequest, response: InferenceResponse) -> bytes:
+def sse_event(request: InferenceRequest, response: InferenceResponse) -> bytes:
     """One server-sent event: the response, or its error (also one met converting it: the
     stream has started, so an error can only be an event)."""
     error = response.error
@@ -92,7 +92,7 @@ def routes(ctx: Context) -> list[Route]:
         responses = _responses(ctx, request, http)
         try:
             async for response in responses:
-                event = _event(request, response)
+                event = sse_event(request, response)
                 if stream is None:
                     error = response.error
                     status = 200 if error is None else error.http_status
