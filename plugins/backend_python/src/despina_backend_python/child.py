@@ -22,10 +22,10 @@ from typing import Any, cast
 from despina import InferenceRequest as CoreRequest
 
 from despina_backend_python import channel, convert, wire
-from despina_backend_python.pb.errors import TritonModelException
-from despina_backend_python.pb.messages import ParentTrace
+from despina_backend_python.pb.errors import TritonError, TritonModelException
+from despina_backend_python.pb.messages import InferenceResponse, ParentTrace
 from despina_backend_python.server_runtime import ServerRuntime
-from despina_backend_python.shm import SHM_DIR, Arena, Ring, cleanup
+from despina_backend_python.shm import SHM_DIR, Arena, PoolExhausted, Ring, cleanup
 
 _SRC = str(Path(__file__).resolve().parent.parent)
 
@@ -201,13 +201,20 @@ class ChildProcess(asyncio.Protocol):
         """Run a BLS request of the model and send back its response(s)."""
         if op == "bls_stream":
             async for response in self.host.stream_responses(request):
-                self.send(
-                    {"op": "stream", "id": call_id, **wire.pack_responses(self.arena, [response])}
-                )
+                self.send({"op": "stream", "id": call_id, **self._packed(response)})
             self.send({"op": "stream_end", "id": call_id})
             return
         response = await self.host.infer_async(request)
-        self.send({"op": "reply", "id": call_id, **wire.pack_responses(self.arena, [response])})
+        self.send({"op": "reply", "id": call_id, **self._packed(response)})
+
+    def _packed(self, response: InferenceResponse) -> dict[str, Any]:
+        """A BLS response for the model; one whose outputs find no room in shared memory
+        becomes that error (as Triton's)."""
+        try:
+            return wire.pack_responses(self.arena, [response])
+        except PoolExhausted as exc:
+            error = InferenceResponse(error=TritonError(str(exc)))
+            return wire.pack_responses(self.arena, [error])
 
     async def _serve(self, op: str, message: dict[str, Any]) -> None:
         """Answer a call of the model (metric, model control, cancellation)."""

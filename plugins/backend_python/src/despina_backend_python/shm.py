@@ -70,11 +70,12 @@ def _allocate(fd: int, path: str, size: int) -> None:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
         os.unlink(path)
-        # Triton's opening words, which its tests and users grep for
+        # Triton 2.51's opening words, which its tests and users grep for
         raise PoolExhausted(
-            f"Failed to increase the shared memory pool size to {size} bytes: {SHM_DIR} "
-            f"has no room ({exc.strerror}). In a container, give it more with "
-            "'--shm-size' (docker) or a larger memory-backed emptyDir (Kubernetes)."
+            "Failed to increase the shared memory pool size for key "
+            f"'{os.path.basename(path)}' to {size} bytes: {SHM_DIR} has no room "
+            f"({exc.strerror}). In a container, give it more with '--shm-size' (docker) "
+            "or a larger memory-backed emptyDir (Kubernetes)."
         ) from None
 
 

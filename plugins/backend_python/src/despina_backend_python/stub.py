@@ -40,7 +40,7 @@ from despina_backend_python import wire
 from despina_backend_python.channel import BlockingChannel
 from despina_backend_python.loading import describe_exception, load_model_class
 from despina_backend_python.pb import runtime as pb_runtime
-from despina_backend_python.pb.errors import TritonModelException
+from despina_backend_python.pb.errors import TritonError, TritonModelException
 from despina_backend_python.pb.messages import (
     InferenceRequest,
     InferenceResponse,
@@ -58,6 +58,11 @@ from despina_backend_python.returned import (
 from despina_backend_python.shm import Arena, PoolExhausted, Ring, unpack
 
 _END = object()
+
+
+def _unsent(exc: PoolExhausted) -> InferenceResponse:
+    """The response of a BLS request whose inputs found no room in shared memory."""
+    return InferenceResponse(error=TritonError(str(exc)))
 
 
 class ChildRuntime(pb_runtime.Runtime):
@@ -86,7 +91,11 @@ class ChildRuntime(pb_runtime.Runtime):
         call_id = next(self._ids)
         future: Future[dict[str, Any]] = Future()
         self.waiting[call_id] = future
-        self.channel.send({"op": op, "id": call_id, **body}, pack)
+        try:
+            self.channel.send({"op": op, "id": call_id, **body}, pack)
+        except BaseException:
+            del self.waiting[call_id]
+            raise
         return future
 
     def wait(self, future: Future[dict[str, Any]]) -> dict[str, Any]:
@@ -119,17 +128,29 @@ class ChildRuntime(pb_runtime.Runtime):
         return lambda: wire.pack_request(self.arena, request)
 
     def infer(self, request: InferenceRequest) -> InferenceResponse:
-        return self._response(self.wait(self.call("bls", self._packer(request))))
+        try:
+            future = self.call("bls", self._packer(request))
+        except PoolExhausted as exc:  # as Triton: the BLS response carries the error
+            return _unsent(exc)
+        return self._response(self.wait(future))
 
     async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
-        future = self.call("bls", self._packer(request))
+        try:
+            future = self.call("bls", self._packer(request))
+        except PoolExhausted as exc:
+            return _unsent(exc)
         return self._response(await asyncio.wrap_future(future))
 
     def infer_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
         call_id = next(self._ids)
         items: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.waiting[call_id] = items
-        self.channel.send({"op": "bls_stream", "id": call_id}, self._packer(request))
+        try:
+            self.channel.send({"op": "bls_stream", "id": call_id}, self._packer(request))
+        except PoolExhausted as exc:  # one error response ends the stream
+            del self.waiting[call_id]
+            yield _unsent(exc)
+            return
         while True:
             self.wait_for(lambda: not items.empty())
             if (item := items.get()) is _END:
