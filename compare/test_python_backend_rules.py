@@ -2,8 +2,8 @@
 alike: models without inputs, what a decoupled ``execute`` may return, the response
 sender of default models, BF16 through DLPack, multi-file models, the log texts of a
 model process that dies in ``initialize`` and of a coroutine that raises, and the
-``triton_grpc_error`` stream header. The models are those of the backend's own tests
-(``plugins/backend_python/tests/qa_models.py``)."""
+``triton_grpc_error`` stream header, request rescheduling on iterative sequences. The
+models are those of the backend's own tests (``plugins/backend_python/tests/qa_models.py``)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ def _config(name: str, io: str, mode: str, extra: str = "") -> str:
 def _build(repo: RepositoryBuilder, mode: str) -> None:
     b = _behaviours()
     decoupled = "model_transaction_policy { decoupled: true }"
+    iterative = "sequence_batching { iterative_sequence: true }"
     for name, source, io, extra in (
         ("no_inputs", b.NO_INPUTS, b.NO_INPUTS_IO, ""),
         ("sender", b.SENDER, b.SENDER_IO, ""),
@@ -61,6 +62,8 @@ def _build(repo: RepositoryBuilder, mode: str) -> None:
         ("bf16", b.BF16, b.BF16_IO, ""),
         ("errs", b.GRPC_ERROR, b.SENDER_IO, ""),
         ("init_exit", b.INIT_EXIT, b.SENDER_IO, ""),
+        ("three_runs", b.THREE_RUNS, b.SUM_IO, iterative),
+        ("countdown", b.COUNTDOWN, b.COUNTDOWN_IO, f"{iterative}\n{decoupled}"),
     ):
         repo.add(name, _config(name, io, mode, extra), {"1/model.py": source})
     files = {"1/model.py": b.MULTI_FILE, "1/helper.py": "VALUE = 5\n"}
@@ -200,3 +203,36 @@ def test_model_process_dying_in_initialize(rules: Pair) -> None:
         reasons.append(rows["init_exit"].get("reason", ""))
         assert "Stub process 'init_exit_0_0' is not healthy." in _log(served, rules), served.name
     assert all(rows_reason for rows_reason in reasons)
+
+
+def _sums(served: Served, **parameters: Any) -> Any:
+    inputs = []
+    for name, value in (("INPUT0", 1.0), ("INPUT1", 2.0)):
+        tensor = httpclient.InferInput(name, [4], "FP32")
+        inputs.append(tensor.set_data_from_numpy(np.full(4, value, np.float32)))
+    with httpclient.InferenceServerClient(served.http_url) as client:
+        try:
+            result = client.infer("three_runs", inputs, parameters=parameters or None)
+        except InferenceServerException as exc:
+            return ("error", exc.status(), exc.message())
+        return result.as_numpy("SUM").tolist(), result.as_numpy("RUNS").tolist()
+
+
+def test_request_rescheduling(rules: Pair) -> None:
+    """A default model rescheduling its request twice: the same answer, the server's
+    sequence IDs and flags as Triton's; a response returned for a rescheduled request:
+    Triton's error."""
+    answers = [[_sums(s), _sums(s)] for s in rules]
+    assert answers[0] == answers[1]
+    assert answers[0][0][1][1:] == [1, 0, 0]  # START on the first execution only
+    mistakes = [_sums(s, RETURN_ANYWAY=True) for s in rules]
+    # the class's module differs: Triton's is its C extension
+    theirs = str(mistakes[1]).replace(
+        "c_python_backend_utils.", "despina_backend_python.pb.messages."
+    )
+    assert str(mistakes[0]) == theirs
+
+
+def test_iterative_decoupled_stream(rules: Pair) -> None:
+    answers = [_stream(s, "countdown", [3]) for s in rules]
+    assert answers[0] == answers[1] == [[2], [1], [0]]

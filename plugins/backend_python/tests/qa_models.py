@@ -154,3 +154,85 @@ class TritonPythonModel:
     def execute(self, requests):
         return None
 """
+
+
+# Request rescheduling (test_request_rescheduling.py, compare/test_python_backend_rules.py)
+
+SUM_IO = """
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "RUNS" data_type: TYPE_INT64 dims: [ -1 ] } ]
+"""
+
+#: A default model that takes three executions per request: the first two reschedule it
+#: (returning None for it), the third answers SUM = INPUT0 + INPUT1 and RUNS = [its
+#: correlation ID, the flags each execution saw]. With ``RETURN_ANYWAY`` set in the
+#: request's parameters it also returns a response for a rescheduled request (a mistake).
+THREE_RUNS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.flags_seen = {}
+
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            key = str(request.correlation_id())
+            seen = self.flags_seen.setdefault(key, [])
+            seen.append(request.flags())
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            answer = pb_utils.InferenceResponse([
+                pb_utils.Tensor("SUM", a + b),
+                pb_utils.Tensor("RUNS", np.array([request.correlation_id()] + seen, np.int64)),
+            ])
+            if len(seen) < 3:
+                request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                out.append(answer if "RETURN_ANYWAY" in request.parameters() else None)
+            else:
+                del self.flags_seen[key]
+                out.append(answer)
+        return out
+"""
+
+COUNTDOWN_IO = """
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+#: A decoupled model: a request with IN = n gets n responses, one per execution, OUT
+#: counting down to 0 (the last one final); every execution but the last reschedules the
+#: request. IN = -1 never ends (OUT -2, -3, ... every 10 ms, until the client leaves).
+COUNTDOWN = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.left = {}
+
+    def execute(self, requests):
+        for request in requests:
+            key = str(request.correlation_id())
+            if key not in self.left:
+                self.left[key] = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            self.left[key] -= 1
+            left = self.left[key]
+            response = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([left], np.int32))])
+            sender = request.get_response_sender()
+            if left == 0:
+                del self.left[key]
+                sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                continue
+            request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+            sender.send(response)
+            if left < 0:
+                time.sleep(0.01)
+        return None
+"""
