@@ -10,6 +10,7 @@ import queue
 import re
 import subprocess
 import sys
+import time
 from typing import Any
 
 import ml_dtypes
@@ -112,6 +113,10 @@ def test_async_decoupled_execute_exception_is_logged(
     caplog.set_level(logging.ERROR)
     results = stream_results(client, "raises", [1], enable_empty_final_response=True)
     assert [error for _, error in results] == [None]  # the final flag, sent before raising
+    # logged once the model raised, which may be after the client got its final flag
+    deadline = time.monotonic() + 30
+    while "ValueError" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert "ValueError: wait_secs cannot be negative" in caplog.text
     assert "model.py" in caplog.text  # with the model's frames
 
