@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +66,7 @@ class Context:
     server_cmd: list[str]
     python_backend: Path | None
     client_python: str = sys.executable  # runs the test files (its tritonclient)
+    backends: Path | None = None  # the server's own backends, linked beside add_sub
     cases: dict[str, list[Case]] = field(default_factory=dict)
 
     @property
@@ -143,6 +145,7 @@ class Server:
         log: Path,
         *,
         env: dict[str, str] | None = None,
+        verbose: bool = True,
     ):
         deadline = time.monotonic() + PORT_WAIT_S  # e.g. the previous server's sockets
         while busy := [p for p in PORTS if not _port_free(p)]:
@@ -152,7 +155,7 @@ class Server:
         self.log = log
         with log.open("w") as out:
             self.proc = subprocess.Popen(
-                [*ctx.server_cmd, *args, "--log-verbose=1"],
+                [*ctx.server_cmd, *args, *(["--log-verbose=1"] if verbose else [])],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=ctx.env(**(env or {})),
@@ -185,10 +188,10 @@ class Server:
 
 @contextmanager
 def serving(
-    ctx: Context, suite: str, args: Sequence[str], log: Path, **env: str
+    ctx: Context, suite: str, args: Sequence[str], log: Path, verbose: bool = True, **env: str
 ) -> Iterator[Server]:
     """A started server for the body; a failed start is recorded as a failed case."""
-    server = Server(ctx, args, log, env=env)
+    server = Server(ctx, args, log, env=env, verbose=verbose)
     if not server.started:
         check(ctx, suite, f"server starts ({log.name})", False, log.read_text()[-2000:])
     try:
@@ -243,12 +246,26 @@ def pytest(
         check(ctx, suite, name, bad is None, detail[:500])
 
 
-def script(ctx: Context, suite: str, cwd: Path, target: str) -> None:
+def script(
+    ctx: Context, suite: str, cwd: Path, target: str, *args: str
+) -> subprocess.CompletedProcess[str]:
     """Run a test file as ``python3 file.py`` (unittest main); one case, by exit status."""
     proc = subprocess.run(
-        [ctx.client_python, target], cwd=cwd, env=ctx.env(), capture_output=True, text=True
+        [ctx.client_python, target, *args], cwd=cwd, env=ctx.env(), capture_output=True, text=True
     )
     check(ctx, suite, target, proc.returncode == 0, (proc.stdout + proc.stderr)[-1000:])
+    return proc
+
+
+def shm_entries() -> set[str]:
+    """The names in /dev/shm (``get_shm_pages`` of ``L0_backend_python/common.sh``)."""
+    return set(os.listdir("/dev/shm"))
+
+
+def check_shm(ctx: Context, suite: str, before: set[str]) -> None:
+    """test.sh's shared-memory check: the server left no /dev/shm entry behind."""
+    left = sorted(shm_entries() - before)
+    check(ctx, suite, "no /dev/shm entry left after the server stops", not left, str(left))
 
 
 def fresh(path: Path) -> Path:
@@ -552,6 +569,191 @@ def suite_lifecycle(ctx: Context) -> None:
         check(ctx, s, f"{src}: log has {needle!r}", needle in server.log_text())
 
 
+def _post_json(url: str, body: str) -> int:
+    """POST ``body`` as ``curl -d`` does; the HTTP status (0 when none came)."""
+    request = urllib.request.Request(url, body.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0
+
+
+def suite_logging(ctx: Context) -> None:
+    """``logging/test.sh``: three servers (default, verbose on, info/warning/error off),
+    each checked by how many lines of the log carry each of the model's messages."""
+    s, d = "logging", ctx.qa / "L0_backend_python" / "logging"
+    m = fresh(d / "models")
+    model(m, "identity_fp32_logging", ctx=ctx)
+    settings = {
+        "default": ([], (4, 0)),
+        "verbose": (['{"log_verbose_level":1}'], (4, 3)),
+        "disabled": (
+            [f'{{"{k}":false}}' for k in ("log_info", "log_warning", "log_error")],
+            (1, 0),
+        ),
+    }
+    for trial, (bodies, (plain, verbose)) in settings.items():
+        log = d / f"logging_server.{trial}.log"
+        server = Server(ctx, [f"--model-repository={m}"], log, verbose=False)
+        if not server.started:  # test.sh exits here
+            check(ctx, s, f"server starts ({log.name})", False, server.log_text()[-2000:])
+            return
+        for body in bodies:
+            code = _post_json("http://127.0.0.1:8000/v2/logging", body)
+            check(ctx, s, f"{trial}: POST /v2/logging {body} is 200", code == 200, str(code))
+        pytest(ctx, s, d, "logging_test.py", f"log_test.{trial}")
+        server.stop()
+        lines = server.log_text().splitlines()
+        for kind, want in (
+            ("Specific", plain),
+            ("Info", plain),
+            ("Warning", plain),
+            ("Error", plain),
+            ("Verbose", verbose),
+        ):
+            got = sum(f"{kind} Msg!" in line for line in lines)
+            check(ctx, s, f"{trial}: {want} log lines with '{kind} Msg!'", got == want, f"{got}")
+
+
+def suite_model_control(ctx: Context) -> None:
+    """``model_control/test.sh``: a Python model and an ensemble over it, loaded and
+    unloaded five times in explicit mode."""
+    s, d = "model_control", ctx.qa / "L0_backend_python" / "model_control"
+    m = fresh(d / "models")
+    model(m, "identity_fp32", ctx=ctx)
+    model(m, "simple_identity_fp32", ctx=ctx, files=())
+    args = [f"--model-repository={m}", "--model-control-mode=explicit"]
+    with serving(ctx, s, args, d / "model_control_server.log"):
+        pytest(ctx, s, d, "model_control_test.py", "model_control")
+
+
+def suite_ensemble(ctx: Context) -> None:
+    """``ensemble/test.sh`` without ``ensemble_gpu`` (a KIND_GPU libtorch model from
+    DATADIR): ``test_ensemble_gpu`` is left out."""
+    s, d = "ensemble", ctx.qa / "L0_backend_python" / "ensemble"
+    m = fresh(d / "models")
+    model(m, "ensemble", ctx=ctx, files=())
+    for name in ("add_sub_1", "add_sub_2"):
+        model(m, "add_sub", name, ctx=ctx)
+    before = shm_entries()
+    with serving(ctx, s, [f"--model-repository={m}"], d / "ensemble_server.log"):
+        gpu = ["EnsembleTest::test_ensemble_gpu"]
+        pytest(ctx, s, d, "ensemble_test.py", "ensemble", deselect=gpu)
+    check_shm(ctx, s, before)
+
+
+def suite_io(ctx: Context) -> None:
+    """``io/test.sh``'s one CPU case, ``test_requested_output_default``, with the server
+    it runs under. Left out as GPU-only: ``test_ensemble_io`` (both trials; every
+    combination asks for CUDA outputs), ``test_empty_gpu_output`` and
+    ``test_variable_gpu_output`` (``torch.device("cuda")``) and
+    ``test_requested_output_decoupled`` (its GPU_OUTPUT flags are all true: ``.cuda()``)."""
+    s, d = "io", ctx.qa / "L0_backend_python" / "io"
+    m = fresh(d / "models")
+    model(m, "add_sub", ctx=ctx)
+    model(m, "dlpack_io_identity_decoupled", ctx=ctx)
+    with serving(ctx, s, [f"--model-repository={m}"], d / "io_server.log"):
+        target = "io_test.py::IOTest::test_requested_output_default"
+        pytest(ctx, s, d, target, "test_requested_output_default")
+
+
+def suite_python_based_backends(ctx: Context) -> None:
+    """``python_based_backends/test.sh``: a backend written in Python (``add_sub`` in the
+    backend directory), a Python model and a TorchScript model (made by Triton's
+    ``gen_qa_pytorch_model.py`` with the client's torch), all loaded by the test."""
+    s, d = "python_based_backends", ctx.qa / "L0_backend_python" / "python_based_backends"
+    backends = fresh(ctx.work / "backends")
+    for entry in ctx.backends.iterdir() if ctx.backends else ():
+        (backends / entry.name).symlink_to(entry.resolve())
+    (backends / "add_sub").mkdir()
+    shutil.copy(
+        ctx.qa / "python_models/python_based_backends/add_sub_backend/model.py",
+        backends / "add_sub/model.py",
+    )
+    m = fresh(d / "models")
+    for name, operation in (("add", "add"), ("sub", "sub")):
+        (m / name / "1").mkdir(parents=True)
+        (m / name / "1/model.json").write_text(f'{{ "operation": "{operation}" }}\n')
+        (m / name / "config.pbtxt").write_text('backend: "add_sub"\n')
+    shutil.copytree(m / "add/1", m / "add/2")
+    model(m, "add_sub", ctx=ctx)
+    shutil.copytree(m / "add_sub/1", m / "add_sub/2")
+    gen = ctx.qa / "common/gen_qa_pytorch_model.py"
+    proc = subprocess.run(
+        [ctx.client_python, str(gen), "-m", str(m)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:  # test.sh exits here
+        check(ctx, s, "gen_qa_pytorch_model.py runs", False, proc.stderr[-1000:])
+        return
+    args = [
+        f"--model-repository={m}",
+        f"--backend-directory={backends}",
+        "--model-control-mode=explicit",
+    ]
+    with serving(ctx, s, args, d / "python_based_backends_server.log"):
+        pytest(ctx, s, d, "python_based_backends_test.py", "python_based_backends")
+
+
+# (example folder, model file, config file, model name, client) in test.sh's order; the
+# models pile up in one repository, so each server serves all the examples before it.
+EXAMPLES = (
+    ("add_sub", "model.py", "config.pbtxt", "add_sub", "client.py"),
+    ("pytorch", "model.py", "config.pbtxt", "pytorch", "client.py"),
+    ("bls", "sync_model.py", "sync_config.pbtxt", "bls_sync", "sync_client.py"),
+    ("decoupled", "repeat_model.py", "repeat_config.pbtxt", "repeat_int32", "repeat_client.py"),
+    ("decoupled", "square_model.py", "square_config.pbtxt", "square_int32", "square_client.py"),
+    ("bls", "async_model.py", "async_config.pbtxt", "bls_async", "async_client.py"),
+    ("auto_complete", "", "", "", "client.py"),
+    (
+        "bls_decoupled",
+        "sync_model.py",
+        "sync_config.pbtxt",
+        "bls_decoupled_sync",
+        "sync_client.py",
+    ),
+    (
+        "bls_decoupled",
+        "async_model.py",
+        "async_config.pbtxt",
+        "bls_decoupled_async",
+        "async_client.py",
+    ),
+    ("custom_metrics", "model.py", "config.pbtxt", "custom_metrics", "client.py"),
+)
+
+
+def suite_examples(ctx: Context) -> None:
+    """``examples/test.sh`` on the python_backend repository's examples: each example's
+    client must exit 0 and print PASS. Left out: ``jax`` (test.sh's Jetson switch; its
+    model needs jax in the server's Python) and ``instance_kind`` (ResNet50 from
+    torch.hub and an image from the web: needs the internet). The BLS async examples,
+    which test.sh skips only on Jetson, run."""
+    s, d = "examples", ctx.qa / "L0_backend_python" / "examples"
+    if ctx.python_backend is None:
+        return
+    repo = fresh(d / "python_backend")
+    shutil.copytree(ctx.python_backend / "examples", repo / "examples")
+    m, args = repo / "models", [f"--model-repository={repo / 'models'}"]
+    for folder, model_file, config, name, client in EXAMPLES:
+        src = repo / "examples" / folder
+        if name:
+            example(ctx, m, f"examples/{folder}/{model_file}", f"examples/{folder}/{config}", name)
+        else:  # auto_complete: two config-less models, and the flag stays on from here
+            for batching in ("nobatch", "batch"):
+                (m / f"{batching}_auto_complete/1").mkdir(parents=True)
+                shutil.copy(
+                    src / f"{batching}_model.py", m / f"{batching}_auto_complete/1/model.py"
+                )
+            args.append("--strict-model-config=false")
+        log = d / f"examples_server.{name or folder}.log"
+        with serving(ctx, s, args, log):
+            proc = script(ctx, s, repo, f"examples/{folder}/{client}")
+            check(ctx, s, f"examples/{folder}/{client} prints PASS", "PASS" in proc.stdout)
+
+
 SUITES: dict[str, Callable[[Context], None]] = {
     "main": suite_main,
     "argument_validation": suite_argument_validation,
@@ -562,6 +764,12 @@ SUITES: dict[str, Callable[[Context], None]] = {
     "decoupled": suite_decoupled,
     "async_execute": suite_async_execute,
     "lifecycle": suite_lifecycle,
+    "logging": suite_logging,
+    "model_control": suite_model_control,
+    "examples": suite_examples,
+    "ensemble": suite_ensemble,
+    "io": suite_io,
+    "python_based_backends": suite_python_based_backends,
 }
 
 
@@ -590,6 +798,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "container: test_growth_error counts on running out of it); needs root: the runner "
         "runs itself again in a mount namespace of its own (unshare -m)",
     )
+    parser.add_argument(
+        "--backend-directory",
+        type=Path,
+        help="the server's own backends (Triton: ~/.cache/tritonserver/backends); "
+        "python_based_backends links them beside its add_sub backend",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     opts = parser.parse_args(argv)
     if opts.shm_size and os.environ.get("TRITON_QA_SHM") != opts.shm_size:
@@ -600,7 +814,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="triton-qa-")).resolve()
     for part in ("L0_backend_python", "python_models", "common"):
         shutil.copytree(opts.triton_repo / "qa" / part, work / "qa" / part)
-    ctx = Context(work, shlex.split(opts.server_cmd), opts.python_backend_repo, opts.client_python)
+    ctx = Context(
+        work,
+        shlex.split(opts.server_cmd),
+        opts.python_backend_repo,
+        opts.client_python,
+        backends=opts.backend_directory,
+    )
     total = failed = 0
     try:
         for name in opts.suite or SUITES:
@@ -611,8 +831,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: {len(cases) - len(bad)}/{len(cases)} passed", flush=True)
             for c in bad:
                 print(f"  FAILED {c.name}: {c.detail.strip()[:300]}", flush=True)
-            if name == "decoupled" and opts.python_backend_repo is None:
-                print("  (partly skipped: needs --python-backend-repo for square_int32)")
+            if name in ("decoupled", "examples") and opts.python_backend_repo is None:
+                print("  (skipped in part or whole: needs --python-backend-repo)")
     finally:
         if opts.keep:
             print(f"work folder: {work}")

@@ -88,6 +88,9 @@ class ModelContext:
     #: What the backend may use of the server (flags, BLS, model control, metrics).
     host: BackendHost
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("despina.model"))
+    #: A Python-based backend's folder (``<backend-directory>/<backend>``), whose
+    #: ``model.py`` serves the model; None for every other model.
+    runtime_dir: Path | None = None
 
     @property
     def version_dir(self) -> Path:
@@ -96,8 +99,11 @@ class ModelContext:
 
     @property
     def model_file(self) -> Path:
-        """The model file: ``default_model_filename`` in the version folder; raises
+        """The model file: ``default_model_filename`` in the version folder (a
+        Python-based backend's ``model.py`` in its :attr:`runtime_dir`); raises
         InvalidArgument when that name leads out of it."""
+        if self.runtime_dir is not None:
+            return self.runtime_dir / PYTHON_RUNTIME
         return safe_join(
             self.version_dir, self.config.default_model_filename, "default_model_filename"
         )
@@ -122,6 +128,9 @@ class InstanceSpec:
 
 #: ``max_in_flight`` of an instance that runs many executions at once (async models).
 CONCURRENT_EXECUTIONS = 64
+
+#: A Python-based backend's file, and the config's ``runtime`` for its models (Triton's).
+PYTHON_RUNTIME = "model.py"
 
 
 class ModelInstance(abc.ABC):

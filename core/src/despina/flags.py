@@ -12,6 +12,7 @@ from pathlib import Path
 from despina.busy_poll import default_busy_poll_us
 from despina.devices import DEFAULT_MIN_COMPUTE_CAPABILITY
 from despina.plugins import Plugins
+from despina.settings import DEFAULT_BACKEND_DIRECTORY
 from despina.triton_flags import add_inert_flags, triton_bool
 
 #: Served when no --model-repository is given: the repository's bundled examples.
@@ -102,6 +103,14 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         metavar="FLOAT",
         help="GPUs of a lower CUDA compute capability get no instances "
         f"(default: {DEFAULT_MIN_COMPUTE_CAPABILITY}, as Triton)",
+    )
+    parser.add_argument(
+        "--backend-directory",
+        default=DEFAULT_BACKEND_DIRECTORY,
+        metavar="PATH",
+        help="where Python-based backends are found: a model whose backend no plugin "
+        "provides runs <PATH>/<backend>/model.py on the python backend "
+        f"(default: {DEFAULT_BACKEND_DIRECTORY}, as Triton)",
     )
     repo = parser.add_argument_group("model repository")
     repo.add_argument(

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from despina import config as cfg, instance_groups
-from despina.backend import Backend, InstanceSpec, ModelContext, ModelInstance
+from despina.backend import PYTHON_RUNTIME, Backend, InstanceSpec, ModelContext, ModelInstance
 from despina.errors import ConfigError, DespinaError, Internal, Unavailable
+from despina.paths import safe_join
 from despina.rate_limiter import Needs
 from despina.redact import safe_text
 from despina.repository import (
@@ -167,6 +168,9 @@ def _installed(
     for cls in backends.values():
         if cls.name == name:
             return cls
+    python = backends.get("python")
+    if python is not None and python_based_dir(server, name) is not None:
+        return python
     installed = ", ".join(sorted(backends)) or "none"
     reason = f"{prefix}unknown backend '{name}'; installed backends: {installed}"
     failure = server.plugins.failure_for(name)
@@ -176,6 +180,16 @@ def _installed(
         f"{reason} (Triton: unable to find backend library for backend '{name}'); install "
         "the plugin that provides it or correct the config's backend/platform"
     )
+
+
+def python_based_dir(server: LoadHost, backend: str) -> Path | None:
+    """``<backend-directory>/<backend>`` when no plugin provides ``backend`` and that
+    folder holds a ``model.py``: a Python-based backend, which the python backend runs
+    for the model (Triton's search when it finds no backend library); else None."""
+    if not backend or backend in server.registry.backends:
+        return None
+    folder = safe_join(Path(server.settings.backend_directory), backend, "backend")
+    return folder if (folder / PYTHON_RUNTIME).is_file() else None
 
 
 def _by_extension(backends: dict[str, type[Backend]], filename: str) -> list[type[Backend]]:
@@ -274,13 +288,18 @@ async def _prepare_config(
             config.backend = backend_cls.name
         if not config.default_model_filename and backend_cls.default_model_filename:
             config.default_model_filename = backend_cls.default_model_filename
+    runtime_dir = python_based_dir(server, config.backend)
+    if runtime_dir is not None:
+        config.runtime = PYTHON_RUNTIME
     cfg.check_file_names(config, name)  # before auto-complete opens the model file
     if not config.name:
         config.name = name
-    if backend_cls is not None:
+    if backend_cls is not None and runtime_dir is None:
         _check_model_files(config, model_dir, versions, backend_cls.name, configured)
     if backend_cls is not None and server.settings.auto_complete and versions:
-        context = ModelContext(name, versions[-1], model_dir, config, server.backend_host)
+        context = ModelContext(
+            name, versions[-1], model_dir, config, server.backend_host, runtime_dir=runtime_dir
+        )
         await backend_cls(context).auto_complete()
     cfg.normalize(config, name)
     if backend_cls is not None:
@@ -386,7 +405,12 @@ async def load_version(
     try:
         if backend_cls is not None:
             context = ModelContext(
-                version.name, version.version, model_dir, version.config, server.backend_host
+                version.name,
+                version.version,
+                model_dir,
+                version.config,
+                server.backend_host,
+                runtime_dir=python_based_dir(server, version.config.backend),
             )
             version.backend = backend_cls(context)
             await version.backend.load()

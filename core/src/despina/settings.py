@@ -17,6 +17,9 @@ from typing import Any, Generic, TypeVar, cast
 from despina.devices import DEFAULT_MIN_COMPUTE_CAPABILITY
 from despina.tracing.config import deprecated_flags
 
+#: tritonserver's default ``--backend-directory``.
+DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
+
 T = TypeVar("T")
 
 
@@ -96,6 +99,8 @@ class CoreSettings:
     min_supported_compute_capability: float = DEFAULT_MIN_COMPUTE_CAPABILITY
     #: ``--trace-config`` values, tritonserver's deprecated ``--trace-*`` flags first.
     trace_config: tuple[str, ...] = ()
+    #: ``--backend-directory``: holds the Python-based backends (``<name>/model.py``).
+    backend_directory: str = DEFAULT_BACKEND_DIRECTORY
 
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> CoreSettings:
@@ -128,6 +133,7 @@ class CoreSettings:
             inert_flags_given=tuple(flags.inert_flags_given),
             max_pending_requests=int(flags.max_pending_requests),
             min_supported_compute_capability=float(flags.min_supported_compute_capability),
+            backend_directory=str(flags.backend_directory),
             trace_config=(
                 *deprecated_flags(
                     flags.trace_file,

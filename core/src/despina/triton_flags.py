@@ -33,7 +33,6 @@ _METRICS = "the metrics plugin (despina-metrics-prometheus) is not installed"
 _NO_SAGEMAKER = "Despina has no SageMaker frontend"
 _NO_VERTEX = "Despina has no Vertex AI frontend"
 _CUDA_MEM = "Despina allocates no CUDA memory pools of its own; frameworks manage device memory"
-_NATIVE = "Despina loads backends as Python plugins, not from a directory of shared libraries"
 
 #: flag -> (value type: "bool" | "int" | "float" | "str" | "none", repeatable, why inert)
 TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
@@ -84,7 +83,6 @@ TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--metrics-port": ("int", False, _METRICS),
     "--metrics-interval-ms": ("float", False, _METRICS),
     "--metrics-config": ("str", True, _METRICS),
-    "--backend-directory": ("str", False, _NATIVE),
     "--backend-config": ("str", True, "per-backend configuration is not read yet"),
     "--repoagent-directory": ("str", False, "repository agents are Python plugins"),
     "--cache-directory": ("str", False, "caches are Python plugins, not shared libraries"),

@@ -29,7 +29,12 @@ from despina_backend_python.pb.model_config import (
     get_output_config_by_name,
     using_decoupled_model_transaction_policy,
 )
-from despina_backend_python.pb.models import is_model_ready, load_model, unload_model
+from despina_backend_python.pb.models import (
+    get_model_dir,
+    is_model_ready,
+    load_model,
+    unload_model,
+)
 from despina_backend_python.pb.tensor import Tensor
 from despina_backend_python.pb.types import (
     TRITON_STRING_TO_NUMPY,
@@ -65,6 +70,7 @@ __all__ = [
     "deserialize_bytes_tensor",
     "get_input_config_by_name",
     "get_input_tensor_by_name",
+    "get_model_dir",
     "get_output_config_by_name",
     "get_output_tensor_by_name",
     "is_model_ready",

@@ -12,6 +12,7 @@ from despina import INTERNAL_KEY_PREFIX, ConfigError
 from despina_backend_python.child import ChildDied, spawn
 from despina_backend_python.execution_env import resolve_environment
 from despina_backend_python.loading import MODEL_ERRORS, describe_exception, load_model_class
+from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.model_config import ModelConfig
 from despina_backend_python.process import new_tag
 from despina_backend_python.server_runtime import ServerRuntime
@@ -35,8 +36,9 @@ async def run_auto_complete(
             return None  # no hook: spare the child process
     except OSError:
         pass  # reported by the load itself
+    host = ServerRuntime(ctx.host, asyncio.get_running_loop(), ctx.name, str(ctx.version_dir))
     if in_process:
-        text = await asyncio.to_thread(_in_this_process, backend, config_json)
+        text = await asyncio.to_thread(_in_this_process, backend, config_json, host)
     else:
         python, env = resolve_environment(ctx.parameters, ctx.model_dir)
         hello = {
@@ -46,8 +48,8 @@ async def run_auto_complete(
             "prefix": INTERNAL_KEY_PREFIX,
             "tag": new_tag(),
             "model_name": ctx.name,
+            "model_dir": host.model_dir,
         }
-        host = ServerRuntime(ctx.host, asyncio.get_running_loop(), ctx.name)
         try:
             child, reply = await spawn(python, env, hello, host, lambda _: None)
         except ChildDied as exc:
@@ -59,8 +61,9 @@ async def run_auto_complete(
     return json.loads(text) if text else None
 
 
-def _in_this_process(backend: PythonBackend, config_json: str) -> str:
+def _in_this_process(backend: PythonBackend, config_json: str, host: ServerRuntime) -> str:
     ctx = backend.context
+    token = pb_runtime.activate(host)  # pb_utils.get_model_dir(), logging
     try:
         model_class = load_model_class(ctx.model_file, f"despina_autocomplete_{id(ctx):x}")
         hook = getattr(model_class, "auto_complete_config", None)
@@ -72,3 +75,6 @@ def _in_this_process(backend: PythonBackend, config_json: str) -> str:
         return json.dumps(completed.as_dict())
     except MODEL_ERRORS as exc:  # model code may raise anything
         raise ConfigError(describe_exception(exc)) from None
+    finally:
+        pb_runtime.deactivate(token)
+        pb_runtime.forget(host)

@@ -57,7 +57,8 @@ class PythonBackend(Backend):
         return mode
 
     def _runtime(self) -> ServerRuntime:
-        return ServerRuntime(self.context.host, asyncio.get_running_loop(), self.context.name)
+        ctx = self.context
+        return ServerRuntime(ctx.host, asyncio.get_running_loop(), ctx.name, str(ctx.version_dir))
 
     def args_for(self, spec: InstanceSpec) -> dict[str, str]:
         ctx = self.context

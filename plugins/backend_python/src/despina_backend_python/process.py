@@ -94,6 +94,7 @@ class ProcessInstance(ModelInstance):
             "op": "init",
             "prefix": INTERNAL_KEY_PREFIX,
             "model_name": ctx.name,
+            "model_dir": str(ctx.version_dir),
             "model_file": str(ctx.model_file),
             "args": backend.args_for(spec),
         }

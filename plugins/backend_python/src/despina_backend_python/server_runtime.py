@@ -33,10 +33,13 @@ _END = object()
 class ServerRuntime(Runtime):
     """Host for the models of one Backend; ``loop`` is the server's event loop."""
 
-    def __init__(self, host: BackendHost, loop: asyncio.AbstractEventLoop, model_name: str) -> None:
+    def __init__(
+        self, host: BackendHost, loop: asyncio.AbstractEventLoop, model_name: str, model_dir: str
+    ) -> None:
         self.host = host
         self.loop = loop
         self.model_name = model_name
+        self.model_dir = model_dir
         self.logger = logging.getLogger(f"despina.model.{model_name}")
         self.metric_handles = MetricHandles(host.custom_metrics)
 

@@ -73,7 +73,7 @@ class ChildRuntime(pb_runtime.Runtime):
         channel: BlockingChannel,
         arena: Arena,
         incoming: Ring,
-        model_name: str,
+        hello: dict[str, Any],
         wait_for: Callable[[Callable[[], bool]], None],
     ) -> None:
         self.channel = channel
@@ -81,7 +81,8 @@ class ChildRuntime(pb_runtime.Runtime):
         self.wait_for = wait_for
         self.arena = arena
         self.incoming = incoming
-        self.model_name = model_name
+        self.model_name = hello["model_name"]
+        self.model_dir = hello["model_dir"]
         self._ids = itertools.count(1)
         self.waiting: dict[int, Future[dict[str, Any]] | queue.SimpleQueue[Any]] = {}
 
@@ -206,9 +207,7 @@ class Stub:
         self.hello = hello
         self.incoming = Ring(hello["rings"][0])
         self.arena = Arena(hello["prefix"], hello["tag"] + "c", Ring(hello["rings"][1]))
-        self.runtime = ChildRuntime(
-            channel, self.arena, self.incoming, hello["model_name"], self.wait_for
-        )
+        self.runtime = ChildRuntime(channel, self.arena, self.incoming, hello, self.wait_for)
         self.loop = asyncio.new_event_loop()
         self._loop_thread: threading.Thread | None = None
         #: Synchronous executions, in order, run by the main thread (None: finalize).

@@ -1,9 +1,16 @@
 """Triton's model loading API for BLS models: ``is_model_ready``, ``load_model``,
-``unload_model`` (load/unload need ``--model-control-mode=explicit``)."""
+``unload_model`` (load/unload need ``--model-control-mode=explicit``), and
+``get_model_dir``."""
 
 from __future__ import annotations
 
 from despina_backend_python.pb import runtime
+
+
+def get_model_dir() -> str:
+    """The calling model's version folder (``<repository>/<model>/<version>``), where its
+    ``model.py`` is, or, for a Python-based backend, where that model's own files are."""
+    return runtime.current().model_dir
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:

@@ -21,6 +21,8 @@ class Runtime(abc.ABC):
     """The host of model code. Methods may be called from any thread of the model."""
 
     model_name: str = ""
+    #: The model's version folder, what ``pb_utils.get_model_dir()`` returns.
+    model_dir: str = ""
 
     #: Whether the model may send BLS requests now: not while ``initialize`` or
     #: ``finalize`` runs (Triton's rule; the backend sets it around them).
