@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+import tritonclient.http as httpclient
 from despina.testing import RepositoryBuilder, RunningServer
 from tritonclient.utils import InferenceServerException
 
@@ -28,9 +29,9 @@ def config(inputs: list[tuple[str, str]], outputs: list[tuple[str, str]], mbs: i
 FP32 = "TYPE_FP32"
 OUTS = [("OUTPUT__0", FP32), ("OUTPUT__1", FP32)]
 LOAD_ERRORS = {
-    "unknown_input": (
-        config([("a", FP32), ("image", FP32)], OUTS),
-        "input 'image' matches no forward() argument (a, b)",
+    "more_inputs_than_arguments": (
+        config([("a", FP32), ("b", FP32), ("image", FP32)], OUTS),
+        "input 'image' matches no forward() argument (a, b): the model takes 2",
     ),
     "index_out_of_range": (
         config([("INPUT__0", FP32), ("INPUT__5", FP32)], OUTS),
@@ -41,8 +42,8 @@ LOAD_ERRORS = {
         "forward() argument(s) b have no config input",
     ),
     "same_argument_twice": (
-        config([("a", FP32), ("INPUT__0", FP32)], OUTS),
-        "input 'INPUT__0' binds to an argument another input binds to",
+        config([("INPUT__0", FP32), ("X__0", FP32)], OUTS),
+        "input 'X__0' binds to an argument another input binds to",
     ),
 }
 
@@ -57,6 +58,27 @@ def test_config_that_does_not_fit_forward_fails_the_load(
     assert row["state"] == "UNAVAILABLE"
     assert "model 'broken', file '1/model.pt'" in row["reason"]
     assert fragment in row["reason"]
+
+
+def test_inputs_named_neither_way_bind_in_config_order(
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
+    http_client,
+    torch_models,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Triton's fallback (its QA add_sub_pytorch: INPUT0/INPUT1 for forward(a, b)): the
+    config's first input is forward()'s first argument, with Triton's warning."""
+    text = config([("second", FP32), ("first", FP32)], OUTS)
+    model_repository.add("ordered", text, {"1/model.pt": torch_models["add_sub"]()})
+    client = http_client(despina_server(model_repository.root))
+    x, y = np.arange(4, dtype=np.float32).reshape(1, 4), np.ones((1, 4), np.float32)
+    inputs = [httpclient.InferInput("first", [1, 4], "FP32").set_data_from_numpy(y)]
+    inputs.append(httpclient.InferInput("second", [1, 4], "FP32").set_data_from_numpy(x))
+    result = client.infer("ordered", inputs)
+    assert result.as_numpy("OUTPUT__0").tolist() == (x + y).tolist()
+    assert result.as_numpy("OUTPUT__1").tolist() == (x - y).tolist()  # second - first
+    assert "Falling back to enforcing strict ordering from model configuration" in caplog.text
 
 
 def test_export_program_dims_disagreeing_with_config(

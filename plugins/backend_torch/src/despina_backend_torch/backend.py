@@ -98,7 +98,12 @@ class TorchBackend(Backend):
             check_config(config, loaded.inputs, loaded.outputs, model, self.file_label)
         names = [i.name for i in config.input]
         positions = input_positions(
-            names, loaded.arg_names, loaded.required, model, self.file_label
+            names,
+            loaded.arg_names,
+            loaded.required,
+            model,
+            self.file_label,
+            self.context.logger.warning,
         )
         order = [name for _, name in sorted(zip(positions, names, strict=True))]
         return TorchInstance(spec, loaded, order, self.settings, device, self.context.config)

@@ -1,51 +1,74 @@
 """Triton's PyTorch naming rules: which config tensor is which forward() argument / result.
 
-Inputs: a config input named after a forward() parameter binds to it; otherwise a name
-ending in ``__<i>`` (``INPUT__0``) binds to the i-th parameter. Outputs: a model
-returning a dict is read by key; otherwise ``__<i>`` picks the i-th element of the
-returned tuple or list (a lone tensor is element 0), and a config with a single output
-of another name takes the single result.
+Inputs, one convention for all of a config's inputs, as Triton's backend chooses it:
+when every input is named after a forward() parameter, each binds to its parameter;
+else when every name is ``<name>__<i>`` (``INPUT__0``), each binds to the i-th
+parameter; else the config's order is the parameters' order (with Triton's warning).
+Outputs: a model returning a dict is read by key; otherwise ``__<i>`` picks the i-th
+element of the returned tuple or list (a lone tensor is element 0), and a config with a
+single output of another name takes the single result.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from despina import ConfigError, Internal
+from despina import ConfigError, Internal, ascii_digits
 
 _INDEXED = re.compile(r"^.+__(\d+)$")
 
 
 def input_positions(
-    names: Sequence[str], arg_names: Sequence[str], required: int, model: str, label: str
+    names: Sequence[str],
+    arg_names: Sequence[str],
+    required: int,
+    model: str,
+    label: str,
+    warn: Callable[[str], object],
 ) -> list[int]:
-    """Each config input's forward() position; ConfigError when one matches no parameter,
-    two bind to one, or a required parameter is left without an input."""
+    """Each config input's forward() position; ConfigError when one has no parameter,
+    two bind to one, or a required parameter is left without an input. ``warn`` gets
+    Triton's text when the config's order has to be taken."""
     where = f"model '{model}', file '{label}'"
-    positions: list[int] = []
-    for name in names:
-        if name in arg_names:
-            position = arg_names.index(name)
-        elif (match := _INDEXED.match(name)) and int(match.group(1)) < len(arg_names):
-            position = int(match.group(1))
-        else:
+    indexed = [_named_index(name) for name in names]
+    if all(name in arg_names for name in names):
+        positions = [arg_names.index(name) for name in names]
+    elif all(index is not None for index in indexed):
+        positions = [index for index in indexed if index is not None]
+    else:
+        odd = next(n for n, i in zip(names, indexed, strict=True) if i is None)
+        warn(
+            f"input '{odd}' or previous input(s) are neither an input argument to the model "
+            f"'{model}' nor do they follow the <name>__<index> naming convention. Falling "
+            "back to enforcing strict ordering from model configuration."
+        )
+        positions = list(range(len(names)))
+    seen: set[int] = set()
+    for name, position in zip(names, positions, strict=True):
+        if position >= len(arg_names):
             raise ConfigError(
-                f"{where}: input '{name}' matches no forward() argument ({', '.join(arg_names)}) "
-                f"and is not named <name>__<index> with index < {len(arg_names)}"
+                f"{where}: input '{name}' matches no forward() argument "
+                f"({', '.join(arg_names)}): the model takes {len(arg_names)}"
             )
-        if position in positions:
+        if position in seen:
             raise ConfigError(
                 f"{where}: input '{name}' binds to an argument another input binds to"
             )
-        positions.append(position)
-    missing = [arg_names[i] for i in range(required) if i not in positions]
+        seen.add(position)
+    missing = [arg_names[i] for i in range(required) if i not in seen]
     if missing:
         raise ConfigError(
             f"{where}: forward() argument(s) {', '.join(missing)} have no config input"
         )
     return positions
+
+
+def _named_index(name: str) -> int | None:
+    """``i`` of a ``<name>__<i>`` input name (Triton splits at the first ``__``)."""
+    _, sep, index = name.partition("__")
+    return int(index) if sep and ascii_digits(index) else None
 
 
 def pick_outputs(result: Any, wanted: Sequence[str], single: bool) -> dict[str, Any]:
