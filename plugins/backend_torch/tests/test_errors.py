@@ -60,7 +60,7 @@ def test_config_that_does_not_fit_forward_fails_the_load(
     assert fragment in row["reason"]
 
 
-def test_inputs_named_neither_way_bind_in_config_order(
+def test_tensors_named_neither_way_bind_in_config_order(
     model_repository: RepositoryBuilder,
     despina_server: Start,
     http_client,
@@ -68,16 +68,17 @@ def test_inputs_named_neither_way_bind_in_config_order(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Triton's fallback (its QA add_sub_pytorch: INPUT0/INPUT1 for forward(a, b)): the
-    config's first input is forward()'s first argument, with Triton's warning."""
-    text = config([("second", FP32), ("first", FP32)], OUTS)
+    config's first input is forward()'s first argument, with Triton's warning; outputs
+    named neither way are the returned tuple's in config order."""
+    text = config([("second", FP32), ("first", FP32)], [("SUM", FP32), ("DIFF", FP32)])
     model_repository.add("ordered", text, {"1/model.pt": torch_models["add_sub"]()})
     client = http_client(despina_server(model_repository.root))
     x, y = np.arange(4, dtype=np.float32).reshape(1, 4), np.ones((1, 4), np.float32)
     inputs = [httpclient.InferInput("first", [1, 4], "FP32").set_data_from_numpy(y)]
     inputs.append(httpclient.InferInput("second", [1, 4], "FP32").set_data_from_numpy(x))
     result = client.infer("ordered", inputs)
-    assert result.as_numpy("OUTPUT__0").tolist() == (x + y).tolist()
-    assert result.as_numpy("OUTPUT__1").tolist() == (x - y).tolist()  # second - first
+    assert result.as_numpy("SUM").tolist() == (x + y).tolist()
+    assert result.as_numpy("DIFF").tolist() == (x - y).tolist()  # second - first
     assert "Falling back to enforcing strict ordering from model configuration" in caplog.text
 
 
@@ -113,12 +114,12 @@ def test_model_py_needs_exactly_one_module(
             "output 'OUTPUT__0' has data type FP32 but the config says FP64",
         ),
         (
-            [("sum", FP32), ("difference", FP32)],
-            "output 'sum' cannot be found in the model's 2 result(s)",
+            [("sum", FP32), ("difference", FP32), ("extra", FP32)],
+            "output 'extra' cannot be found in the model's 2 result(s): it is result 2",
         ),
         ([("OUTPUT__0", FP32), ("OUTPUT__7", FP32)], "output 'OUTPUT__7' cannot be found"),
     ],
-    ids=["data_type", "unindexed_name", "index"],
+    ids=["data_type", "config_order", "index"],
 )
 def test_outputs_that_do_not_fit_the_result_fail_requests(
     model_repository: RepositoryBuilder,

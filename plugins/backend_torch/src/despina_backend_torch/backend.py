@@ -32,7 +32,7 @@ from despina import (
 
 from despina_backend_torch.convert import to_numpy, to_torch
 from despina_backend_torch.loading import LoadedModel, load_model
-from despina_backend_torch.naming import input_positions, pick_outputs
+from despina_backend_torch.naming import input_positions, output_positions, pick_outputs
 from despina_backend_torch.settings import TorchSettings
 
 NO_SIGNATURE = (
@@ -145,6 +145,8 @@ class TorchInstance(ThreadedInstance):
             t.name: config_to_datatype(mc.DataType.Name(t.data_type))
             for t in [*config.input, *config.output]
         }
+        #: Where each output is in a returned tuple or list.
+        self.positions = output_positions(outputs)
 
     def _init_gpu_thread(self) -> None:
         """The instance thread's torch settings, and its current device: the instance's."""
@@ -181,7 +183,7 @@ class TorchInstance(ThreadedInstance):
                 self.mark_infer_end()
         except Exception as exc:  # noqa: BLE001 - a model's forward() may raise anything
             raise Internal(f"PyTorch execute failure: {_summary(exc)}") from None
-        picked = pick_outputs(result, outputs, single=len(self.output_names) == 1)
+        picked = pick_outputs(result, outputs, self.positions)
         arrays = {
             name: to_numpy(value, self.datatypes[name], name) for name, value in picked.items()
         }

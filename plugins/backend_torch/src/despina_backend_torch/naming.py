@@ -4,20 +4,17 @@ Inputs, one convention for all of a config's inputs, as Triton's backend chooses
 when every input is named after a forward() parameter, each binds to its parameter;
 else when every name is ``<name>__<i>`` (``INPUT__0``), each binds to the i-th
 parameter; else the config's order is the parameters' order (with Triton's warning).
-Outputs: a model returning a dict is read by key; otherwise ``__<i>`` picks the i-th
-element of the returned tuple or list (a lone tensor is element 0), and a config with a
-single output of another name takes the single result.
+Outputs: a model returning a dict is read by key; otherwise, when every output is named
+``<name>__<i>``, the i-th element of the returned tuple or list (a lone tensor is element
+0), else the config's order.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from despina import ConfigError, Internal, ascii_digits
-
-_INDEXED = re.compile(r"^.+__(\d+)$")
 
 
 def input_positions(
@@ -71,9 +68,20 @@ def _named_index(name: str) -> int | None:
     return int(index) if sep and ascii_digits(index) else None
 
 
-def pick_outputs(result: Any, wanted: Sequence[str], single: bool) -> dict[str, Any]:
-    """The wanted outputs out of forward()'s result; ``single`` when the config has one
-    output. Internal when the result lacks one."""
+def output_positions(names: Sequence[str]) -> dict[str, int]:
+    """Each config output's place in a returned tuple or list: ``<name>__<i>`` when every
+    output is named so, else the config's order (Triton's two conventions for outputs)."""
+    indexed = [_named_index(name) for name in names]
+    if all(index is not None for index in indexed):
+        return {
+            name: index for name, index in zip(names, indexed, strict=True) if index is not None
+        }
+    return {name: place for place, name in enumerate(names)}
+
+
+def pick_outputs(result: Any, wanted: Sequence[str], positions: dict[str, int]) -> dict[str, Any]:
+    """The wanted outputs out of forward()'s result (a dict by key, else by
+    :func:`output_positions`). Internal when the result lacks one."""
     if isinstance(result, dict):
         missing = [name for name in wanted if name not in result]
         if missing:
@@ -86,14 +94,12 @@ def pick_outputs(result: Any, wanted: Sequence[str], single: bool) -> dict[str, 
     )
     picked: dict[str, Any] = {}
     for name in wanted:
-        match = _INDEXED.match(name)
-        index = int(match.group(1)) if match else 0
-        if (match is None and not single) or index >= len(items):
+        if positions[name] >= len(items):
             raise Internal(
-                f"output '{name}' cannot be found in the model's {len(items)} result(s): name "
-                "outputs <name>__<index>"
+                f"output '{name}' cannot be found in the model's {len(items)} result(s): it "
+                f"is result {positions[name]}"
             )
-        picked[name] = items[index]
+        picked[name] = items[positions[name]]
     return picked
 
 
