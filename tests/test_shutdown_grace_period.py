@@ -1,17 +1,22 @@
 """Behind a load balancer (Triton issue #6230): on SIGTERM a ``despina serve`` process with
 ``--shutdown-grace-period`` reports not ready at once, keeps serving inference for the
-grace period (requests the balancer still routes here succeed), then drains and exits."""
+grace period (requests the balancer still routes here succeed, keep-alive connections stay
+open), then drains (the port closes; answers say ``Connection: close``) and exits."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -55,12 +60,12 @@ def _wait_for(condition: str, check: object, seconds: float) -> None:
     raise AssertionError(f"timed out waiting for {condition}")
 
 
-def test_sigterm_turns_readiness_false_and_serves_through_the_grace_period(
-    model_repository: RepositoryBuilder,
-) -> None:
+@contextmanager
+def _serving(model_repository: RepositoryBuilder) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """``despina serve`` with the toy model "m" and the grace period, ready: the process
+    and its HTTP port (killed at the end if still running)."""
     model_repository.add("m", toy_config(mbs=4), {"1/model.toy": "{}"})
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
     env = dict(os.environ, PYTHONPATH=str(Path(toy_backend.__file__).parent))
     process = subprocess.Popen(
         [
@@ -81,7 +86,20 @@ def test_sigterm_turns_readiness_false_and_serves_through_the_grace_period(
         text=True,
     )
     try:
-        _wait_for("readiness", lambda: _status(f"{base}/v2/health/ready")[0] == 200, 60)
+        ready = f"http://127.0.0.1:{port}/v2/health/ready"
+        _wait_for("readiness", lambda: _status(ready)[0] == 200, 60)
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_sigterm_turns_readiness_false_and_serves_through_the_grace_period(
+    model_repository: RepositoryBuilder,
+) -> None:
+    with _serving(model_repository) as (process, port):
+        base = f"http://127.0.0.1:{port}"
         signalled = time.monotonic()
         process.send_signal(signal.SIGTERM)
         _wait_for("not ready", lambda: _status(f"{base}/v2/health/ready")[0] == 400, 2)
@@ -96,10 +114,52 @@ def test_sigterm_turns_readiness_false_and_serves_through_the_grace_period(
         assert process.returncode == 0, stderr
         assert time.monotonic() - signalled >= GRACE_S
         assert "serving 4 more seconds before draining" in stderr
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+
+
+def _infer(sock: socket.socket, head_sent: int = 0) -> http.client.HTTPResponse:
+    """Send the inference request on a kept-alive connection (its first ``head_sent``
+    bytes went already) and read the answer."""
+    message = (
+        f"POST /v2/models/m/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
+    sock.sendall(message[head_sent:])
+    answer = http.client.HTTPResponse(sock)
+    answer.begin()
+    answer.read()
+    return answer
+
+
+def test_keep_alive_connection_through_the_grace_period_then_the_drain(
+    model_repository: RepositoryBuilder,
+) -> None:
+    """A kept-alive connection is served as before through the grace period; once the
+    drain began (the port refuses connections) a request it had begun is answered 503
+    "Server is stopping" with ``Connection: close``, and the connection closes."""
+    with _serving(model_repository) as (process, port):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        with sock:
+            assert _infer(sock).getheader("Connection") is None
+            process.send_signal(signal.SIGTERM)
+            ready = f"http://127.0.0.1:{port}/v2/health/ready"
+            _wait_for("not ready", lambda: _status(ready)[0] == 400, GRACE_S / 2)
+            answer = _infer(sock)
+            assert answer.status == 200 and answer.getheader("Connection") is None
+            sock.sendall(b"POST /v2/models/m/infer HTTP/1.1\r\n")  # begun...
+            _wait_for("the drain", lambda: _refused(port), GRACE_S + 30)
+            answer = _infer(sock, head_sent=len(b"POST /v2/models/m/infer HTTP/1.1\r\n"))
+            assert answer.status == 503 and answer.getheader("Connection") == "close"
+            assert sock.recv(1) == b""  # ...answered, then closed
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 0, stderr
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])

@@ -107,6 +107,7 @@ _EXPORTS: dict[str, str] = {
     "Restriction": "despina.restricted",
     "parse_restricted": "despina.restricted",
     "reserve_port": "despina.transport.listen",
+    "stop_listening": "despina.transport.listen",
     "Frame": "despina.transport.frames",
     "FrameHandler": "despina.transport.frames",
     "FrameLink": "despina.transport.frames",
@@ -246,7 +247,10 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         FrameHandler as FrameHandler,
         FrameLink as FrameLink,
     )
-    from despina.transport.listen import reserve_port as reserve_port
+    from despina.transport.listen import (
+        reserve_port as reserve_port,
+        stop_listening as stop_listening,
+    )
     from despina.transport.workers import (
         Worker as Worker,
         WorkerPool as WorkerPool,

@@ -77,6 +77,9 @@ def despina_frontends() -> list[type[Any]]:
 
     Called once per server; every returned class is instantiated and started after the
     models load (a frontend disabled by its flags starts nothing). ``name`` must be unique.
+    An optional synchronous ``drain()`` is called as the server begins to stop, before the
+    models unload: stop accepting connections and close the open ones gracefully; ``stop()``
+    follows once the models are unloaded.
     """
     raise NotImplementedError
 

@@ -206,10 +206,17 @@ class Server:
         self.plugins.hook.despina_server_started(server=self.dataplane)
 
     async def stop(self) -> None:
-        """Stop: refuse new requests, finish in-flight ones, fail queued ones, unload."""
+        """Stop: refuse new requests ("Server is stopping"), and in the same step have every
+        frontend with a ``drain()`` stop accepting connections and close the open ones
+        gracefully (answers close them); finish in-flight requests, fail queued ones,
+        unload; then stop the frontends (their last connections close)."""
         if self._stopping:
             return
         self._stopping = True
+        for frontend in reversed(self.frontends):
+            drain = getattr(frontend, "drain", None)
+            if drain is not None:
+                drain()
         if self.poller is not None:
             await self.poller.stop()
         self.plugins.hook.despina_server_stopping(server=self.dataplane)

@@ -506,9 +506,13 @@ def test_stop_sends_goaway_and_answers_running_calls(
     finally:
         stopper.join(30)
     received = frames(client.raw)
-    [goaway] = [(i, p) for i, (k, _, _, p) in enumerate(received) if k == 0x7]
+    # graceful shutdown in two steps: GOAWAY naming the largest stream id with a PING,
+    # then (no PING ack from this client: after a bounded wait) the last stream id
+    first, goaway = [(i, p) for i, (k, _, _, p) in enumerate(received) if k == 0x7]
+    assert FRAME.unpack_from(first[1]) == ((1 << 31) - 1,)
+    assert received[first[0] + 1][0] == 0x6  # PING
     assert FRAME.unpack_from(goaway[1]) == (streaming,)  # last stream id
-    assert FRAME.unpack_from(goaway[1], 4) == (0,)  # NO_ERROR
+    assert FRAME.unpack_from(first[1], 4) == FRAME.unpack_from(goaway[1], 4) == (0,)  # NO_ERROR
     replies = raw_replies(client.raw)
     answered = replies[sleeping]
     assert answered.ended and answered.grpc_status == 0
@@ -522,6 +526,74 @@ def test_stop_sends_goaway_and_answers_running_calls(
     assert "shutting down" in cut.trailers["grpc-message"]
     last = max(i for i, (k, _, sid, _) in enumerate(received) if k == 0x1 and sid == streaming)
     assert goaway[0] < last
+
+
+def test_stop_refuses_streams_after_the_last_goaway(
+    serve: Serve, connect: Callable[..., Client]
+) -> None:
+    """Graceful shutdown: after the first GOAWAY (largest stream id, with a PING) the
+    server still reads; a call the client opened before it acknowledged the PING is
+    served (the last GOAWAY names it) or, past the bounded wait for the acknowledgement,
+    refused with REFUSED_STREAM, which a client may retry; a call opened after the last
+    GOAWAY is refused. The running call is answered, then the connection closes."""
+    running = serve(DESPINA)
+    client = connect(running)
+    sleeping = client.start(INFER, tensor_request("sleep", "FP32", np.array([5.0], np.float32)))
+    client.ping(b"received")  # the server has opened the call
+    client.parse = False  # from here the raw bytes; the server's PING is answered by hand
+    stopper = threading.Thread(target=running.stop)
+    stopper.start()
+    try:
+
+        def goaways() -> list[int]:
+            return [FRAME.unpack_from(p)[0] for k, _, _, p in frames(client.raw) if k == 0x7]
+
+        def pings() -> list[bytes]:
+            return [p for k, f, _, p in frames(client.raw) if k == 0x6 and not f & 0x1]
+
+        client.wait(lambda: bool(pings()))
+        assert goaways() == [(1 << 31) - 1]
+        racing = client.start(INFER, add_sub(1.0))  # sent before the PING's acknowledgement
+        client.sock.sendall(frame(0x6, 0x1, 0, pings()[0]))
+        client.wait(lambda: len(goaways()) == 2)
+        late = client.start(INFER, add_sub(2.0))  # after the last GOAWAY
+        client.wait(lambda: client.closed)
+    finally:
+        stopper.join(30)
+    last = goaways()[1]
+    assert last in (sleeping, racing)
+    replies = raw_replies(client.raw)
+    resets = {sid: FRAME.unpack_from(p)[0] for k, _, sid, p in frames(client.raw) if k == 0x3}
+    assert resets[late] == 0x7  # REFUSED_STREAM
+    assert late not in replies or not replies[late].headers
+    if last == racing:  # served: the server is stopping
+        assert replies[racing].grpc_status == 14
+        assert replies[racing].headers["grpc-message"] == "Server is stopping"
+    else:
+        assert resets[racing] == 0x7
+    assert replies[sleeping].ended and replies[sleeping].grpc_status == 0
+
+
+def test_a_connection_queued_as_the_port_closes_is_served(serve: Serve) -> None:
+    """A connection the kernel completed in the listener's queue, a call sent on it, as
+    the drain closes the port (asyncio had not accepted it yet) is served, not reset."""
+    running = serve(DESPINA)
+    frontend = next(f for f in running.server.frontends if f.name == "grpc")
+
+    async def connect_then_drain() -> tuple[Client, int]:
+        client = Client(running)  # the loop is busy here: queued, not accepted yet
+        sid = client.start(INFER, add_sub(4.0))
+        frontend.http2_server.drain()
+        return client, sid
+
+    client, sid = running.call(connect_then_drain())
+    try:
+        client.parse = False  # raw: h2 would stop reading at the GOAWAY
+        client.wait(lambda: client.closed)
+    finally:
+        client.close()
+    assert_add_sub(raw_replies(client.raw)[sid], 4.0)
+    assert [k for k, _, _, _ in frames(client.raw)].count(0x7) == 2  # the two GOAWAYs
 
 
 def test_header_table_size_zero(serve: Serve, connect: Callable[..., Client]) -> None:

@@ -139,13 +139,19 @@ class WorkerPool:
     def _connection(self) -> FrameLink:
         return FrameLink(lambda link: _WorkerEnd(self, link))
 
-    async def stop(self, grace: float) -> None:
-        """Drain: every worker stops accepting, gets ``grace`` seconds for its calls in
-        flight, then exits; one still running after ``exit_timeout`` is killed. Then the
-        socket and the folder go."""
+    def drain(self, grace: float) -> None:
+        """Send DRAIN (once): every worker stops accepting, gets ``grace`` seconds for its
+        connections and calls in flight, then exits; :meth:`stop` waits for that."""
+        if self.stopping:
+            return
         self.stopping = True
         for link in self.links:
             link.send(DRAIN, 0, round(grace * 1000))
+
+    async def stop(self, grace: float) -> None:
+        """:meth:`drain` unless drained already, then wait for the workers; one still
+        running after ``exit_timeout`` is killed. Then the socket and the folder go."""
+        self.drain(grace)
         try:
             if self.processes:
                 await asyncio.wait(

@@ -243,8 +243,19 @@ class GrpcFrontend:
             raise OSError(f"cannot bind gRPC to {bind_address(options)}: {exc}") from None
         return server, port
 
+    def drain(self) -> None:
+        """The server begins to stop: Despina's HTTP/2 server stops listening and shuts
+        its connections down gracefully (two GOAWAYs, refused streams after the last,
+        close after the last call); worker processes stop accepting (DRAIN), their calls
+        getting ``--exit-timeout-secs``. grpc.aio in this process drains in :meth:`stop`."""
+        if self.http2_server is not None:
+            self.http2_server.drain()
+        if self.pool is not None:
+            self.pool.drain(self.pool.exit_timeout)
+
     async def stop(self) -> None:
-        """Report NOT_SERVING, stop accepting calls; in-flight calls get a second to finish."""
+        """Report NOT_SERVING, stop accepting calls; calls still running get a second to
+        finish."""
         if self.health is not None:
             await self.health.enter_graceful_shutdown()
         if self.grpc_server is not None:

@@ -23,6 +23,14 @@ inflates its stream's credit is held back, and the call's later messages wait be
 Flow control: a stream's credit is returned as its bytes arrive, except while a streaming
 call has :data:`INBOX_LIMIT` messages its handler has not taken (then a client that sends
 without reading is held back); responses wait for the client's credit.
+
+Graceful shutdown (RFC 9113 section 6.8; :meth:`Http2GrpcServer.drain` as the server stops,
+and at ``--grpc-max-connection-age``) takes two GOAWAYs: the first names the largest
+stream id and comes with a PING; calls the client opened meanwhile are served. Once the
+PING is acknowledged (the client has seen the first GOAWAY) or :data:`GOAWAY_PING_TIMEOUT`
+passed, the second names the last stream opened, and a stream opened after it is refused
+with RST_STREAM REFUSED_STREAM (gRPC clients retry such a call elsewhere). Frames are read
+throughout; once the calls finished, the server half-closes and lets the client close.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from typing import Any
 
 import grpc
 import hpack
+from despina import stop_listening
 
 from despina_frontend_grpc import calls, grpc_framing as framing, http2, wire
 from despina_frontend_grpc.errors import INTERNAL_TEXT
@@ -87,6 +96,15 @@ INBOX_LIMIT = 64
 OUTBOX_LIMIT = 1 << 22
 #: The opaque data of our keepalive PINGs.
 KEEPALIVE_OPAQUE = b"despina!"
+#: The opaque data of the PING sent with the first GOAWAY of a graceful shutdown.
+GOAWAY_OPAQUE = b"goaway!!"
+#: Seconds to wait for that PING's acknowledgement before the second GOAWAY.
+GOAWAY_PING_TIMEOUT = 1.0
+#: Seconds a connection that half-closed after its last GOAWAY waits for the client to
+#: close, dropping what it still sends.
+LINGER_S = 5.0
+#: The largest stream id, named by the first GOAWAY of a graceful shutdown.
+MAX_STREAM_ID = (1 << 31) - 1
 #: Output bytes of a compressed message inflated on the event loop; the rest of a larger
 #: one inflates in a worker thread (one of :data:`INFLATE_THREADS`).
 INLINE_INFLATE = 1 << 20
@@ -239,6 +257,9 @@ class Connection(asyncio.Protocol):
         self.table_update_due = True
         self.paused = False
         self.closing = False
+        #: The first GOAWAY of a graceful shutdown went out (:meth:`drain`).
+        self.draining = False
+        #: The last GOAWAY went out: streams opened after it are refused.
         self.goaway_sent = False
         self.out: list[bytes | memoryview] = []
         self.flush_scheduled = False
@@ -278,6 +299,8 @@ class Connection(asyncio.Protocol):
         if limits.max_connection_age is not None:
             age = limits.max_connection_age * random.uniform(0.9, 1.1)
             self.timers.append(self.loop.call_later(age, self._age_out))
+        if self.server.draining:  # accepted as the listener closed
+            self.drain()
         self._flush()
 
     def data_received(self, data: bytes) -> None:
@@ -442,8 +465,9 @@ class Connection(asyncio.Protocol):
         if len(self.streams) >= self.limits.max_concurrent_streams:
             self._reset_for_client(stream_id, http2.REFUSED_STREAM)
             return
-        if self.goaway_sent:
+        if self.goaway_sent:  # opened after the last GOAWAY: the client retries it elsewhere
             self._write(http2.rst_stream(stream_id, http2.REFUSED_STREAM))
+            self.reset_sent.append(stream_id)
             return
         self._open(stream_id, headers, end_stream)
 
@@ -515,6 +539,8 @@ class Connection(asyncio.Protocol):
             if payload == KEEPALIVE_OPAQUE and self.ping_ack_timer is not None:
                 self.ping_ack_timer.cancel()
                 self.ping_ack_timer = None
+            elif payload == GOAWAY_OPAQUE:
+                self._last_goaway()
             return
         limits = self.limits
         now = self.loop.time()
@@ -855,7 +881,7 @@ class Connection(asyncio.Protocol):
         if stream.writable is not None:
             stream.writable.set()
         if self.goaway_sent and not self.streams:
-            self._close()
+            self._half_close()
 
     def _cancel(self, stream: Stream) -> None:
         self._forget(stream)
@@ -892,6 +918,22 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def _half_close(self) -> None:
+        """After the last GOAWAY and the last call: send what is queued and our end of
+        the stream; drop what the client still sends until it closes or LINGER_S pass
+        (closing on unread bytes would reset the connection and could lose the end of
+        the answers)."""
+        if self.closing:
+            return
+        transport = self.transport
+        if transport is None or not transport.can_write_eof():  # TLS: a plain close
+            self._close()
+            return
+        self._flush()
+        self.closing = True
+        transport.write_eof()
+        self.timers.append(self.loop.call_later(LINGER_S, transport.close))
+
     def _fail(self, code: int, debug: str) -> None:
         """A connection error: GOAWAY with ``code``, close after what is queued."""
         log.warning("gRPC connection closed: %s", debug)
@@ -924,13 +966,25 @@ class Connection(asyncio.Protocol):
             self.timers.append(self.loop.call_later(grace, self.abort_calls))
 
     def drain(self) -> None:
-        """GOAWAY: finish the calls already started, refuse new ones, then close."""
+        """Begin a graceful shutdown: GOAWAY naming the largest stream id, and a PING
+        whose acknowledgement (or GOAWAY_PING_TIMEOUT) brings the last GOAWAY."""
+        if self.draining or self.closing:
+            return
+        self.draining = True
+        self._write(http2.goaway(MAX_STREAM_ID, http2.NO_ERROR))
+        self._write(http2.frame(http2.PING, 0, 0, GOAWAY_OPAQUE))
+        self._flush()
+        self.timers.append(self.loop.call_later(GOAWAY_PING_TIMEOUT, self._last_goaway))
+
+    def _last_goaway(self) -> None:
+        """GOAWAY naming the last stream opened: the calls started finish, a stream
+        opened after it is refused; the connection half-closes after the last call."""
         if self.goaway_sent or self.closing:
             return
         self.goaway_sent = True
         self._write(http2.goaway(self.last_stream, http2.NO_ERROR))
         if not self.streams:
-            self._close()
+            self._half_close()
         else:
             self._flush()
 
@@ -975,7 +1029,9 @@ class Http2GrpcServer:
         self.restrictions = restrictions
         self.ssl_context = ssl_context
         self.connections: set[Connection] = set()
-        self.listener: asyncio.AbstractServer | None = None
+        self.listener: asyncio.Server | None = None
+        #: Set by :meth:`drain`: a connection made after it drains at once.
+        self.draining = False
         self._idle = asyncio.Event()
         self._inflater: ThreadPoolExecutor | None = None
         self._refused = 0
@@ -1031,12 +1087,20 @@ class Http2GrpcServer:
         if not self.connections:
             self._idle.set()
 
-    async def stop(self, grace: float) -> None:
-        """Stop listening; calls already running get ``grace`` seconds, then UNAVAILABLE."""
+    def drain(self) -> None:
+        """Stop listening; every connection begins its graceful shutdown
+        (:meth:`Connection.drain`), and so does one accepted just before, as it is made."""
+        self.draining = True
         if self.listener is not None:
-            self.listener.close()
+            stop_listening(self.listener, lambda: Connection(self), self.ssl_context)
         for connection in list(self.connections):
             connection.drain()
+
+    async def stop(self, grace: float) -> None:
+        """:meth:`drain` unless draining; calls still running get ``grace`` seconds, then
+        UNAVAILABLE."""
+        self.drain()
+        await asyncio.sleep(0)  # a socket accepted just before reaches connection_made
         if self.connections:
             self._idle.clear()
             try:

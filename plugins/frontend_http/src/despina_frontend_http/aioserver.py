@@ -8,6 +8,12 @@ protocols, or, past the connection limit, a :class:`Refused` one that closes at 
 aiohttp's parser (llhttp) bounds each head line, not their sum, and does not report what
 size a chunk announces: :class:`GuardedParser` has
 :class:`~despina_frontend_http.framing.RequestFraming` follow the same bytes for both.
+
+Stopping, :meth:`GuardedSite.drain` closes the listener and drains each connection as
+Despina's front does: the next answer says ``Connection: close`` and the connection closes
+after it (staged); an idle one waits :data:`DRAIN_IDLE_S` for a request its client may be
+sending. (aiohttp's own shutdown closes idle keep-alive connections at once and sends
+its last answers without ``Connection: close``.)
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -31,6 +37,7 @@ try:  # aiohttp's internal error record (3.9 to 3.14 at least): GuardedParser ha
 except ImportError:  # pragma: no cover - a future aiohttp; the guard is then off
     _ErrInfo = None  # type: ignore[assignment, misc]
 from aiohttp.web_request import BaseRequest
+from despina import stop_listening
 
 from despina_frontend_http.body import too_large
 from despina_frontend_http.framing import OverLimit, RequestFraming
@@ -39,6 +46,12 @@ log = logging.getLogger("despina.http")
 
 #: Seconds a refused connection reads and drops what its client still sends (both stacks).
 LINGER_S = 5.0
+#: Seconds an idle connection stays open once the server stops, for a request its client
+#: may be sending already: answered with ``Connection: close``, not cut (both stacks).
+DRAIN_IDLE_S = 0.5
+#: Seconds the stop waits for draining connections to close before cutting them (both
+#: stacks).
+CLOSE_WAIT_S = 5.0
 #: What aiohttp's parser returns: (messages, upgraded, the bytes after an upgrade).
 Parsed = tuple[Sequence[tuple[Any, StreamReader]], bool, bytes]
 _NOTHING: Parsed = ((), False, b"")
@@ -189,21 +202,32 @@ def _warn_unguarded() -> None:
 
 
 class ConnectionCount:
-    """Open connections of one listener, against ``--http-max-connections``."""
+    """Open connections of one listener, against ``--http-max-connections``; and whether
+    the listener drains (a connection made then drains at once)."""
 
-    __slots__ = ("limit", "open")
+    __slots__ = ("draining", "limit", "open")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open = 0
+        self.draining = False
 
 
 class JsonErrorsHandler(RequestHandler):
     """aiohttp's protocol, answering what it cannot parse in Triton's JSON (431 for a
     request line or head over the limit), refusing a chunk over the body limit (413 and
-    close, :class:`GuardedParser`), counting its connection."""
+    close, :class:`GuardedParser`), counting its connection; draining when the server
+    stops (:meth:`drain`)."""
 
-    __slots__ = ("_count", "_guard", "_head_limit")
+    __slots__ = (
+        "_count",
+        "_draining",
+        "_guard",
+        "_head_limit",
+        "_heard",
+        "_idle_timer",
+        "_lingering",
+    )
 
     def __init__(
         self, manager: web.Server, count: ConnectionCount, head_limit: int, input_limit: int
@@ -224,14 +248,58 @@ class JsonErrorsHandler(RequestHandler):
             _warn_unguarded()
         self._count = count
         self._head_limit = head_limit
+        self._draining = False
+        #: Bytes came since :meth:`_wait_idle`.
+        self._heard = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+        #: The transport :meth:`_linger` took from aiohttp.
+        self._lingering: asyncio.BaseTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._count.open += 1
         super().connection_made(transport)
+        if self._count.draining:  # accepted as the listener closed
+            self.drain()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._count.open -= 1
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._heard = True
+        super().data_received(data)
+
+    def drain(self) -> None:
+        """The server is stopping: the answer that leaves no request queued says
+        ``Connection: close``, and the connection closes after it (staged,
+        :meth:`_linger`); idle, it waits for a request (:meth:`_wait_idle`)."""
+        if self._draining or self.transport is None:
+            return
+        self._draining = True
+        if not self._busy():
+            self._wait_idle()
+
+    def _busy(self) -> bool:
+        """A request is being read (as far as :class:`GuardedParser` follows the bytes),
+        answered, or waits (aiohttp's own state)."""
+        framing = self._guard.framing if self._guard is not None else None
+        reading = framing is not None and not (framing.in_head and framing.head_fed == 0)
+        return reading or self._request_in_progress or bool(self._messages)
+
+    def _wait_idle(self) -> None:
+        """Draining with nothing to answer: close in DRAIN_IDLE_S unless a request comes
+        meanwhile (its client may be sending it already)."""
+        self._heard = False
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = self._loop.call_later(DRAIN_IDLE_S, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        self._idle_timer = None
+        if not self._heard and not self._busy():
+            self.force_close()
 
     def handle_error(
         self,
@@ -266,18 +334,32 @@ class JsonErrorsHandler(RequestHandler):
         guard = self._guard
         if guard is not None and request.content is guard.refused:  # chunk over the limit
             resp.force_close()
+        begun = resp.prepared  # a streamed answer: its head went out already
+        if self._draining and not self._messages and not begun:
+            resp.force_close()
         answered = await super().finish_response(request, resp, start_time)
-        if guard is not None and guard.done and not resp.keep_alive:
+        if not resp.keep_alive and (self._draining or (guard is not None and guard.done)):
             self._linger()
+        elif self._draining and not self._messages:  # begun before the drain
+            self._wait_idle()
         return answered
 
+    async def shutdown(self, timeout: float | None = 15.0) -> None:
+        """aiohttp's shutdown; then a lingering transport (no longer aiohttp's) closes."""
+        await super().shutdown(timeout)
+        if self._lingering is not None:
+            self._lingering.close()
+
     def _linger(self) -> None:
-        """After the answer to a refused request: stop writing, and drop what the client
-        still sends until it closes or LINGER_S pass (closing on unread bytes would reset
-        the connection and lose the answer). aiohttp no longer sees the transport."""
+        """After the answer to a refused request, or a draining connection's last answer:
+        stop writing, and drop what the client still sends until it closes or LINGER_S
+        pass (closing on unread bytes would reset the connection and lose the answer).
+        aiohttp no longer sees the transport, nor parses what comes."""
         transport, self.transport = self.transport, None
         if transport is None:
             return
+        self._lingering = transport
+        self.close()
         if not transport.is_reading():
             transport.resume_reading()
         if transport.can_write_eof():  # not over TLS: the linger closes it
@@ -296,7 +378,7 @@ class GuardedSite(web.TCPSite):
     """A TCP site serving ``runner``'s application with :class:`JsonErrorsHandler`,
     ``--http-max-connections``, the head and body limits and an optional TLS context."""
 
-    __slots__ = ("_count", "_head_limit", "_input_limit")
+    __slots__ = ("_count", "_head_limit", "_input_limit", "_protocol")
 
     def __init__(
         self,
@@ -317,6 +399,25 @@ class GuardedSite(web.TCPSite):
         self._count = ConnectionCount(max_connections)
         self._head_limit = max_header_size
         self._input_limit = max_input_size
+        self._protocol: Callable[[], asyncio.BaseProtocol] | None = None
+
+    def drain(self) -> None:
+        """Stop listening; every connection drains (:meth:`JsonErrorsHandler.drain`), and
+        so does one accepted just before, as it is made."""
+        self._count.draining = True
+        if isinstance(self._server, asyncio.Server) and self._protocol is not None:
+            stop_listening(self._server, self._protocol, self._ssl_context)
+        server = self._runner.server
+        for handler in server.connections if server is not None else ():
+            if isinstance(handler, JsonErrorsHandler):
+                handler.drain()
+
+    async def drained(self, timeout: float) -> None:
+        """Return once every connection closed, or after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._count.open and loop.time() < deadline:
+            await asyncio.sleep(0.05)
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
@@ -324,10 +425,12 @@ class GuardedSite(web.TCPSite):
         assert server is not None
         count, head_limit, input_limit = self._count, self._head_limit, self._input_limit
 
-        def protocol() -> Any:
+        def protocol() -> asyncio.BaseProtocol:
             if count.open >= count.limit:
                 return Refused()
             return JsonErrorsHandler(server, count, head_limit, input_limit)
+
+        self._protocol = protocol
 
         self._server = await asyncio.get_running_loop().create_server(
             protocol,

@@ -23,6 +23,12 @@ A client that disconnects cancels its running inference at once. A request refus
 its body is read (413, 400) gets its answer, then the connection stops writing and drops
 what the client still sends until it closes (closing on unread bytes would reset the
 connection and lose the answer).
+
+Stopping (:meth:`Front.drain`, as the server begins to stop): the listener closes; on each
+connection the answer that leaves nothing read unanswered says ``Connection: close``, and
+the connection closes after it in the same staged way. An idle connection stays open
+:data:`DRAIN_IDLE_S` for a request its client may be sending already (answered so), then
+closes: a request is answered or never sent, not cut by the close.
 """
 
 from __future__ import annotations
@@ -40,10 +46,15 @@ from urllib.parse import unquote
 import httptools
 import orjson
 from aiohttp import web
-from despina import ascii_digits
+from despina import ascii_digits, stop_listening
 
 from despina_frontend_http import memory_pipe
-from despina_frontend_http.aioserver import LINGER_S, head_too_large
+from despina_frontend_http.aioserver import (
+    CLOSE_WAIT_S,
+    DRAIN_IDLE_S,
+    LINGER_S,
+    head_too_large,
+)
 from despina_frontend_http.body import too_large
 from despina_frontend_http.context import Context
 from despina_frontend_http.framing import ChunkSizes
@@ -94,6 +105,8 @@ def infer_target(url: bytes) -> tuple[str, str] | None:
 
 
 _HOP_BY_HOP = frozenset({b"content-length", b"transfer-encoding", b"expect"})
+#: What a draining connection's last relayed request drops: it goes as ``Connection: close``.
+_CLOSING_HOP_BY_HOP = _HOP_BY_HOP | {b"connection", b"keep-alive"}
 _UPGRADE_TOKENS = frozenset({b"upgrade", b"http2-settings"})
 
 
@@ -169,6 +182,9 @@ class FrontConnection(asyncio.Protocol):
         self.reading_paused = False
         self.writable: asyncio.Event | None = None
         self.draining = False
+        #: Bytes came since :meth:`_wait_idle`.
+        self.heard = False
+        self.idle_timer: asyncio.TimerHandle | None = None
         self.parse_failed = False
         self.closed = False
         #: The parser is reading a request's line and headers (or waits for a request).
@@ -190,12 +206,13 @@ class FrontConnection(asyncio.Protocol):
             transport.close()
             return
         self.front.connections.add(self)
-        if self.front.stopping:  # accepted as the listener closed: nothing read, closed now
-            self.close_when_idle()
+        if self.front.stopping:  # accepted as the listener closed
+            self.drain()
 
     def data_received(self, data: bytes) -> None:
-        if self.closed or self.parse_failed:  # refused: dropped (see _refuse)
+        if self.closed or self.parse_failed:  # refused: dropped (see _linger)
             return
+        self.heard = True
         if self.in_head:  # a head being read: never more than the limit reaches the parser
             room = self.ctx.max_header_size - self.head_fed
             if len(data) > room:
@@ -251,6 +268,8 @@ class FrontConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.front.connections.discard(self)
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
         self.waiting.clear()
         if self.task is not None:
             self.task.cancel()
@@ -358,19 +377,12 @@ class FrontConnection(asyncio.Protocol):
                     await self.writable.wait()
                     continue
                 incoming = self.waiting.popleft()
-                if (
-                    self.reading_paused
-                    and not self.draining
-                    and len(self.waiting) < MAX_WAITING // 2
-                ):
+                if self.reading_paused and len(self.waiting) < MAX_WAITING // 2:
                     assert self.transport is not None
                     self.transport.resume_reading()
                     self.reading_paused = False
                 keep_alive = await self._answer(incoming)
-                if self.closed:
-                    return
-                if not keep_alive or self._drained():
-                    self._close()
+                if self.closed or self._close_after(keep_alive):
                     return
             if self.current.early_due and not self.closed:
                 self.current.early_due = False
@@ -396,7 +408,7 @@ class FrontConnection(asyncio.Protocol):
         """Before the body: refuse a body over the limit (413), else send 100 Continue."""
         if incoming.over_limit:
             self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
-            self._refuse()
+            self._linger()
         else:
             self.write(_CONTINUE)
 
@@ -404,7 +416,7 @@ class FrontConnection(asyncio.Protocol):
         """Answer one request; whether the connection stays open."""
         if incoming.refusal is not None:
             self._write_error(incoming, incoming.refusal_status, incoming.refusal)
-            self._refuse()
+            self._linger()
             return False
         if incoming.over_limit:
             self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
@@ -413,7 +425,7 @@ class FrontConnection(asyncio.Protocol):
         if target is None or "content-encoding" in incoming.headers:
             return await self._relay(incoming)
         await self._infer(incoming, *target)
-        return incoming.keep_alive
+        return self._stays_open(incoming)
 
     def _at_once_target(self, incoming: Incoming) -> tuple[str, str] | None:
         """(model, version) of a request :meth:`_infer_at_once` takes: an inference
@@ -437,8 +449,7 @@ class FrontConnection(asyncio.Protocol):
                 started.stream.on_end(lambda: self._answer_due(due))
                 return
             self._write_outcome(incoming, started)
-        if not incoming.keep_alive or self._drained():
-            self._close()
+        self._close_after(self._stays_open(incoming))
 
     def _answer_due(self, due: AnswerDue) -> None:
         """``due``'s stream ended: answer it, then serve the requests that came meanwhile
@@ -448,9 +459,9 @@ class FrontConnection(asyncio.Protocol):
         self.task = None
         incoming = due.incoming
         self._write_outcome(incoming, due.started)
-        if not incoming.keep_alive or self._drained():
-            self._close()
-        elif self.waiting or self.current.early_due:
+        if self._close_after(self._stays_open(incoming)):
+            return
+        if self.waiting or self.current.early_due:
             self.task = asyncio.get_running_loop().create_task(self._answer_waiting())
 
     def _write_outcome(self, incoming: Incoming, started: Started) -> None:
@@ -524,7 +535,7 @@ class FrontConnection(asyncio.Protocol):
         lines = [f"HTTP/{incoming.version} {status} {_PHRASES[status]}\r\n"]
         lines += [f"{key}: {value}\r\n" for key, value in headers.items()]
         lines.append(f"Content-Length: {sum(len(p) for p in parts)}\r\n")
-        if not incoming.keep_alive or status in (413, 431) or self._drained():
+        if status in (413, 431) or not self._stays_open(incoming):
             lines.append("Connection: close\r\n")
         elif incoming.version == "1.0":
             lines.append("Connection: keep-alive\r\n")
@@ -545,7 +556,7 @@ class FrontConnection(asyncio.Protocol):
         self.parse_failed = True
         if self.task is None and not self.waiting:
             self._write_error(incoming, status, message)
-            self._refuse()
+            self._linger()
         else:
             self.waiting.append(incoming)
 
@@ -577,9 +588,11 @@ class FrontConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _refuse(self) -> None:
-        """Close after an answer sent before the request was read: stop writing, drop
-        what the client still sends until it closes or LINGER_S pass."""
+    def _linger(self) -> None:
+        """Close after an answer the client may not have read yet (a refusal sent before
+        the request was read, the last answer while draining): stop writing, drop what
+        the client still sends until it closes or LINGER_S pass (closing on unread bytes
+        would reset the connection and lose the answer)."""
         self.closed = True
         if self.transport is not None:
             if self.reading_paused:
@@ -588,15 +601,51 @@ class FrontConnection(asyncio.Protocol):
                 self.transport.write_eof()
             asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
 
-    def close_when_idle(self) -> None:
-        """Close now if no request is being answered (one still arriving is not); else
-        read no more, answer the requests read (the last answer says ``Connection:
-        close``), then close."""
+    def _close_after(self, stays_open: bool) -> bool:
+        """After an answer that did (not ``stays_open``) or did not say ``Connection:
+        close``: close then (staged when draining); whether the connection closed.
+        Draining, after an answer begun before the drain with nothing left to answer,
+        wait as an idle connection does."""
+        if not stays_open:
+            if self.draining:
+                self._linger()
+            else:
+                self._close()
+            return True
+        if self._drained():
+            self._wait_idle()
+        return False
+
+    def _stays_open(self, incoming: Incoming) -> bool:
+        """Whether the answer to ``incoming`` leaves the connection open: the client keeps
+        it alive, and it is not the last answer of a draining connection."""
+        return incoming.keep_alive and not self._drained()
+
+    def drain(self) -> None:
+        """The server is stopping: answer the requests read and arriving, the last with
+        ``Connection: close``, then close (staged). An idle connection waits for one
+        (:meth:`_wait_idle`)."""
+        if self.draining or self.closed:
+            return
         self.draining = True
-        if self.task is None:
+        if self.task is None and not self.waiting:
+            self._wait_idle()
+
+    def _wait_idle(self) -> None:
+        """Draining with nothing to answer: close in DRAIN_IDLE_S unless a request comes
+        meanwhile (its client may be sending it already)."""
+        self.heard = False
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        self.idle_timer = asyncio.get_running_loop().call_later(DRAIN_IDLE_S, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        """Close unless a request began or is answered since :meth:`_wait_idle`."""
+        self.idle_timer = None
+        if self.closed or self.heard or self.task is not None or self.waiting:
+            return
+        if self.in_head and self.head_fed == 0:
             self._close()
-        elif self.transport is not None:
-            self.transport.pause_reading()
 
     def _drained(self) -> bool:
         """Closing at shutdown, and no request read is left to answer."""
@@ -645,18 +694,24 @@ class AppLink(asyncio.Protocol):
             self.done.set_result(keep_alive)
 
     async def exchange(self, incoming: Incoming) -> bool:
-        """Send one request; True when its response ended and both sides stay open."""
+        """Send one request; True when its response ended and both sides stay open. The
+        last request of a draining connection goes as ``Connection: close``, so that the
+        application's answer says so."""
         assert self.transport is not None
         self.done = asyncio.get_running_loop().create_future()
         self.head_only = incoming.method == b"HEAD"
         self.parser = httptools.HttpResponseParser(self)
         body = b"".join(incoming.body)
+        closing = self.client.draining and not self.client.waiting
+        skipped = _CLOSING_HOP_BY_HOP if closing else _HOP_BY_HOP
         head = [b"%s %s HTTP/%s\r\n" % (incoming.method, incoming.url, incoming.version.encode())]
         head += [
             name + b": " + value + b"\r\n"
             for name, value in incoming.raw_headers
-            if name.lower() not in _HOP_BY_HOP
+            if name.lower() not in skipped
         ]
+        if closing:
+            head.append(b"Connection: close\r\n")
         head.append(b"Content-Length: %d\r\n\r\n" % len(body))
         self.transport.writelines([*head, body])
         keep_alive = await self.done
@@ -689,8 +744,9 @@ class Front:
         self.connections: set[FrontConnection] = set()
         self.links: set[AppLink] = set()
         self.runner: web.AppRunner | None = None
-        self.listener: asyncio.AbstractServer | None = None
-        #: Set when :meth:`stop` begins: a connection made after it is closed at once.
+        self.listener: asyncio.Server | None = None
+        self.ssl_context: ssl.SSLContext | None = None
+        #: Set by :meth:`drain`: a connection made after it drains at once.
         self.stopping = False
 
     async def start(
@@ -700,6 +756,7 @@ class Front:
         port (OSError)."""
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self.runner.setup()
+        self.ssl_context = ssl_context
         loop = asyncio.get_running_loop()
         try:
             self.listener = await loop.create_server(
@@ -726,17 +783,25 @@ class Front:
         self.links.add(link)
         return link
 
-    async def stop(self) -> None:
-        """Stop listening; close idle connections, the others after their current answer."""
+    def drain(self) -> None:
+        """Stop listening; every connection drains (:meth:`FrontConnection.drain`), and so
+        does one accepted just before, as it is made."""
         self.stopping = True
         if self.listener is not None:
-            self.listener.close()
+            stop_listening(self.listener, lambda: FrontConnection(self), self.ssl_context)
+        for connection in list(self.connections):
+            connection.drain()
+
+    async def stop(self) -> None:
+        """:meth:`drain` unless draining; wait for the connections to close, then close
+        those still open after CLOSE_WAIT_S, and the application."""
+        if not self.stopping:
+            self.drain()
         for _ in range(ACCEPT_STEPS):  # a socket accepted just before reaches connection_made
             await asyncio.sleep(0)
-        for connection in list(self.connections):
-            connection.close_when_idle()
-        for _ in range(100):  # their answers get 5 s; a closed link's last callback runs
-            if not self.connections and not self.links:
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while self.connections or self.links:  # a closed link's last callback runs too
+            if time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.05)
         for transport in [c.transport for c in self.connections] + [

@@ -18,7 +18,7 @@ from despina_frontend_http import (
     routes_meta,
     routes_shm,
 )
-from despina_frontend_http.aioserver import GuardedSite, handler_args
+from despina_frontend_http.aioserver import CLOSE_WAIT_S, GuardedSite, handler_args
 from despina_frontend_http.context import Context
 from despina_frontend_http.front import Front
 from despina_frontend_http.options import HTTP_OPTIONS, HttpOptions
@@ -70,6 +70,7 @@ class HttpFrontend:
         #: The port :meth:`start` bound; None before, and when HTTP is not served.
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
+        self._site: GuardedSite | None = None
         self._front: Front | None = None
         self._workers: HttpWorkers | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -139,12 +140,29 @@ class HttpFrontend:
             await runner.cleanup()
             self._executor.shutdown(wait=False)
             raise
-        self._runner = runner
+        self._runner, self._site = runner, site
         self.port = int(runner.addresses[0][1])
         log.info("Started %s at %s:%d", _service(options), options.address, self.port)
 
+    def drain(self) -> None:
+        """The server begins to stop: close the listening socket; every answer from now
+        on says ``Connection: close`` and closes its connection; an idle connection waits
+        DRAIN_IDLE_S for a request its client may be sending. Worker processes do the same
+        (DRAIN), their requests in flight getting ``--exit-timeout-secs``."""
+        if self._front is not None:
+            self._front.drain()
+        if self._site is not None:
+            self._site.drain()
+        if self._workers is not None:
+            self._workers.pool.drain(self._workers.pool.exit_timeout)
+
     async def stop(self) -> None:
-        """Close the listening socket and the connections (in-flight requests finish first)."""
+        """Drain unless draining; once the connections closed (those still open after
+        CLOSE_WAIT_S are cut), close the application."""
+        self.drain()
+        if self._site is not None:
+            await self._site.drained(CLOSE_WAIT_S)
+            self._site = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

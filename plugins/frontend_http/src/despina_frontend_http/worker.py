@@ -58,6 +58,7 @@ class HttpWorker:
         self.ids = itertools.count(1)
         self.session: aiohttp.ClientSession | None = None
         self.runner: web.AppRunner | None = None
+        self.site: GuardedSite | None = None
 
     def frame_received(self, frame: Frame) -> None:
         future = self.calls.pop(frame.call, None)
@@ -116,10 +117,16 @@ class HttpWorker:
         except OSError:
             await self.drain(0.0)
             raise
+        self.site = site
         return port
 
     async def drain(self, grace: float) -> None:
-        """Stop listening; the requests in flight get ``grace`` seconds."""
+        """Stop listening and drain the connections as the server's own listener does
+        (:meth:`GuardedSite.drain`); the requests in flight get ``grace`` seconds."""
+        if self.site is not None:
+            self.site.drain()
+            await self.site.drained(grace)
+            self.site = None
         if self.runner is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.runner.cleanup(), grace)

@@ -1,0 +1,120 @@
+"""Stopping while tritonclient gRPC clients call back to back, calls in flight and new ones
+arriving, under every way of serving gRPC: each call gets its response or a status (the
+server is stopping), or finds the port closed; none is cut by a reset connection. (Calls
+refused with REFUSED_STREAM after the last GOAWAY are retried by the client itself, then
+find the port closed.) grpc.aio (in the server process or in workers) answers CANCELLED
+to a call that reaches it once its own shutdown began: a status, not a cut, counted apart."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from despina.testing import RunningServer
+from grpc_serving_ways import WAY_IDS, WAYS
+
+CLIENTS = 6
+#: Calls one client makes at most (the loop is bounded; the stop ends it far sooner).
+MAX_CALLS = 5000
+#: Answers before the stop: every client is calling.
+WARM_UP = 20 * CLIENTS
+#: What a call cut by its connection says (as bench/reliability.py counts it lost).
+CUT = ("Stream removed", "Connection reset", "Broken pipe", "Socket closed", "GOAWAY")
+#: What a call that found the port closed says.
+REFUSED = ("failed to connect to all addresses", "Connection refused")
+
+
+class Callers:
+    """Clients calling back to back (half on the sleeping model, so calls are in flight
+    as the stop begins) until the port is closed; tallies how each call ended."""
+
+    def __init__(self, running: RunningServer, grpcio: bool) -> None:
+        self.running = running
+        #: grpc.aio serves the port: CANCELLED is its answer to a call as it stops.
+        self.grpcio = grpcio
+        self.outcomes: collections.Counter[str] = collections.Counter()
+        self.problems: list[str] = []
+        self.lock = threading.Lock()
+
+    def note(self, outcome: str, problem: str = "") -> None:
+        with self.lock:
+            self.outcomes[outcome] += 1
+            if problem:
+                self.problems.append(problem)
+
+    def answered(self) -> int:
+        with self.lock:
+            return self.outcomes["ok"]
+
+    def client(self, index: int) -> None:
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        sleeping = index % 2 == 1
+        with grpcclient.InferenceServerClient(self.running.grpc_url) as client:
+            for number in range(MAX_CALLS):
+                if sleeping:  # 20 ms each
+                    inputs = [grpcclient.InferInput("IN", [1], "FP32")]
+                    inputs[0].set_data_from_numpy(np.array([0.2], np.float32))
+                else:
+                    value = np.full((1, 16), float(number), np.float32)
+                    inputs = [grpcclient.InferInput(f"INPUT{i}", [1, 16], "FP32") for i in (0, 1)]
+                    inputs[0].set_data_from_numpy(value)
+                    inputs[1].set_data_from_numpy(np.ones_like(value))
+                model = "sleep" if sleeping else "add_sub"
+                try:
+                    result = client.infer(model, inputs, client_timeout=30)
+                except InferenceServerException as exc:
+                    if self.failed(index, str(exc.status()), exc.message() or ""):
+                        return
+                    continue
+                output = result.as_numpy("OUT" if sleeping else "OUTPUT0")
+                expected = [0.2] if sleeping else (value + 1).reshape(-1).tolist()
+                right = np.allclose(output.reshape(-1), expected)
+                self.note("ok" if right else "wrong", "" if right else f"{output}")
+
+    def failed(self, index: int, status: str, text: str) -> bool:
+        """Tally a failed call; whether the client is done (the port closed)."""
+        if any(s in text for s in CUT):
+            self.note("cut", f"client {index}: {status}: {text}")
+            return True
+        if status == "StatusCode.UNAVAILABLE" and any(s in text for s in REFUSED):
+            self.note("refused")
+            return True
+        if status == "StatusCode.UNAVAILABLE" and text == "Server is stopping":
+            self.note("stopping")
+            return False
+        if self.grpcio and status == "StatusCode.CANCELLED":
+            self.note("cancelled")
+            return False
+        self.note("unexpected", f"client {index}: {status}: {text}")
+        return True
+
+
+@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
+def test_clients_calling_while_the_server_stops_lose_no_call(
+    serve: Callable[..., RunningServer], way: str
+) -> None:
+    running = serve(way)
+    callers = Callers(running, way != "--grpc-stack=despina")
+    threads = [threading.Thread(target=callers.client, args=(i,)) for i in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while callers.answered() < WARM_UP:
+        assert time.monotonic() < deadline, f"load did not start: {callers.outcomes}"
+        assert all(t.is_alive() for t in threads), callers.problems
+        time.sleep(0.02)
+    running.stop()
+    for thread in threads:
+        thread.join(60)
+        assert not thread.is_alive()
+    print("gRPC clients at stop:", dict(callers.outcomes))
+    assert not callers.problems
+    assert set(callers.outcomes) <= {"ok", "stopping", "cancelled", "refused"}
+    assert callers.outcomes["refused"] == CLIENTS  # each ended on the closed port
+    assert callers.outcomes["ok"] >= WARM_UP
