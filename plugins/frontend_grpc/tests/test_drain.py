@@ -7,7 +7,6 @@ to a call that reaches it once its own shutdown began: a status, not a cut, coun
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 from despina.testing import RunningServer
 from grpc_serving_ways import WAY_IDS, WAYS
+from outcomes import Outcomes
 
 CLIENTS = 6
 #: Calls one client makes at most (the loop is bounded; the stop ends it far sooner).
@@ -28,27 +28,15 @@ CUT = ("Stream removed", "Connection reset", "Broken pipe", "Socket closed", "GO
 REFUSED = ("failed to connect to all addresses", "Connection refused")
 
 
-class Callers:
+class Callers(Outcomes):
     """Clients calling back to back (half on the sleeping model, so calls are in flight
     as the stop begins) until the port is closed; tallies how each call ended."""
 
     def __init__(self, running: RunningServer, grpcio: bool) -> None:
+        super().__init__()
         self.running = running
         #: grpc.aio serves the port: CANCELLED is its answer to a call as it stops.
         self.grpcio = grpcio
-        self.outcomes: collections.Counter[str] = collections.Counter()
-        self.problems: list[str] = []
-        self.lock = threading.Lock()
-
-    def note(self, outcome: str, problem: str = "") -> None:
-        with self.lock:
-            self.outcomes[outcome] += 1
-            if problem:
-                self.problems.append(problem)
-
-    def answered(self) -> int:
-        with self.lock:
-            return self.outcomes["ok"]
 
     def client(self, index: int) -> None:
         import tritonclient.grpc as grpcclient
@@ -79,11 +67,13 @@ class Callers:
 
     def failed(self, index: int, status: str, text: str) -> bool:
         """Tally a failed call; whether the client is done (the port closed)."""
-        if any(s in text for s in CUT):
-            self.note("cut", f"client {index}: {status}: {text}")
-            return True
+        # first: a connect that failed sent nothing, even when it failed by a reset (a
+        # handshake that raced the listener's close)
         if status == "StatusCode.UNAVAILABLE" and any(s in text for s in REFUSED):
             self.note("refused")
+            return True
+        if any(s in text for s in CUT):
+            self.note("cut", f"client {index}: {status}: {text}")
             return True
         if status == "StatusCode.UNAVAILABLE" and text == "Server is stopping":
             self.note("stopping")

@@ -7,7 +7,6 @@ connection: never an EOF after sending."""
 
 from __future__ import annotations
 
-import collections
 import socket
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 import toy_backend
 from despina.testing import RepositoryBuilder, RunningServer
+from outcomes import Outcomes
 from toy_backend import toy_config
 
 from .test_front import (
@@ -69,26 +69,14 @@ def stop_in_background(running: RunningServer) -> Callable[[], None]:
     return join
 
 
-class Sender:
+class Sender(Outcomes):
     """Clients on keep-alive connections, each sending requests back to back (half to the
     slow model), reconnecting after an answer that says ``Connection: close``, until a
     connection is refused. Tallies how each request ended."""
 
     def __init__(self, running: RunningServer) -> None:
+        super().__init__()
         self.running = running
-        self.outcomes: collections.Counter[str] = collections.Counter()
-        self.problems: list[str] = []
-        self.lock = threading.Lock()
-
-    def note(self, outcome: str, problem: str = "") -> None:
-        with self.lock:
-            self.outcomes[outcome] += 1
-            if problem:
-                self.problems.append(problem)
-
-    def answered(self) -> int:
-        with self.lock:
-            return self.outcomes["ok"]
 
     def client(self, index: int) -> None:
         path = "/v2/models/slow/infer" if index % 2 else "/v2/models/add_sub/infer"
