@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,13 +130,24 @@ def pair(
     root = tmp_path_factory.mktemp("compare")
     repo = RepositoryBuilder(root / "repo")
     build(repo, request.param)
-    command = [sys.executable, "-m", "despina", "serve", "--allow-client-shm=true"]
-    despina = _start("despina", command, repo.root, root / "despina.log")
-    triton = _start("triton", [TRITONSERVER], repo.root, root / "triton.log")
-    both = Pair(despina, triton, repo.root)
+    with serving_pair(repo.root, ["--allow-client-shm=true"], []) as both:
+        yield both
+
+
+@contextmanager
+def serving_pair(
+    repository: Path, despina_flags: list[str], triton_flags: list[str]
+) -> Iterator[Pair]:
+    """Despina and Triton started on ``repository`` (logs beside it: ``despina.log``,
+    ``triton.log``), every model settled; both stopped on the way out."""
+    root = repository.parent
+    command = [sys.executable, "-m", "despina", "serve", *despina_flags]
+    despina = _start("despina", command, repository, root / "despina.log")
+    triton = _start("triton", [TRITONSERVER, *triton_flags], repository, root / "triton.log")
+    both = Pair(despina, triton, repository)
     try:
         for served in both:
-            _wait_loaded(served, root / f"{served.name}.log", len(list(repo.root.iterdir())))
+            _wait_loaded(served, root / f"{served.name}.log", len(list(repository.iterdir())))
         yield both
     finally:
         for served in both:

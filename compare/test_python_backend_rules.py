@@ -11,7 +11,6 @@ import importlib.util
 import json
 import queue
 import shutil
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ import tritonclient.http as httpclient
 from despina.testing import RepositoryBuilder
 from tritonclient.utils import InferenceServerException
 
-from .conftest import TRITONSERVER, Pair, Served, _start, _wait_loaded
+from .conftest import TRITONSERVER, Pair, Served, serving_pair
 
 _BEHAVIOURS = Path(__file__).parents[1] / "plugins/backend_python/tests/qa_models.py"
 
@@ -83,17 +82,8 @@ def rules(
     _build(repo, request.param)
     if request.param == "in-process":
         shutil.rmtree(repo.root / "init_exit")
-    command = [sys.executable, "-m", "despina", "serve"]
-    despina = _start("despina", command, repo.root, root / "despina.log")
-    triton = _start("triton", [TRITONSERVER, "--log-verbose=1"], repo.root, root / "triton.log")
-    both = Pair(despina, triton, repo.root)
-    try:
-        for served in both:
-            _wait_loaded(served, root / f"{served.name}.log", len(list(repo.root.iterdir())))
+    with serving_pair(repo.root, [], ["--log-verbose=1"]) as both:
         yield both
-    finally:
-        for served in both:
-            served.stop()
 
 
 def _log(served: Served, rules: Pair) -> str:
