@@ -81,20 +81,31 @@ class Sender(Outcomes):
     def client(self, index: int) -> None:
         path = "/v2/models/slow/infer" if index % 2 else "/v2/models/add_sub/infer"
         conn: Conn | None = None
+        fresh = True
         for number in range(MAX_REQUESTS):
             if conn is None:
                 try:
                     conn = Conn(self.running)
-                except ConnectionRefusedError:
+                except (ConnectionRefusedError, ConnectionResetError):  # nothing was sent
+                    # (a reset: the handshake raced the listener's close)
                     self.note("refused")
                     return
+                fresh = True
             a, b = [float(index), float(number), 1.0, 2.0], [1.0, 1.0, 1.0, 1.0]
             try:
                 reply = conn.send(infer(a, b, path)).reply()
             except OSError as exc:  # reset, EOF or timeout after the request went out
-                self.note("lost", f"client {index}, request {number}: {exc!r}")
+                # A reset on a connection's first request is counted as refused: it is what
+                # TCP does to a handshake completed after the listener's last accept and
+                # before its close (the server never saw the connection), and a client
+                # cannot tell it apart. On a connection that was answered, nothing may be lost.
+                if fresh and isinstance(exc, ConnectionResetError):
+                    self.note("refused")
+                else:
+                    self.note("lost", f"client {index}, request {number}: {exc!r}")
                 conn.close()
                 return
+            fresh = False
             self.tally(reply, a, b)
             if reply.headers.get("connection") == "close":
                 if not conn.closed():
