@@ -58,6 +58,16 @@ CORE_ORDER = [
 LOCAL = ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--allow-metrics=false"]
 
 
+def every_request_traced_to(trace_file: Path) -> list[str]:
+    """Server flags: trace mode triton, level TIMESTAMPS, every request, to ``trace_file``."""
+    return [
+        *LOCAL,
+        f"--trace-config=triton,file={trace_file}",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+    ]
+
+
 @pytest.fixture
 def repo(model_repository: RepositoryBuilder) -> RepositoryBuilder:
     model_repository.add("add_sub", ADD_SUB_IO, {"1/model.py": ADD_SUB_MODEL_PY})
@@ -118,12 +128,7 @@ def test_triton_trace_file(
     trace_file = tmp_path / "trace.json"
     running = despina_server(
         repo.root,
-        args=[
-            *LOCAL,
-            f"--trace-config=triton,file={trace_file}",
-            "--trace-config=level=TIMESTAMPS",
-            "--trace-config=rate=1",
-        ],
+        args=every_request_traced_to(trace_file),
     )
     infer(protocol, running, "add_sub", request_id="r1")
     infer(protocol, running, "twice")
@@ -359,12 +364,7 @@ def test_bls_call_is_traced_as_its_callers_child(
     trace_file = tmp_path / "trace.json"
     running = despina_server(
         repo.root,
-        args=[
-            *LOCAL,
-            f"--trace-config=triton,file={trace_file}",
-            "--trace-config=level=TIMESTAMPS",
-            "--trace-config=rate=1",
-        ],
+        args=every_request_traced_to(trace_file),
     )
     infer("http", running, "caller")
     running.stop()
