@@ -232,3 +232,21 @@ def test_a_connection_queued_as_the_port_closes_is_served(
         assert refused(running)
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    "serve", ["--http-stack=despina", "--http-stack=aiohttp"], indirect=True, ids=WAYS_IDS[:2]
+)
+def test_a_body_that_never_comes_is_cut_and_does_not_hold_the_stop(
+    serve: Callable[..., RunningServer], connect: Any
+) -> None:
+    """A connection whose request stops before its body ends is cut once the models
+    unloaded and the connections had their wait (CLOSE_WAIT_S): the stop ends. (aiohttp's
+    own shutdown waits up to a minute more for the handler reading that body; worker
+    processes give their requests ``--exit-timeout-secs`` instead.)"""
+    running = serve()
+    stalled = connect(running)
+    stalled.send(infer([1.0], [2.0])[:-5])
+    join = stop_in_background(running)
+    join()
+    assert stalled.closed()

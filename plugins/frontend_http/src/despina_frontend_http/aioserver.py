@@ -350,6 +350,12 @@ class JsonErrorsHandler(RequestHandler):
         if self._lingering is not None:
             self._lingering.close()
 
+    def abort(self) -> None:
+        """Cut the connection, lingering or not."""
+        for transport in (self.transport, self._lingering):
+            if transport is not None:
+                transport.abort()
+
     def _linger(self) -> None:
         """After the answer to a refused request, or a draining connection's last answer:
         stop writing, and drop what the client still sends until it closes or LINGER_S
@@ -413,11 +419,19 @@ class GuardedSite(web.TCPSite):
                 handler.drain()
 
     async def drained(self, timeout: float) -> None:
-        """Return once every connection closed, or after ``timeout`` seconds."""
+        """Return once every connection closed; those still open after ``timeout``
+        seconds (a request whose body never comes, a client that does not read) are cut,
+        so that no handler is left waiting on its client (aiohttp's own shutdown would
+        wait for it up to a minute)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self._count.open and loop.time() < deadline:
             await asyncio.sleep(0.05)
+        server = self._runner.server
+        for handler in server.connections if server is not None else ():
+            if isinstance(handler, JsonErrorsHandler):
+                handler.abort()
+        await asyncio.sleep(0)  # their connection_lost runs before aiohttp's shutdown
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
