@@ -1,9 +1,11 @@
 """Instance count vs intra-op threads (issue 29, item 3): a small ResNet-like CNN with
 random weights (built here with torch: torchvision is not needed), exported to ONNX and
-TorchScript, served with 1, 2 and 4 CPU instances, each twice: "before" pins the old
-default (ONNX Runtime: ``intra_op_thread_count: "0"``, its own default; PyTorch:
-``INTRA_OP_THREAD_COUNT`` = the cores, torch's default) and "after" sets nothing, so the
-new per-instance default applies (``max(1, cores // instances)``). One server serves all
+TorchScript, served with 1, 2 and 4 CPU instances, each twice: "before" pins the
+framework's own default per instance, as Triton runs it (ONNX Runtime:
+``intra_op_thread_count: "0"``, which also gives each instance a session of its own;
+PyTorch: ``INTRA_OP_THREAD_COUNT`` = the cores) and "after" sets nothing, so Despina's
+default applies (ONNX Runtime: the CPU instances share one session with onnxruntime's
+pool; PyTorch: ``max(1, cores // instances)`` threads each). One server serves all
 variants; perf_analyzer visits them in interleaved rounds (before/after alternate which
 goes first), so a noisy host shifts both alike. Prints a markdown table of the median
 throughput and the after/before ratio.

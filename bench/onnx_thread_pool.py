@@ -1,6 +1,7 @@
-"""ONNX Runtime instances: per-session pools (the default, each of N instances with
-``max(1, cores // N)`` threads) against the process-wide shared pool
-(``--backend-config=onnxruntime,thread-pool=shared``), issue 29 item 3.
+"""ONNX Runtime instances: the default (a model's CPU instances share one session with
+onnxruntime's own pool; the "per-session" column, named for the pool each session owns)
+against the process-wide shared pool (``--backend-config=onnxruntime,thread-pool=shared``),
+issue 29 item 3.
 
 The ResNet-like CNN of :mod:`instance_threads` with 1, 2 and 4 CPU instances and no thread
 parameter, served by two ``despina serve`` processes that differ only in that flag;

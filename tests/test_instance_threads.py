@@ -1,8 +1,9 @@
 """Per-instance thread defaults of the framework backends (issue 29, item 3): with N > 1
-CPU instances and no thread setting, each ONNX Runtime session and PyTorch / OpenVINO
-instance gets max(1, cores // N) intra-op threads; an explicit setting wins; one instance
-keeps the framework's default. ONNX Runtime's shared pool runs in a server process of its
-own (once created, it is every session's in that process)."""
+CPU instances and no thread setting, each PyTorch / OpenVINO instance gets
+max(1, cores // N) intra-op threads; ONNX Runtime's CPU instances share one session with
+onnxruntime's own default (tested in its plugin's test_serving.py); an explicit setting
+wins; one instance keeps the framework's default. ONNX Runtime's shared pool runs in a
+server process of its own (once created, it is every session's in that process)."""
 
 from __future__ import annotations
 
@@ -35,21 +36,24 @@ def config(*counts: int, params: dict[str, str] | None = None) -> mc.ModelConfig
 
 
 @pytest.mark.parametrize("counts", [(1,), (2,), (4,), (2, 3)])
-def test_onnx_sessions_split_the_cores(counts: tuple[int, ...]) -> None:
+def test_onnx_session_keeps_the_framework_default(counts: tuple[int, ...]) -> None:
+    """The one session a model's CPU instances share keeps onnxruntime's pool size."""
     pytest.importorskip("onnxruntime")
-    total = sum(counts)
-    expected = max(1, CORES // total) if total > 1 else 0
-    opts = onnx_options.session_options(config(*counts), "m")
-    assert opts.intra_op_num_threads == expected
+    conf = config(*counts)
+    opts = onnx_options.session_options(conf, "m")
+    assert opts.intra_op_num_threads == 0
     assert opts.use_per_session_threads
+    assert not onnx_options.states_threads(conf)
 
 
 def test_onnx_explicit_thread_count_wins() -> None:
     pytest.importorskip("onnxruntime")
     for value in ("0", "3"):
         params = {"intra_op_thread_count": value}
-        opts = onnx_options.session_options(config(4, params=params), "m")
+        conf = config(4, params=params)
+        opts = onnx_options.session_options(conf, "m")
         assert opts.intra_op_num_threads == int(value)
+        assert onnx_options.states_threads(conf)
 
 
 def test_gpu_instances_do_not_count() -> None:
@@ -59,7 +63,7 @@ def test_gpu_instances_do_not_count() -> None:
 
 
 def test_instances_split_the_cores() -> None:
-    """The rule the torch backend applies in each instance's thread (and ORT, OpenVINO)."""
+    """The rule the torch backend applies in each instance's thread (and OpenVINO)."""
     assert threads_per_instance(config(1)) == 0
     assert threads_per_instance(config(2)) == max(1, CORES // 2)
     assert threads_per_instance(config(8)) == max(1, CORES // 8)

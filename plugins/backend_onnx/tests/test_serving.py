@@ -34,7 +34,9 @@ def test_each_instance_runs_sessions_on_its_own_thread(
     onnx_models,
     intra_op_threads: str | None,
 ) -> None:
-    """Each instance's session runs in a thread of its own, with or without a thread count."""
+    """Each instance runs its batches in a thread of its own. Without a thread count the
+    CPU instances share one session (onnxruntime's pool of a thread per core); with one,
+    each instance opens its own session with that pool, as Triton does."""
     config = 'backend: "onnxruntime"\nmax_batch_size: 8\ninstance_group [ { count: 3 kind: KIND_CPU } ]\n'
     if intra_op_threads is not None:
         config += (
@@ -46,6 +48,8 @@ def test_each_instance_runs_sessions_on_its_own_thread(
     version = client.server.models.get("wide")
     threads = {i.executor._thread_name_prefix for i in version.instances}
     assert len(threads) == 3
+    sessions = {id(i.session) for i in version.instances}
+    assert len(sessions) == (1 if intra_op_threads is None else 3)
     rng = np.random.default_rng(0)
     requests = [
         {n: rng.standard_normal((2, 4096), dtype=np.float32) for n in ("INPUT0", "INPUT1")}

@@ -2,8 +2,16 @@
 
 Auto-complete reads inputs, outputs, data types and dims from the ONNX graph, with
 ``max_batch_size`` set to the default (4) when every tensor has a dynamic first
-dimension. Each instance owns a session and a worker thread (:class:`ThreadedInstance`),
-so N instances run N sessions at once (onnxruntime releases the GIL while it runs).
+dimension. Each instance has a worker thread (:class:`ThreadedInstance`) and runs its
+batches with ``session.run`` (onnxruntime releases the GIL while it runs).
+
+Sessions: a GPU instance opens its own, on its device. The CPU instances of a model
+share one session (``run`` is thread-safe) unless the config states
+``intra_op_thread_count``: the session keeps onnxruntime's thread default (a pool of a
+thread per core), so a lone request gets every core whichever instance runs it, N
+concurrent ones share the cores instead of N pools competing for them, and the weights
+are held once. A stated thread count opens a session per instance, each with that pool,
+as Triton does. Measured in ``bench/results/instance_threads.md``.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from despina import (
     InstanceSpec,
     Internal,
     InvalidArgument,
+    ModelContext,
     ModelInstance,
     RaggedBatch,
     TensorSpec,
@@ -56,6 +65,11 @@ class OnnxBackend(Backend):
     name = "onnxruntime"
     platforms = ("onnxruntime_onnx",)
     default_model_filename = "model.onnx"
+
+    def __init__(self, context: ModelContext) -> None:
+        super().__init__(context)
+        #: The session the CPU instances share, once the first of them opened it.
+        self._shared_cpu: Any = None
 
     @classmethod
     def gpu_support(cls) -> str | None:
@@ -101,8 +115,14 @@ class OnnxBackend(Backend):
         load fails naming the model and file when the file is missing or unreadable)."""
         config, model = self.context.config, self.context.name
         providers = options.providers(config, spec.kind, spec.device_id, model)
-        session_opts = options.session_options(config, model, self.shared_threads)
-        session = await asyncio.to_thread(self._open, session_opts, providers)
+        shared = spec.kind == "KIND_CPU" and not options.states_threads(config)
+        if shared and self._shared_cpu is not None:
+            session = self._shared_cpu
+        else:
+            session_opts = options.session_options(config, model, self.shared_threads)
+            session = await asyncio.to_thread(self._open, session_opts, providers)
+            if shared:
+                self._shared_cpu = session
         inputs, outputs = self._signature(session)
         check_config(config, inputs, outputs, model, self.file_label)
         run_opts = options.run_options(config, model)

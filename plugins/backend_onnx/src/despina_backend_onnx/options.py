@@ -12,14 +12,13 @@ Read the way Triton's onnxruntime backend reads them:
 - ``optimization.execution_accelerators``: GPU ``tensorrt`` / ``cuda`` (with their
   parameters), CPU ``openvino``; each needs its provider in the installed onnxruntime.
 
-Threads: by default each session has its own intra-op pool (Triton's behaviour); without
-``intra_op_thread_count``, a model with N > 1 CPU instances gives each ``max(1, cores // N)``
-threads (:func:`despina.placement.threads_per_instance`), so its instances do not compete
-for cores; one instance keeps onnxruntime's default. With
+Threads: each session has its own intra-op pool (Triton's behaviour), of
+``intra_op_thread_count`` threads or onnxruntime's default (a thread per core); a model's
+CPU instances share one session unless the count is stated (:mod:`.backend`). With
 ``--backend-config=onnxruntime,thread-pool=shared`` every session of the process runs on
-one pool of a thread per core (:mod:`.threads`): a lone request gets every core whichever
-instance runs it, and concurrent ones share the cores; the models' thread counts are then
-ignored (onnxruntime allows no per-session pool once the shared one exists).
+one pool of a thread per core (:mod:`.threads`), so several models share the cores too;
+the models' thread counts are then ignored (onnxruntime allows no per-session pool once
+the shared one exists).
 
 Every function imports onnxruntime lazily and raises ConfigError for a bad value.
 """
@@ -28,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from despina import ConfigError, ModelConfig, parameters_of, threads_per_instance
+from despina import ConfigError, ModelConfig, parameters_of
 
 from despina_backend_onnx.threads import shared_pool
 
@@ -50,6 +49,12 @@ _GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISAB
 Provider = tuple[str, dict[str, str]]
 
 
+def states_threads(config: ModelConfig) -> bool:
+    """Whether the config states ``intra_op_thread_count`` (then each instance opens a
+    session with that pool of its own)."""
+    return bool(parameters_of(config).get("intra_op_thread_count", "").strip())
+
+
 def session_options(config: ModelConfig, model: str, shared_threads: bool = False) -> Any:
     """An ``onnxruntime.SessionOptions`` for the model's ``parameters`` and graph level;
     ``shared_threads``: on the process-wide pool (:func:`.threads.shared_pool`)."""
@@ -63,8 +68,7 @@ def session_options(config: ModelConfig, model: str, shared_threads: bool = Fals
         shared_pool()
         options.use_per_session_threads = False
     else:
-        stated = bool(params.get("intra_op_thread_count", "").strip())
-        options.intra_op_num_threads = intra if stated else threads_per_instance(config)
+        options.intra_op_num_threads = intra
         options.inter_op_num_threads = inter
     mode = _int(params, "execution_mode", 0, model)
     options.execution_mode = (
