@@ -137,6 +137,9 @@ class BackendConformance:
     #: Input and output names of the add/sub model, in order.
     add_sub_inputs: ClassVar[tuple[str, str]] = ("INPUT0", "INPUT1")
     add_sub_outputs: ClassVar[tuple[str, str]] = ("OUTPUT0", "OUTPUT1")
+    #: The instance kind of the checks that state an ``instance_group`` (``KIND_GPU`` for a
+    #: backend serving GPU instances only).
+    instance_kind: ClassVar[str] = "KIND_CPU"
 
     #: What a collected subclass must set, and the hooks it must override.
     REQUIRED: ClassVar[tuple[str, ...]] = (
@@ -488,7 +491,7 @@ class BackendConformance:
     def test_instance_group_count(
         self, model_repository: RepositoryBuilder, despina_server: Start, served: Any
     ) -> None:
-        extra = "instance_group [ { count: 3 kind: KIND_CPU } ]\n"
+        extra = f"instance_group [ {{ count: 3 kind: {self.instance_kind} }} ]\n"
         self.add_add_sub(model_repository, "three", self.add_sub_config(extra=extra))
         client = served(despina_server(model_repository.root))
         version = client.server.models.get("three")
@@ -537,7 +540,7 @@ class BackendConformance:
     ) -> None:
         a, b = self.add_sub_inputs
         extra = (
-            "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+            f"instance_group [ {{ count: 2 kind: {self.instance_kind} }} ]\n"
             'model_warmup [ { name: "zeros" batch_size: 4\n'
             f'  inputs {{ key: "{a}" value: {{ data_type: TYPE_FP32 dims: [ 4 ] zero_data: true }} }}\n'
             f'  inputs {{ key: "{b}" value: {{ data_type: TYPE_FP32 dims: [ 4 ] random_data: true }} }}\n'
@@ -566,7 +569,7 @@ class BackendConformance:
             text = f'model_warmup [ {{ name: "{sample}" batch_size: 3\n{"".join(lines)}}} ]\n'
             return text, files
 
-        group = "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+        group = f"instance_group [ {{ count: 2 kind: {self.instance_kind} }} ]\n"
         for name, sample, request in (
             ("warm", "ok", model.good),
             ("cold", "bad_sample", model.bad),

@@ -2,7 +2,11 @@
 
 :func:`validate_request` checks inputs (names, data types, shapes, batch size) and
 requested outputs, and applies ``reshape`` to inputs (a view, no copy). It runs once per
-request before the request is queued.
+request before the request is queued. Shape-tensor inputs (``is_shape_tensor``) of a batching
+model have no batch dimension, as in Triton: a request gives the values, or (the form
+Triton's documentation shows) its batch size and then the values; the batch size is
+dropped, since the backend puts the batch's total first. They move after the other
+inputs, so the first input gives the batch size.
 """
 
 from __future__ import annotations
@@ -62,6 +66,10 @@ class ModelSignature:
             i.name: DimsPattern(i.reshape.shape) for i in config.input if i.HasField("reshape")
         }
         self.ensemble = config.platform == "ensemble"
+        #: Shape-tensor inputs of a batching model: checked without a batch dimension.
+        self.shape_tensors = frozenset(
+            i.name for i in config.input if i.is_shape_tensor and self.max_batch_size > 0
+        )
 
 
 def validate_request(request: InferenceRequest, sig: ModelSignature) -> None:
@@ -89,6 +97,12 @@ def validate_request(request: InferenceRequest, sig: ModelSignature) -> None:
         batch = _check_shape(request, sig, name, array, batch)
     _check_outputs(request, sig)
     _apply_reshapes(request, sig)
+    if sig.shape_tensors:
+        for name in sig.shape_tensors & request.inputs.keys():
+            values = request.inputs.pop(name)
+            if not sig.input_dims[name].matches(values.shape):  # led by its batch size
+                values = values[1:]
+            request.inputs[name] = values
 
 
 def _check_shape(
@@ -96,7 +110,7 @@ def _check_shape(
 ) -> int | None:
     shape = array.shape
     dims = sig.input_dims[name]
-    if sig.max_batch_size > 0:
+    if sig.max_batch_size > 0 and name not in sig.shape_tensors:
         if not shape:
             raise InvalidArgument(
                 f"[request id: {request.id or '<id_unknown>'}] inference input '{name}' for "
@@ -114,6 +128,8 @@ def _check_shape(
                 f"must be <= {sig.max_batch_size} for '{sig.name}'"
             )
         shape = shape[1:]
+    if name in sig.shape_tensors and len(shape) == 1 and dims.matches((shape[0] - 1,)):
+        return batch  # Triton's documented form: the request's batch size, then the values
     if not dims.matches(shape):
         reshape = sig.input_reshapes.get(name)
         if reshape is not None and reshape.matches(shape):

@@ -10,7 +10,18 @@ execution; ``execute_async_v3`` fails (False) when an input shape or any tensor 
 (or an output allocator) is missing. Addresses are real host addresses: the engine reads
 and writes them with ctypes, as TensorRT reads and writes device pointers.
 
-A "plan" is :func:`plan` JSON: tensors, optimization profiles and one operation.
+Shape tensors (``is_shape_inference_io``) follow TensorRT 10's rules: their addresses must
+be host memory and execution tensors' device memory (``set_tensor_address`` refuses the
+other, telling them apart by the device layer's allocations); an input's values are read
+from its address, so output shapes stay unknown until they are set; values outside the
+active profile's ``get_tensor_profile_values`` range leave the output shapes unknown and
+fail execution; shape-tensor outputs are written to their host address.
+
+Deserialization fails for a plan that names plugin libraries not loaded in the process
+(``/proc/self/maps``), and for a version-compatible plan unless the runtime's
+``engine_host_code_allowed`` is set.
+
+A "plan" is :func:`plan` JSON: tensors, optimization profiles, one operation and options.
 """
 
 from __future__ import annotations
@@ -20,24 +31,34 @@ import ctypes
 import enum
 import itertools
 import json
+import threading
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from despina import Gpu, GpuInventory, hookimpl
+from despina import DATATYPE_TO_DTYPE, Gpu, GpuInventory, hookimpl
 
 MAGIC = b"DESPINA-STANDIN-PLAN\n"
 NUMPY = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "UINT8": np.uint8,
-         "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_}  # fmt: skip
+         "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_,
+         "BF16": DATATYPE_TO_DTYPE["BF16"]}  # fmt: skip
 
 
-def plan(tensors: Sequence[dict[str, Any]], profiles: Sequence[dict[str, Any]], op: str) -> bytes:
+def plan(
+    tensors: Sequence[dict[str, Any]],
+    profiles: Sequence[dict[str, Any]],
+    op: str,
+    **options: Any,
+) -> bytes:
     """A serialized stand-in engine. tensors: {name, mode INPUT|OUTPUT, dtype, shape,
-    data_dependent?}; profiles: {input name: [min, opt, max]}; op: add_sub | nonzero."""
-    return (
-        MAGIC
-        + json.dumps({"tensors": list(tensors), "profiles": list(profiles), "op": op}).encode()
-    )
+    data_dependent?, shape_tensor?}; profiles: {input name: [min, opt, max]} (values for
+    shape tensors); op: add_sub | nonzero | identity | resize. options: plugins (library
+    file names the engine needs loaded), version_compatible, execute_delay_s (how long an
+    execution takes, to let executions overlap)."""
+    spec = {"tensors": list(tensors), "profiles": list(profiles), "op": op, **options}
+    return MAGIC + json.dumps(spec).encode()
 
 
 class DataType(enum.Enum):
@@ -80,18 +101,41 @@ class IOutputAllocator:
 class Runtime:
     def __init__(self, logger: ILogger) -> None:
         self.logger = logger
+        self.engine_host_code_allowed = False
 
     def deserialize_cuda_engine(self, serialized_engine: bytes) -> ICudaEngine | None:
         if not bytes(serialized_engine).startswith(MAGIC):
             self.logger.log(ILogger.Severity.ERROR, "Serialization assertion failed: magic tag")
             return None
-        return ICudaEngine(json.loads(bytes(serialized_engine)[len(MAGIC) :]), self.logger)
+        spec = json.loads(bytes(serialized_engine)[len(MAGIC) :])
+        mapped = {Path(line.split()[-1]).name for line in _maps() if "/" in line}
+        for library in spec.get("plugins", []):
+            if library not in mapped:
+                self.logger.log(
+                    ILogger.Severity.ERROR,
+                    f"getPluginCreator could not find plugin of library {library}",
+                )
+                return None
+        if spec.get("version_compatible") and not self.engine_host_code_allowed:
+            self.logger.log(
+                ILogger.Severity.ERROR,
+                "Cannot deserialize a version-compatible engine: engine host code is not allowed",
+            )
+            return None
+        return ICudaEngine(spec, self.logger)
+
+
+def _maps() -> list[str]:
+    return Path("/proc/self/maps").read_text().splitlines()
 
 
 class ICudaEngine:
     def __init__(self, spec: dict[str, Any], logger: ILogger) -> None:
         self.spec, self.logger = spec, logger
         self.tensors = {t["name"]: t for t in spec["tensors"]}
+        #: Executions running now, and the most that ever ran at once.
+        self.running = self.most_running = 0
+        self.counting = threading.Lock()
 
     @property
     def num_io_tensors(self) -> int:
@@ -114,16 +158,20 @@ class ICudaEngine:
         return tuple(self.tensors[name]["shape"])
 
     def is_shape_inference_io(self, name: str) -> bool:
-        return False
+        return bool(self.tensors[name].get("shape_tensor"))
 
     def get_tensor_format(self, name: str) -> TensorFormat:
         return TensorFormat.LINEAR
 
     def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[tuple[int, ...]]:
+        if self.is_shape_inference_io(name):  # its own shape: fixed
+            return [self.get_tensor_shape(name)] * 3
         return [tuple(s) for s in self.spec["profiles"][profile_index][name]]
 
     def get_tensor_profile_values(self, name: str, profile_index: int) -> list[list[int]]:
-        raise RuntimeError(f"'{name}' is not a shape tensor")
+        if not self.is_shape_inference_io(name):
+            raise RuntimeError(f"'{name}' is not a shape tensor")
+        return [list(v) for v in self.spec["profiles"][profile_index][name]]
 
     def create_execution_context(
         self,
@@ -141,6 +189,9 @@ class IExecutionContext:
         self.addresses: dict[str, int] = {}
         self.allocators: dict[str, IOutputAllocator] = {}
 
+    def _error(self, msg: str) -> None:
+        self.engine.logger.log(ILogger.Severity.ERROR, msg)
+
     def set_optimization_profile_async(self, profile_index: int, stream_handle: int) -> bool:
         if not 0 <= profile_index < self.engine.num_optimization_profiles:
             return False
@@ -154,8 +205,7 @@ class IExecutionContext:
         if len(shape) != len(low) or any(
             not lo <= d <= hi for d, lo, hi in zip(shape, low, high, strict=True)
         ):
-            self.engine.logger.log(
-                ILogger.Severity.ERROR,
+            self._error(
                 f"IExecutionContext::setInputShape: Error Code 3: API Usage Error ({name} "
                 f"{shape} is outside profile {self.active_optimization_profile} [{low}, {high}])",
             )
@@ -166,15 +216,57 @@ class IExecutionContext:
     def _inputs(self) -> list[str]:
         return [n for n, t in self.engine.tensors.items() if t["mode"] == "INPUT"]
 
+    def _shape_of(self, name: str) -> tuple[int, ...] | None:
+        """An input's runtime shape: set, or fixed by the engine (None: unknown)."""
+        declared = tuple(self.engine.tensors[name]["shape"])
+        return self.shapes.get(name, None if -1 in declared else declared)
+
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
         tensor = self.engine.tensors[name]
         if tensor["mode"] == "INPUT":
-            return self.shapes.get(name, tuple(tensor["shape"]))
-        if tensor.get("data_dependent") or any(n not in self.shapes for n in self._inputs()):
+            return self._shape_of(name) or tuple(tensor["shape"])
+        values = self._shape_values()
+        if tensor.get("data_dependent") or values is None:
             return tuple(tensor["shape"])
-        return self.shapes[self._inputs()[0]]  # add_sub: outputs shaped as the inputs
+        zeros = {}
+        for n in self._inputs():
+            if n not in values:
+                dtype = NUMPY[self.engine.tensors[n]["dtype"]]
+                zeros[n] = np.zeros(self._shape_of(n) or (), dtype)
+        return tuple(_compute(self.engine.spec["op"], {**zeros, **values})[name].shape)
+
+    def _shape_values(self) -> dict[str, np.ndarray] | None:
+        """The shape-tensor inputs' values, read from their host addresses; None while an
+        input shape or a shape tensor's address is unset, or a value is out of range."""
+        if any(self._shape_of(n) is None for n in self._inputs()):
+            return None
+        profile = self.engine.spec["profiles"][self.active_optimization_profile]
+        values = {}
+        for name in self._inputs():
+            if not self.engine.is_shape_inference_io(name):
+                continue
+            if name not in self.addresses:
+                return None
+            value = self._read(name, self._shape_of(name) or ())
+            low, _, high = profile[name]
+            if any(not lo <= v <= hi for v, lo, hi in zip(value.ravel(), low, high, strict=True)):
+                self._error(
+                    f"IExecutionContext::getTensorShape: Error Code 7: Internal Error (shape "
+                    f"tensor {name} values {value.tolist()} outside profile range [{low}, {high}])"
+                )
+                return None
+            values[name] = value
+        return values
 
     def set_tensor_address(self, name: str, memory: int) -> bool:
+        on_device = _on_device(int(memory))
+        if on_device is not None and on_device == self.engine.is_shape_inference_io(name):
+            where = "host" if on_device else "device"
+            self._error(
+                f"IExecutionContext::setTensorAddress: Error Code 3: API Usage Error (tensor "
+                f"{name} must be in {where} memory)"
+            )
+            return False
         self.addresses[name] = int(memory)
         return True
 
@@ -184,14 +276,26 @@ class IExecutionContext:
 
     def execute_async_v3(self, stream_handle: int) -> bool:
         engine = self.engine
-        if any(n not in self.shapes or n not in self.addresses for n in self._inputs()):
-            engine.logger.log(ILogger.Severity.ERROR, "execute: input shape or address not set")
+        if any(n not in self.addresses for n in self._inputs()):
+            self._error("execute: input shape or address not set")
             return False
         outputs = [n for n in engine.tensors if n not in self._inputs()]
         if any(n not in self.addresses and n not in self.allocators for n in outputs):
-            engine.logger.log(ILogger.Severity.ERROR, "execute: output address not set")
+            self._error("execute: output address not set")
             return False
-        values = {n: self._read(n, self.shapes[n]) for n in self._inputs()}
+        values = self._shape_values()
+        if values is None:
+            self._error("execute: input shapes or shape-tensor values not set, or not valid")
+            return False
+        for name in self._inputs():
+            if name not in values:
+                values[name] = self._read(name, self._shape_of(name) or ())
+        with engine.counting:
+            engine.running += 1
+            engine.most_running = max(engine.most_running, engine.running)
+        time.sleep(float(engine.spec.get("execute_delay_s", 0)))
+        with engine.counting:
+            engine.running -= 1
         for name, value in _compute(engine.spec["op"], values).items():
             value = np.ascontiguousarray(value, NUMPY[engine.tensors[name]["dtype"]])
             if name in self.allocators:
@@ -212,18 +316,41 @@ class IExecutionContext:
         return np.frombuffer(raw, dtype, count=nbytes // dtype.itemsize).reshape(shape).copy()
 
 
+def _on_device(address: int) -> bool | None:
+    """Whether ``address`` lies in a buffer of the installed device layer (None: no layer
+    installed, nothing to tell)."""
+    memory = globals().get("despina_device_memory")
+    if memory is None:
+        return None
+    return any(b.ptr <= address < b.ptr + b.nbytes for b in memory.buffers)
+
+
 def _compute(op: str, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     if op == "add_sub":
         a, b = values["INPUT0"], values["INPUT1"]
         return {"OUTPUT0": a + b, "OUTPUT1": a - b}
     if op == "nonzero":
         return {"INDICES": np.flatnonzero(values["X"]).astype(np.int64)}
+    if op == "identity":  # IN_<x> -> OUT_<x>
+        return {"OUT" + n[2:]: v for n, v in values.items()}
+    if op in ("resize", "resize_items"):  # DUMMY_INPUT0 resized to INPUT0's values
+        shape = values["INPUT0"].astype(np.int64)
+        dims, dummy = tuple(int(d) for d in shape), values["DUMMY_INPUT0"]
+        if op == "resize":
+            resized = np.resize(dummy, dims)
+        else:  # each batch item alone, to the values past the first (the batch size)
+            items = [np.resize(item, dims[1:]) for item in dummy[: dims[0]]]
+            resized = np.stack(items) if items else np.zeros(dims, dummy.dtype)
+        return {"DUMMY_OUTPUT0": resized, "OUTPUT0": shape}
     raise ValueError(f"unknown stand-in op {op}")
 
 
-def add_sub_plan(profiles: list[tuple[int, int, int]] | None = None, width: int = 4) -> bytes:
+def add_sub_plan(
+    profiles: list[tuple[int, int, int]] | None = None, width: int = 4, **options: Any
+) -> bytes:
     """A stand-in add/sub engine: FP32 [-1, width] tensors, one profile per (min, opt, max)
-    batch triple (default one profile, batch 1..8)."""
+    batch triple (default one profile, batch 1..8). ``width`` -1: a dynamic second
+    dimension the profiles bound to 1..4. ``options`` as :func:`plan` takes them."""
     tensors = [
         {"name": n, "mode": mode, "dtype": "FLOAT", "shape": [-1, width]}
         for n, mode in (
@@ -234,11 +361,42 @@ def add_sub_plan(profiles: list[tuple[int, int, int]] | None = None, width: int 
         )
     ]
     triples = profiles or [(1, 4, 8)]
+    low, high = (1, 4) if width == -1 else (width, width)
     bounds = [
-        {n: [[lo, width], [opt, width], [hi, width]] for n in ("INPUT0", "INPUT1")}
+        {n: [[lo, low], [opt, high], [hi, high]] for n in ("INPUT0", "INPUT1")}
         for lo, opt, hi in triples
     ]
-    return bytes(plan(tensors, bounds, "add_sub"))
+    return bytes(plan(tensors, bounds, "add_sub", **options))
+
+
+def identity_plan(dtype: str, rank: int = 2) -> bytes:
+    """OUT_<dtype> = IN_<dtype>, a TensorRT data type name, dims all dynamic (1..16)."""
+    tensors = [
+        {"name": f"{kind}_{dtype}", "mode": mode, "dtype": dtype, "shape": [-1] * rank}
+        for kind, mode in (("IN", "INPUT"), ("OUT", "OUTPUT"))
+    ]
+    bounds = [[1] * rank, [4] * rank, [16] * rank]
+    return bytes(plan(tensors, [{f"IN_{dtype}": bounds}], "identity"))
+
+
+def resize_plan(batched: bool, low: int = 1, high: int = 8, output: str = "INT64") -> bytes:
+    """Triton's shape-tensor test model: DUMMY_INPUT0 (FP32 [-1, -1]) resized to the values
+    of the shape tensor INPUT0 (INT32 [2]) as DUMMY_OUTPUT0, and those values given back
+    by the shape-tensor output OUTPUT0 (``output``, INT64 [2]). Batched: INPUT0's first value is the
+    batch size (1..8), the second in low..high, and each batch item is resized alone;
+    else both values in low..high."""
+    tensors = [
+        {"name": "DUMMY_INPUT0", "mode": "INPUT", "dtype": "FLOAT", "shape": [-1, -1]},
+        {"name": "INPUT0", "mode": "INPUT", "dtype": "INT32", "shape": [2], "shape_tensor": True},
+        {"name": "DUMMY_OUTPUT0", "mode": "OUTPUT", "dtype": "FLOAT", "shape": [-1, -1]},
+        {"name": "OUTPUT0", "mode": "OUTPUT", "dtype": output, "shape": [2], "shape_tensor": True},
+    ]
+    first = (1, 4, 8) if batched else (low, low, high)
+    profile = {
+        "DUMMY_INPUT0": [[1, 1], [4, 4], [8, 16]],
+        "INPUT0": [[first[0], low], [first[1], low], [first[2], high]],
+    }
+    return bytes(plan(tensors, [profile], "resize_items" if batched else "resize"))
 
 
 def nonzero_plan() -> bytes:
@@ -273,6 +431,8 @@ class HostMemory:
     def __init__(self, capability: tuple[int, int] = (8, 0)) -> None:
         self.capability = capability
         self.allocations = 0
+        #: Every buffer allocated ("device" memory, as the stand-in engine tells it apart).
+        self.buffers: list[HostBuffer] = []
         #: device id -> streams made on it (one per instance).
         self.streams: dict[int, int] = {}
 
@@ -288,7 +448,8 @@ class HostMemory:
 
     def allocate(self, device_id: int, nbytes: int) -> HostBuffer:
         self.allocations += 1
-        return HostBuffer(np.zeros(max(nbytes, 1), np.uint8))
+        self.buffers.append(HostBuffer(np.zeros(max(nbytes, 1), np.uint8)))
+        return self.buffers[-1]
 
     def upload(self, buffer: HostBuffer, array: np.ndarray, stream: HostStream) -> None:
         assert array.nbytes <= buffer.nbytes

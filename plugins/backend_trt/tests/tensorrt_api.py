@@ -26,6 +26,7 @@ USED: dict[str, list[str] | None] = {
     "ExecutionContextAllocationStrategy": None,
     "DataType": None,
     "Runtime.deserialize_cuda_engine": ["serialized_engine"],
+    "Runtime.engine_host_code_allowed": None,
     "ICudaEngine.num_io_tensors": None,
     "ICudaEngine.num_optimization_profiles": None,
     "ICudaEngine.get_tensor_name": ["index"],

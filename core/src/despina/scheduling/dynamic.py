@@ -3,15 +3,19 @@
 A batch grows from the oldest request until it reaches a preferred batch size (or
 ``max_batch_size``), or until ``max_queue_delay_microseconds`` passed since the batch
 began. Requests whose non-batch input shapes differ from the batch's first request are
-never batched together (unless the input allows ragged batches); they start the next
-batch. Priority levels, queue size limits and queue timeouts follow the queue policy.
+never batched together (unless the input allows ragged batches), nor are requests whose
+shape-tensor inputs (``is_shape_tensor``) hold different values (Triton's rule); they start
+the next batch. Priority levels, queue size limits and queue timeouts follow the queue policy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Set
 from typing import Any
+
+import numpy as np
 
 from despina.config import ModelConfig, mc
 from despina.inference import InferenceRequest
@@ -49,6 +53,7 @@ class DynamicBatchScheduler(QueueScheduler):
         target = preferred[-1] if preferred else max_size
         delay_s = int(batching.max_queue_delay_microseconds) / 1e6
         ragged = {i.name for i in config.input if i.allow_ragged_batch}
+        values = {i.name for i in config.input if i.is_shape_tensor}
 
         first = await self.queue.get()
         batch, size = [first], batch_size_of(first, config)
@@ -64,7 +69,9 @@ class DynamicBatchScheduler(QueueScheduler):
                         break
                     continue
                 candidate_size = batch_size_of(candidate, config)
-                if size + candidate_size > max_size or not same_shapes(first, candidate, ragged):
+                if size + candidate_size > max_size or not same_shapes(
+                    first, candidate, ragged, values
+                ):
                     self.queue.push_front(candidate)
                     break
                 batch.append(candidate)
@@ -88,12 +95,17 @@ def _policy(policy: Any, default_max: int = 0) -> QueuePolicy:
     )
 
 
-def same_shapes(a: InferenceRequest, b: InferenceRequest, ragged: set[str]) -> bool:
-    """True when every input has the same shape past the batch dimension."""
+def same_shapes(
+    a: InferenceRequest, b: InferenceRequest, ragged: set[str], values: Set[str] = frozenset()
+) -> bool:
+    """True when every input has the same shape past the batch dimension, and the inputs
+    named in ``values`` (shape tensors) hold the same values."""
     for name, array in a.inputs.items():
         if name in ragged:
             continue
         other = b.inputs.get(name)
         if other is None or other.shape[1:] != array.shape[1:]:
+            return False
+        if name in values and not np.array_equal(other, array):
             return False
     return a.inputs.keys() == b.inputs.keys()

@@ -5,17 +5,21 @@ Nothing here imports TensorRT or cupy at module level: :mod:`despina_backend_trt
 does when a model loads, and without them the model is UNAVAILABLE saying so. An engine
 is deserialized once per GPU and model version and shared by the instances on that GPU;
 each instance owns its execution contexts and stream (:mod:`despina_backend_trt.instance`).
+The backend-wide options (``--backend-config=tensorrt,...``, :mod:`.options`) are read
+when a model loads; plugin libraries are loaded before its engines are deserialized.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 from despina import Backend, ConfigError, InstanceSpec, Internal, ModelInstance, safe_join
 
 from despina_backend_trt import config_rules
+from despina_backend_trt.options import BackendOptions, load_plugins, read_options
 from despina_backend_trt.runtime import Runtime, load_runtime, missing_reason
 
 log = logging.getLogger("despina.backend.tensorrt")
@@ -36,7 +40,7 @@ class TensorRTBackend(Backend):
     async def auto_complete(self) -> None:
         """Fill the config from the engine, opened on the first GPU the first instance
         group lists (GPU 0 when none)."""
-        runtime = load_runtime()
+        runtime = self._prepare()
         groups = self.context.config.instance_group
         device = groups[0].gpus[0] if len(groups) and len(groups[0].gpus) else 0
         engine = await asyncio.to_thread(self._deserialize, runtime, device)
@@ -44,11 +48,25 @@ class TensorRTBackend(Backend):
         config_rules.auto_complete(self.context.config, info, self.context.name)
 
     async def load(self) -> None:
-        """Find the runtime and read the model's parameters."""
-        self.runtime = load_runtime()
+        """Find the runtime, read the options and the model's parameters."""
+        self.runtime = self._prepare()
         self.strategy = config_rules.allocation_strategy(self.context.parameters, self.context.name)
         #: (engine, its info) per GPU, shared by the instances on it.
         self.engines: dict[int, tuple[Any, Any]] = {}
+        blocking = self.options.execution_policy == "BLOCKING"
+        #: Per GPU, the lock its instances enqueue under (None: BLOCKING).
+        self.device_locks: dict[int, threading.Lock] | None = (
+            None if blocking or self.context.config.HasField("sequence_batching") else {}
+        )
+
+    def _prepare(self) -> Runtime:
+        """The runtime, once the options are read and the plugin libraries loaded."""
+        host = self.context.host
+        self.options: BackendOptions = read_options(
+            lambda key: host.backend_setting(self.name, key), self.name
+        )
+        load_plugins(self.options.plugins, self.name)
+        return load_runtime()
 
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
         """An instance on GPU ``spec.device_id``; KIND_CPU and KIND_MODEL are refused."""
@@ -65,15 +83,20 @@ class TensorRTBackend(Backend):
         engine, info = self.engines[spec.device_id]
         config = self.context.config
         config_rules.validate(config, info, model)
-        shape_io = [t.name for t in info.tensors if t.is_shape_tensor]
-        if shape_io:
-            raise ConfigError(
-                f"model '{model}': shape tensors ({', '.join(shape_io)}) are not served by "
-                "Despina's TensorRT backend yet"
-            )
+        lock = None
+        if self.device_locks is not None:
+            lock = self.device_locks.setdefault(spec.device_id, threading.Lock())
         runtime = self.runtime
         return await asyncio.to_thread(
-            TrtInstance, spec, runtime.trt, runtime.memory, info, config, self.strategy, engine
+            TrtInstance,
+            spec,
+            runtime.trt,
+            runtime.memory,
+            info,
+            config,
+            self.strategy,
+            engine,
+            lock,
         )
 
     def _deserialize(self, runtime: Runtime, device: int) -> Any:
@@ -89,6 +112,8 @@ class TensorRTBackend(Backend):
         logger = _logger(trt)
         with memory.on_device(device):
             trt_runtime = trt.Runtime(logger)
+            if self.options.version_compatible:
+                trt_runtime.engine_host_code_allowed = True
             engine = trt_runtime.deserialize_cuda_engine(path.read_bytes())
         if engine is None:
             raise Internal(

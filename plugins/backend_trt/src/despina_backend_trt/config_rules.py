@@ -239,6 +239,7 @@ def _check_tensor(kind: str, tensor: Any, spec: EngineTensor, batched: bool, mod
             "set to true in the model configuration."
         )
     if spec.is_shape_tensor:
+        _check_shape_tensor(kind, tensor, spec, batched, model)
         return
     dims = [int(d) for d in (tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims)]
     expected = ([-1] if batched else []) + dims
@@ -252,6 +253,34 @@ def _check_tensor(kind: str, tensor: Any, spec: EngineTensor, batched: bool, mod
             f"{where}: model configuration specifies dims {_text(expected)}"
             f"{' (batch dimension included)' if batched else ''} that do not match the engine's "
             f"dims {_text(engine)}"
+        )
+
+
+def _check_shape_tensor(
+    kind: str, tensor: Any, spec: EngineTensor, batched: bool, model: str
+) -> None:
+    """Triton's shape-tensor rules: inputs INT32 or INT64, outputs INT64; a 0-d or 1-D
+    engine tensor whose value count is the config's dims (plus one, the batch size, for a
+    batching model)."""
+    config_type = mc.DataType.Name(tensor.data_type)
+    allowed = ("TYPE_INT32", "TYPE_INT64") if kind == "input" else ("TYPE_INT64",)
+    if config_type not in allowed:
+        raise ConfigError(
+            f"unexpected datatype {config_type} in model configuration for shape {kind} "
+            f"'{tensor.name}', expecting {' or '.join(allowed)} for {model}"
+        )
+    if len(spec.shape) > 1:
+        raise ConfigError(
+            f"unable to load model '{model}', shape binding '{tensor.name}' can only be 0-d "
+            f"or 1-D tensor, got {_text(spec.shape)}"
+        )
+    dims = [int(d) for d in tensor.dims]
+    count = dims[0] + (1 if batched else 0) if len(dims) == 1 and dims[0] != -1 else None
+    if spec.shape and count != spec.shape[0]:
+        raise ConfigError(
+            f"unable to load model '{model}', binding '{tensor.name}' shape expected by "
+            f"framework {_text(spec.shape)} doesn't match model configuration shape "
+            f"{_text(dims)}"
         )
 
 

@@ -6,11 +6,16 @@ Manhattan distance, among the profiles whose bounds hold them), sets the input s
 (``set_input_shape``) and tensor addresses (``set_tensor_address``), runs
 ``execute_async_v3`` on the instance's stream and copies the requested outputs back.
 Outputs whose engine shape has a dynamic dimension go through an output allocator, so
-data-dependent shapes (known only after execution) work.
+data-dependent shapes (known only after execution) work. Shape tensors are set and read
+in host memory (:mod:`despina_backend_trt.shape_tensors`). Under the ``DEVICE_BLOCKING``
+execution policy the instances of a model on one GPU share a lock they enqueue under.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +23,8 @@ import numpy as np
 from despina import (
     DATATYPE_TO_DTYPE,
     ConfigError,
+    InferenceRequest,
+    InferenceResponse,
     InstanceSpec,
     Internal,
     InvalidArgument,
@@ -29,6 +36,13 @@ from despina import (
 from despina_backend_trt.config_rules import profile_index
 from despina_backend_trt.device_memory import DeviceBuffer, DeviceMemory, DeviceStream
 from despina_backend_trt.engine_info import Bounds, EngineInfo
+from despina_backend_trt.shape_tensors import (
+    ShapeTensorBatch,
+    check_values,
+    group_by_values,
+    input_values,
+    output_values,
+)
 
 
 @dataclass
@@ -107,7 +121,8 @@ def make_output_allocator(trt: Any, device_memory: DeviceMemory, device_id: int)
 
 
 class TrtInstance(ThreadedInstance):
-    """Runs batches in its own thread on its own stream; one batch at a time."""
+    """Runs batches in its own thread on its own stream; one batch at a time. ``lock``:
+    the GPU's enqueue lock under ``DEVICE_BLOCKING`` (None: ``BLOCKING``)."""
 
     def __init__(
         self,
@@ -118,6 +133,7 @@ class TrtInstance(ThreadedInstance):
         config: mc.ModelConfig,
         strategy: str,
         engine: Any,
+        lock: threading.Lock | None = None,
     ) -> None:
         super().__init__(
             f"trt-{spec.name}", config.max_batch_size > 0, [o.name for o in config.output]
@@ -127,9 +143,16 @@ class TrtInstance(ThreadedInstance):
             t.name: DATATYPE_TO_DTYPE[config_to_datatype(t.data_type)] for t in info.tensors
         }
         self.engine = engine  # kept alive as long as its contexts
+        self.lock = lock
         self.buffers: dict[str, DeviceBuffer] = {}
+        #: Shape tensors' host memory, kept until the next batch.
+        self.host: dict[str, np.ndarray] = {}
+        self.shape_inputs = [t.name for t in info.inputs if t.is_shape_tensor]
+        self.shape_outputs = [t.name for t in info.outputs if t.is_shape_tensor]
+        if self.batched and self.shape_inputs:
+            self.ragged = ShapeTensorBatch(config, self.shape_inputs)
         #: Outputs whose shape may be known only after execution.
-        self.allocated = [t.name for t in info.outputs if -1 in t.shape]
+        self.allocated = [t.name for t in info.outputs if -1 in t.shape and not t.is_shape_tensor]
         with memory.on_device(spec.device_id):
             self.stream: DeviceStream = memory.stream(spec.device_id)
             self.allocator = make_output_allocator(trt, memory, spec.device_id)
@@ -162,20 +185,72 @@ class TrtInstance(ThreadedInstance):
             context.set_output_allocator(output, self.allocator)
         return ProfileContext(name, index, context, self.info.profiles[index])
 
+    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        """As ThreadedInstance, each group of requests whose shape tensors agree run as one
+        batch (one group unless a scheduler batched differing values)."""
+        groups = group_by_values(requests, self.shape_inputs) if self.shape_inputs else []
+        if len(groups) <= 1:
+            return await super().execute(requests)
+        answered: dict[int, InferenceResponse] = {}
+        for group in groups:
+            for request, response in zip(group, await super().execute(group), strict=True):
+                answered[id(request)] = response
+        return [answered[id(request)] for request in requests]
+
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         with self.memory.on_device(self.spec.device_id):
             return self._run(inputs, outputs)
 
     def _run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        profile = choose_profile(self.profiles, {n: tuple(a.shape) for n, a in inputs.items()})
+        batch = self._batch(inputs)
+        keys: dict[str, tuple[int, ...]] = {}
+        for name, array in inputs.items():
+            if name in self.shape_inputs:
+                self.host[name] = input_values(array, self.dtypes[name], batch)
+                keys[name] = tuple(self.host[name].tolist())
+            else:
+                keys[name] = tuple(array.shape)
+        profile = choose_profile(self.profiles, keys)
+        with self.lock or contextlib.nullcontext():
+            shapes = self._enqueue(profile, inputs)
+            results = {}
+            for name in outputs:
+                if name in self.shape_outputs:
+                    continue
+                allocated = name in self.allocated
+                buffer = self.allocator.buffers[name] if allocated else self.buffers[name]
+                results[name] = self.memory.download(
+                    buffer, shapes[name], self.dtypes[name], self.stream
+                )
+        self.stream.synchronize()
+        for name in outputs:
+            if name in self.shape_outputs:
+                results[name] = output_values(name, self.host[name], batch)
+        return results
+
+    def _batch(self, inputs: dict[str, np.ndarray]) -> int | None:
+        """The batch size of a batching model (from an execution tensor), else None."""
+        if not self.batched:
+            return None
+        tensor = next((a for n, a in inputs.items() if n not in self.shape_inputs), None)
+        return int(tensor.shape[0]) if tensor is not None and tensor.ndim else 1
+
+    def _enqueue(
+        self, profile: ProfileContext, inputs: dict[str, np.ndarray]
+    ) -> dict[str, tuple[int, ...]]:
+        """Set the inputs and output addresses on ``profile``'s context and queue the
+        execution; the output shapes known before it runs, then those it reported."""
         context = profile.context
         for name, array in inputs.items():
+            if name in self.shape_inputs:
+                self._set_shape_input(profile, name)
+                continue
             if not context.set_input_shape(name, tuple(array.shape)):
                 low, _, high = profile.bounds.get(name, ((), (), ()))
                 raise InvalidArgument(
-                    f"model '{self.model}': input '{name}' shape {list(array.shape)} is outside "
-                    f"optimization profile {profile.name}[{profile.index}] (min {list(low)}, "
-                    f"max {list(high)})"
+                    f"input '{name}' shape {list(array.shape)} is outside optimization profile "
+                    f"{profile.name}[{profile.index}] (min {list(low)}, max {list(high)}) of "
+                    f"model '{self.model}'"
                 )
             host = np.ascontiguousarray(array, dtype=self.dtypes[name])
             buffer = self._buffer(name, host.nbytes)
@@ -186,23 +261,37 @@ class TrtInstance(ThreadedInstance):
             if tensor.name in self.allocated:
                 continue
             shape = tuple(int(d) for d in context.get_tensor_shape(tensor.name))
+            if any(d < 0 for d in shape):
+                raise Internal(
+                    f"unable to get the shape of output '{tensor.name}' for {self.spec.name}"
+                )
             shapes[tensor.name] = shape
-            nbytes = int(np.prod(shape, dtype=np.int64)) * self.dtypes[tensor.name].itemsize
-            context.set_tensor_address(tensor.name, self._buffer(tensor.name, nbytes).ptr)
+            if tensor.is_shape_tensor:
+                self.host[tensor.name] = np.zeros(shape, self.dtypes[tensor.name])
+                address = self.host[tensor.name].ctypes.data
+            else:
+                nbytes = int(np.prod(shape, dtype=np.int64)) * self.dtypes[tensor.name].itemsize
+                address = self._buffer(tensor.name, nbytes).ptr
+            if not context.set_tensor_address(tensor.name, address):
+                raise Internal(f"unable to set the address of output '{tensor.name}'")
         self.allocator.shapes.clear()
         self.mark_infer_start()
         if not context.execute_async_v3(self.stream.handle):
             raise Internal(f"unable to enqueue for inference {self.spec.name}")
         self.mark_infer_end()
         shapes.update(self.allocator.shapes)
-        results = {}
-        for name in outputs:
-            buffer = self.allocator.buffers[name] if name in self.allocated else self.buffers[name]
-            results[name] = self.memory.download(
-                buffer, shapes[name], self.dtypes[name], self.stream
-            )
-        self.stream.synchronize()
-        return results
+        return shapes
+
+    def _set_shape_input(self, profile: ProfileContext, name: str) -> None:
+        """Give TensorRT a shape-tensor input: its own shape, and the host address of its
+        values once they are checked against the profile's range."""
+        values = self.host[name]
+        check_values(name, values, profile.bounds[name])
+        context = profile.context
+        if not context.set_input_shape(name, values.shape) or not context.set_tensor_address(
+            name, values.ctypes.data
+        ):
+            raise Internal(f"unable to set the values of shape tensor '{name}'")
 
     def _buffer(self, name: str, nbytes: int) -> DeviceBuffer:
         """The tensor's buffer, grown (reallocated) when ``nbytes`` exceeds it."""
