@@ -3,9 +3,11 @@ random weights (built here with torch: torchvision is not needed), exported to O
 TorchScript, served with 1, 2 and 4 CPU instances, each twice: "before" pins the
 framework's own default per instance, as Triton runs it (ONNX Runtime:
 ``intra_op_thread_count: "0"``, which also gives each instance a session of its own;
-PyTorch: ``INTRA_OP_THREAD_COUNT`` = the cores) and "after" sets nothing, so Despina's
-default applies (ONNX Runtime: the CPU instances share one session with onnxruntime's
-pool; PyTorch: ``max(1, cores // instances)`` threads each). One server serves all
+PyTorch: ``INTRA_OP_THREAD_COUNT`` = the cores; OpenVINO, reading the ONNX file:
+``PERFORMANCE_HINT: LATENCY``, its CPU default of one stream) and "after" sets nothing,
+so Despina's default applies (ONNX Runtime: the CPU instances share one session with
+onnxruntime's pool; PyTorch: ``max(1, cores // instances)`` threads each; OpenVINO: N streams of that many
+threads). One server serves all
 variants; perf_analyzer visits them in interleaved rounds (before/after alternate which
 goes first), so a noisy host shifts both alike. Prints a markdown table of the median
 throughput and the after/before ratio.
@@ -87,21 +89,21 @@ def build_models(folder: Path) -> tuple[bytes, bytes]:
 
 
 def config(backend: str, instances: int, before: bool, cores: int) -> str:
+    """The model's config; ``before`` pins the framework's own per-instance default."""
     dims = ", ".join(str(d) for d in SHAPE)
-    if backend == "onnxruntime":
-        head = 'backend: "onnxruntime"\n'
-        io = (
-            f'input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
-            'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1, 100 ] } ]\n'
-        )
-        param = ("intra_op_thread_count", "0")
-    else:
-        head = 'backend: "pytorch"\n'
-        io = (
-            f'input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
-            'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1, 100 ] } ]\n'
-        )
-        param = ("INTRA_OP_THREAD_COUNT", str(cores))
+    names = ("INPUT__0", "OUTPUT__0") if backend == "pytorch" else ("INPUT0", "OUTPUT0")
+    head = f'backend: "{backend}"\n'
+    if backend == "openvino":
+        head += 'default_model_filename: "model.onnx"\n'
+    io = (
+        f'input [ {{ name: "{names[0]}" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
+        f'output [ {{ name: "{names[1]}" data_type: TYPE_FP32 dims: [ 1, 100 ] }} ]\n'
+    )
+    param = {
+        "onnxruntime": ("intra_op_thread_count", "0"),
+        "pytorch": ("INTRA_OP_THREAD_COUNT", str(cores)),
+        "openvino": ("PERFORMANCE_HINT", "LATENCY"),  # OpenVINO's CPU default: one stream
+    }[backend]
     text = head + "max_batch_size: 0\n" + io
     text += f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
     if before:
@@ -144,8 +146,8 @@ def main() -> None:
                 for variant in ("before", "after"):
                     folder = repo / f"{backend}_i{n}_{variant}" / "1"
                     folder.mkdir(parents=True)
-                    name = "model.onnx" if backend == "onnxruntime" else "model.pt"
-                    (folder / name).write_bytes(onnx if backend == "onnxruntime" else script)
+                    name = "model.pt" if backend == "pytorch" else "model.onnx"
+                    (folder / name).write_bytes(script if backend == "pytorch" else onnx)
                     (folder.parent / "config.pbtxt").write_text(
                         config(backend, n, variant == "before", cores)
                     )

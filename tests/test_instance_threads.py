@@ -1,8 +1,8 @@
 """Per-instance thread defaults of the framework backends (issue 29, item 3): with N > 1
-CPU instances and no thread setting, each PyTorch / OpenVINO instance gets
-max(1, cores // N) intra-op threads; ONNX Runtime's CPU instances share one session with
-onnxruntime's own default (tested in its plugin's test_serving.py); an explicit setting
-wins; one instance keeps the framework's default. ONNX Runtime's shared pool runs in a
+CPU instances and no thread setting, each PyTorch instance gets max(1, cores // N)
+intra-op threads; ONNX Runtime's CPU instances share one session with onnxruntime's own
+default (tested in its plugin's test_serving.py), and OpenVINO's infer requests share one
+compiled model with OpenVINO's default; an explicit setting wins; one instance keeps the framework's default. ONNX Runtime's shared pool runs in a
 server process of its own (once created, it is every session's in that process)."""
 
 from __future__ import annotations
@@ -63,22 +63,10 @@ def test_gpu_instances_do_not_count() -> None:
 
 
 def test_instances_split_the_cores() -> None:
-    """The rule the torch backend applies in each instance's thread (and OpenVINO)."""
+    """The rule the torch backend applies in each instance's thread."""
     assert threads_per_instance(config(1)) == 0
     assert threads_per_instance(config(2)) == max(1, CORES // 2)
     assert threads_per_instance(config(8)) == max(1, CORES // 8)
-
-
-def test_openvino_streams_per_instance() -> None:
-    ov = pytest.importorskip("despina_backend_openvino.options")
-    assert ov.per_instance_defaults({}, config(1)) == {}
-    per = max(1, CORES // 4)
-    assert ov.per_instance_defaults({}, config(4)) == {
-        "NUM_STREAMS": "4",
-        "INFERENCE_NUM_THREADS": str(per * 4),
-    }
-    explicit = {"INFERENCE_NUM_THREADS": "1"}
-    assert ov.per_instance_defaults(explicit, config(4)) == explicit
 
 
 def test_shared_pool_serves_every_instance(model_repository: RepositoryBuilder) -> None:

@@ -97,3 +97,21 @@ def test_kind_gpu_is_refused(
     row = served(despina_server(model_repository.root, ["--exit-on-error=false"])).index()["gpu"]
     assert row["state"] == "UNAVAILABLE"
     assert "KIND_GPU" in row["reason"] or "TARGET_DEVICE" in row["reason"]
+
+
+def test_instances_share_one_stream_by_default(
+    model_repository: RepositoryBuilder, despina_server: Start, served, ov_models
+) -> None:
+    """Without a stream or thread parameter the instances are infer requests of one model
+    compiled with OpenVINO's CPU default (one stream), so a lone request gets every core."""
+    text = (
+        'backend: "openvino"\nmax_batch_size: 8\ninstance_group [ { count: 4 kind: KIND_CPU } ]\n'
+    )
+    model_repository.add("four", text, ov_models["add_sub"]())
+    client = served(despina_server(model_repository.root))
+    version = client.server.models.get("four")
+    assert len(version.instances) == 4
+    assert version.backend.compiled.get_property("NUM_STREAMS") == 1
+    requests = [pair(1 + i % 3, i) for i in range(8)]
+    for inputs, outputs in zip(requests, client.infer_many("four", requests), strict=True):
+        np.testing.assert_array_equal(outputs["OUTPUT0"], inputs["INPUT0"] + inputs["INPUT1"])

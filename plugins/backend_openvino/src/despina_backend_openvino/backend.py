@@ -27,7 +27,7 @@ from despina import (
     inline_budget,
 )
 
-from despina_backend_openvino.options import OpenVinoOptions, per_instance_defaults
+from despina_backend_openvino.options import OpenVinoOptions
 
 #: OpenVINO element type names -> Triton datatypes.
 OV_TO_DATATYPE = {
@@ -83,11 +83,8 @@ class OpenVinoBackend(Backend):
         check_config(config, inputs, outputs, name, self.file_label)
         self.strings = {s.name for s in inputs if s.datatype == "BYTES"}
         try:
-            properties = options.properties
-            if options.device == "CPU":
-                properties = per_instance_defaults(properties, config)
             self.compiled = await asyncio.to_thread(
-                core.compile_model, model, options.device, properties
+                core.compile_model, model, options.device, options.properties
             )
         except RuntimeError as exc:
             raise Internal(

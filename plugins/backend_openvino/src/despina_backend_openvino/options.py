@@ -12,13 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from despina import (
-    ConfigError,
-    ModelConfig,
-    ascii_digits,
-    cpu_instances,
-    threads_per_instance,
-)
+from despina import ConfigError, ascii_digits
 
 _HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 
@@ -82,20 +76,3 @@ def _yes(params: dict[str, str], key: str, model: str) -> bool:
     if value in ("YES", "TRUE", "1"):
         return True
     raise ConfigError(f"model '{model}': parameter '{key}' must be YES or NO, got '{value}'")
-
-
-def per_instance_defaults(properties: dict[str, str], config: ModelConfig) -> dict[str, str]:
-    """``properties`` with, for N > 1 CPU instances (N infer requests of one compiled
-    model) and none of ``PERFORMANCE_HINT``, ``NUM_STREAMS``, ``INFERENCE_NUM_THREADS``
-    set, N streams of ``max(1, cores // N)`` threads each, so the instances run side by
-    side instead of queueing on one stream that uses every core."""
-    instances = cpu_instances(config)
-    chosen = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS")
-    if instances <= 1 or any(key in properties for key in chosen):
-        return properties
-    threads = threads_per_instance(config)
-    return {
-        **properties,
-        "NUM_STREAMS": str(instances),
-        "INFERENCE_NUM_THREADS": str(threads * instances),
-    }
