@@ -6,11 +6,11 @@ framework's own default per instance, as Triton runs it (ONNX Runtime:
 PyTorch: ``INTRA_OP_THREAD_COUNT`` = the cores; OpenVINO, reading the ONNX file:
 ``PERFORMANCE_HINT: LATENCY``, its CPU default of one stream) and "after" sets nothing,
 so Despina's default applies (ONNX Runtime: the CPU instances share one session with
-onnxruntime's pool; PyTorch: ``max(1, cores // instances)`` threads each; OpenVINO: N streams of that many
-threads). One server serves all
-variants; perf_analyzer visits them in interleaved rounds (before/after alternate which
-goes first), so a noisy host shifts both alike. Prints a markdown table of the median
-throughput and the after/before ratio.
+onnxruntime's pool; PyTorch: ``max(1, cores // instances)`` threads each; OpenVINO: its
+own default, the same layout as "before"). One server serves all variants; perf_analyzer
+visits them in interleaved rounds (before/after alternate which goes first), so a noisy
+host shifts both alike. Prints a markdown table of the median throughput, the
+after/before ratio, and each count against one instance.
 
     .venv/bin/python bench/instance_threads.py --rounds 2 --measurement-ms 3000
 """
