@@ -18,6 +18,8 @@ import tritonclient.http as httpclient
 from despina.testing import RepositoryBuilder, RunningServer
 from despina_trt_standin import SimulatedGpu, add_sub_plan
 
+from .test_serving import add_sub
+
 Start = Callable[..., RunningServer]
 
 
@@ -31,16 +33,6 @@ def start(
 
 def index(client: httpclient.InferenceServerClient) -> dict[str, dict[str, Any]]:
     return {entry["name"]: entry for entry in client.get_model_repository_index()}
-
-
-def serves(client: httpclient.InferenceServerClient, model: str) -> None:
-    a = np.ones((2, 4), np.float32)
-    items = []
-    for name in ("INPUT0", "INPUT1"):
-        item = httpclient.InferInput(name, [2, 4], "FP32")
-        item.set_data_from_numpy(a)
-        items.append(item)
-    assert client.infer(model, items).as_numpy("OUTPUT0").tolist() == (a + a).tolist()
 
 
 @pytest.fixture
@@ -78,7 +70,7 @@ def test_plugins_are_loaded_before_the_engine_is_deserialized(
     assert f"TensorRT plugin library '{missing.name}' not found" in refused["reason"]
     client = start(model_repository, despina_server, f"plugins={plugin_library}")
     assert index(client)["custom"]["state"] == "READY"
-    serves(client, "custom")
+    add_sub(client, 2, model="custom")
 
 
 def test_version_compatible_engines_need_the_option(
@@ -91,7 +83,7 @@ def test_version_compatible_engines_need_the_option(
     assert "engine host code is not allowed" in refused["reason"]
     client = start(model_repository, despina_server, "version-compatible=true")
     assert index(client)["lean"]["state"] == "READY"
-    serves(client, "lean")
+    add_sub(client, 2, model="lean")
 
 
 TWO_INSTANCES = (
@@ -190,4 +182,4 @@ def test_coalesce_request_input_is_accepted(
 ) -> None:
     model_repository.add("add_sub", 'platform: "tensorrt_plan"\n', {"1/model.plan": add_sub_plan()})
     client = start(model_repository, despina_server, "coalesce-request-input=true")
-    serves(client, "add_sub")
+    add_sub(client, 2)

@@ -22,15 +22,19 @@ def start(repo: RepositoryBuilder, server: Start, *args: str) -> RunningServer:
     return server(repo.root, ["--exit-on-error=false", *args], plugins=[SimulatedGpu()])
 
 
-def add_sub(client: Any, batch: int, seed: int = 0) -> None:
+def add_sub(
+    client: Any, batch: int, seed: int = 0, model: str = "add_sub", module: Any = httpclient
+) -> None:
+    """One add/sub inference of ``model`` through ``client`` (of tritonclient's ``module``),
+    its outputs checked."""
     rng = np.random.default_rng(seed)
     a, b = (rng.standard_normal((batch, 4), dtype=np.float32) for _ in range(2))
     items = []
     for name, value in (("INPUT0", a), ("INPUT1", b)):
-        item = httpclient.InferInput(name, [batch, 4], "FP32")
+        item = module.InferInput(name, [batch, 4], "FP32")
         item.set_data_from_numpy(value)
         items.append(item)
-    result = client.infer("add_sub", items)
+    result = client.infer(model, items)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
@@ -50,15 +54,8 @@ def test_plan_autocompletes_and_serves_over_http_and_grpc(
     ]  # fmt: skip
     assert [(g["kind"], g["gpus"]) for g in config["instance_group"]] == [("KIND_GPU", [0])]
     add_sub(client, 3)
-    a = np.ones((2, 4), np.float32)
-    items = []
-    for name in ("INPUT0", "INPUT1"):
-        item = grpcclient.InferInput(name, [2, 4], "FP32")
-        item.set_data_from_numpy(a)
-        items.append(item)
     with grpcclient.InferenceServerClient(running.grpc_url) as grpc:
-        result = grpc.infer("add_sub", items)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+        add_sub(grpc, 2, module=grpcclient)
 
 
 def test_several_instances_each_own_a_stream_and_dynamic_batches_run(
