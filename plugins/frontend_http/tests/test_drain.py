@@ -44,10 +44,11 @@ WARM_UP = 20 * CLIENTS
 
 
 def refused(running: RunningServer) -> bool:
-    """Whether the port refuses connections (the listener closed)."""
+    """Whether the port refuses connections (the listener closed; a connect the kernel
+    completed in the listener's queue as it closed is reset instead)."""
     try:
         socket.create_connection(("127.0.0.1", running.http_port), TIMEOUT).close()
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
         return True
     return False
 

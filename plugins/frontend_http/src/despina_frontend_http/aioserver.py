@@ -253,7 +253,7 @@ class JsonErrorsHandler(RequestHandler):
         self._heard = False
         self._idle_timer: asyncio.TimerHandle | None = None
         #: The transport :meth:`_linger` took from aiohttp.
-        self._lingering: asyncio.BaseTransport | None = None
+        self._lingering: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._count.open += 1
