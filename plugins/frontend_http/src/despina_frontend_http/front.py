@@ -10,19 +10,24 @@ in-memory connection (:mod:`~despina_frontend_http.memory_pipe`: no socket, no s
 call), which sees the client's address and TLS status; its response is relayed byte for
 byte. So every endpoint keeps one implementation, and the hot one skips aiohttp.
 
+A connection's HTTP/1.1 rules (parsing, the head and body limits with their 431/413/400
+refusals, keep-alive, answers in request order, the refuse-then-linger close, the drain)
+are an :class:`~despina_frontend_http.h1_engine.H1Engine`, which does no I/O.
+:class:`FrontConnection` is the asyncio protocol around it and the engine's
+:class:`~despina_frontend_http.h1_engine.Handler`: it writes, pauses reading, keeps the
+timers, and answers the requests the engine hands it. The engine calls it directly from
+httptools' callbacks (a callback interface: no event object or queue per request).
+
 An inference request with nothing ahead of it on its connection is submitted from the
 parser's callback; when its model ran it within ``submit`` (a cheap model, see
 :class:`~despina.scheduling.workers.DefaultScheduler`) it is answered there too, else from
 its response stream's end callback (:class:`AnswerDue`): no task either way. A task
 answers the requests that came meanwhile. A connection's requests are answered in order
 (pipelining works); reading pauses while requests wait; a relayed response is read from
-aiohttp only as fast as the client takes it.
-Bodies are bounded by ``--http-max-input-size`` (413): a ``Content-Length`` or a chunk's
-size over the limit is refused before the body comes, a chunked body as it passes the limit.
-A client that disconnects cancels its running inference at once. A request refused before
-its body is read (413, 400) gets its answer, then the connection stops writing and drops
-what the client still sends until it closes (closing on unread bytes would reset the
-connection and lose the answer).
+aiohttp only as fast as the client takes it. A client that disconnects cancels its
+running inference at once. A request refused before its body is read (413, 400) gets its
+answer, then the connection stops writing and drops what the client still sends until it
+closes, or :data:`LINGER_S` pass.
 
 Stopping (:meth:`Front.drain`, as the server begins to stop): the listener closes; on each
 connection the answer that leaves nothing read unanswered says ``Connection: close``, and
@@ -34,19 +39,16 @@ closes: a request is answered or never sent, not cut by the close.
 from __future__ import annotations
 
 import asyncio
-import collections
-import http
-import logging
 import re
 import ssl
 import time
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
 import httptools
-import orjson
 from aiohttp import web
-from despina import ascii_digits, stop_listening
+from despina import stop_listening
 
 from despina_frontend_http import memory_pipe
 from despina_frontend_http.aioserver import (
@@ -57,7 +59,7 @@ from despina_frontend_http.aioserver import (
 )
 from despina_frontend_http.body import too_large
 from despina_frontend_http.context import Context
-from despina_frontend_http.framing import ChunkSizes
+from despina_frontend_http.h1_engine import H1Engine, Incoming, Limits
 from despina_frontend_http.responses import failure
 from despina_frontend_http.routes_infer import (
     Started,
@@ -71,14 +73,8 @@ from despina_frontend_http.routes_infer import (
     trace_sent,
 )
 
-log = logging.getLogger("despina.http")
-
 #: The inference path; anything else (and non-digit versions) goes to aiohttp.
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
-#: Requests a connection may have waiting before it stops reading.
-MAX_WAITING = 16
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 #: Request targets already parsed by :func:`infer_target` (clients repeat one or a few).
 _TARGETS: dict[bytes, tuple[str, str] | None] = {}
 _TARGETS_KEPT = 256
@@ -107,52 +103,11 @@ def infer_target(url: bytes) -> tuple[str, str] | None:
 _HOP_BY_HOP = frozenset({b"content-length", b"transfer-encoding", b"expect"})
 #: What a draining connection's last relayed request drops: it goes as ``Connection: close``.
 _CLOSING_HOP_BY_HOP = _HOP_BY_HOP | {b"connection", b"keep-alive"}
-_UPGRADE_TOKENS = frozenset({b"upgrade", b"http2-settings"})
-
-
-class Incoming:
-    """One request as it is parsed."""
-
-    __slots__ = (
-        "begin_ns",
-        "body",
-        "early_due",
-        "head_bytes",
-        "headers",
-        "keep_alive",
-        "method",
-        "over_limit",
-        "raw_headers",
-        "refusal",
-        "refusal_status",
-        "size",
-        "url",
-        "version",
-    )
-
-    def __init__(self) -> None:
-        self.url = b""
-        self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.headers: dict[str, str] = {}
-        self.method = b""
-        self.version = "1.1"
-        self.keep_alive = True
-        self.body: list[bytes] = []
-        self.size = 0
-        self.head_bytes = 0
-        self.over_limit = False
-        self.early_due = False
-        #: Why the request could not be parsed (answered in its turn), else None.
-        self.refusal: str | None = None
-        #: The status answering :attr:`refusal`: 400, or 431 for a head over the limit.
-        self.refusal_status = 400
-        #: When its first byte came, taken only while tracing is on (else 0).
-        self.begin_ns = 0
 
 
 class AnswerDue:
     """An inference answered from its stream's end callback. It holds the connection's
-    turn meanwhile (:attr:`FrontConnection.task`), so the requests after it wait."""
+    turn meanwhile (:attr:`H1Engine.answering`), so the requests after it wait."""
 
     __slots__ = ("incoming", "started")
 
@@ -166,35 +121,17 @@ class AnswerDue:
 
 
 class FrontConnection(asyncio.Protocol):
-    """One client connection."""
+    """One client connection: the asyncio protocol and answers around its
+    :class:`H1Engine` (whose :class:`~despina_frontend_http.h1_engine.Handler` it is)."""
 
     def __init__(self, front: Front) -> None:
         self.front = front
         self.ctx = front.ctx
-        self.parser = httptools.HttpRequestParser(self)
+        self.engine = H1Engine(self, front.limits, front.ctx.host.tracer)
         self.transport: asyncio.Transport | None = None
-        self.current = Incoming()
-        self.chunks = ChunkSizes()
-        self.waiting: collections.deque[Incoming] = collections.deque()
-        #: What answers this connection's requests now, if anything.
-        self.task: asyncio.Task[None] | AnswerDue | None = None
         self.link: AppLink | None = None
-        self.reading_paused = False
         self.writable: asyncio.Event | None = None
-        self.draining = False
-        #: Bytes came since :meth:`_wait_idle`.
-        self.heard = False
         self.idle_timer: asyncio.TimerHandle | None = None
-        self.parse_failed = False
-        self.closed = False
-        #: The parser is reading a request's line and headers (or waits for a request).
-        self.in_head = True
-        #: Bytes fed to the parser while :attr:`in_head`, since the head began.
-        self.head_fed = 0
-        #: A head passed ``--http-max-header-size`` within a parser callback.
-        self.head_over = False
-        #: Heads read whole on this connection.
-        self.heads = 0
 
     # --- asyncio.Protocol
 
@@ -202,77 +139,21 @@ class FrontConnection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         if len(self.front.connections) >= self.front.max_connections:
-            self.closed = True  # over --http-max-connections: nothing read, closed now
+            self.engine.closed = True  # over --http-max-connections: nothing read, closed now
             transport.close()
             return
         self.front.connections.add(self)
         if self.front.stopping:  # accepted as the listener closed
-            self.drain()
+            self.engine.drain()
 
     def data_received(self, data: bytes) -> None:
-        if self.closed or self.parse_failed:  # refused: dropped (see _linger)
-            return
-        self.heard = True
-        if self.in_head:  # a head being read: never more than the limit reaches the parser
-            room = self.ctx.max_header_size - self.head_fed
-            if len(data) > room:
-                if not self._feed_head(data[: max(room, 0)]):
-                    return
-                data = data[room:]
-            else:
-                self.head_fed += len(data)
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade as exc:
-            self._ignore_upgrade(data[exc.args[0] :])
-        except httptools.HttpParserError as exc:
-            self._parse_error(exc)
-        else:
-            self._check_chunks(data)
-
-    def _check_chunks(self, data: bytes) -> None:
-        """After ``data`` was fed: 413 when the chunks announce a body over the limit."""
-        chunks = self.chunks
-        if chunks.reading or chunks.opened:
-            incoming = self.current
-            if chunks.announced(data, incoming.size) > self.ctx.max_input_size:
-                self._too_large(incoming)
-
-    def _feed_head(self, head: bytes) -> bool:
-        """Feed the bytes the head may still take; False (answered: 431 or 400) when the
-        head did not end within them (one that began after another ended may go on), or
-        a size line begun in them announces a body over the limit."""
-        heads = self.heads
-        try:
-            self.parser.feed_data(head)
-        except httptools.HttpParserUpgrade:
-            pass  # the head ended (an upgrade offer): the rest is parsed again
-        except httptools.HttpParserError as exc:
-            self._parse_error(exc)
-            return False
-        if self.in_head and self.heads == heads:
-            self._head_too_large()
-            return False
-        self._check_chunks(head)
-        return not self.closed
-
-    def _parse_error(self, exc: httptools.HttpParserError) -> None:
-        if self.head_over:
-            self._head_too_large()
-        else:
-            self._bad_request(f"malformed HTTP request: {exc}")
-
-    def _head_too_large(self) -> None:
-        self._bad_request(head_too_large(self.ctx.max_header_size), 431)
+        self.engine.receive(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        self.engine.lost()
         self.front.connections.discard(self)
         if self.idle_timer is not None:
             self.idle_timer.cancel()
-        self.waiting.clear()
-        if self.task is not None:
-            self.task.cancel()
         if self.link is not None:
             self.link.close()
         if self.writable is not None:
@@ -280,189 +161,117 @@ class FrontConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.writable = asyncio.Event()
+        self.engine.write_blocked = True
         if self.link is not None:
             self.link.pause()
 
     def resume_writing(self) -> None:
+        self.engine.write_blocked = False
         if self.writable is not None:
             self.writable.set()
             self.writable = None
         if self.link is not None:
             self.link.resume()
 
-    # --- httptools callbacks
+    # --- the engine's Handler: I/O
 
-    def on_message_begin(self) -> None:
-        self.current = Incoming()
-        self.in_head = True
-        if self.ctx.host.tracer.active:
-            self.current.begin_ns = time.monotonic_ns()
+    def send(self, parts: Sequence[bytes]) -> None:
+        if self.transport is not None:
+            self.transport.writelines(parts)
 
-    def on_url(self, url: bytes) -> None:
-        self.current.url += url
-        self._count_head(len(url))
+    def close_now(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        current = self.current
-        current.raw_headers.append((name, value))
-        current.head_bytes += len(name) + len(value) + 4  # ": " and CRLF
-        if current.head_bytes > self.ctx.max_header_size:
-            self.head_over = True
-            raise httptools.HttpParserError("request head too large")
+    def linger(self) -> None:
+        """Drop what comes until the client closes, or LINGER_S pass (see :class:`H1Engine`)."""
+        if self.transport is not None:
+            if self.transport.can_write_eof():  # not over TLS: the linger closes it
+                self.transport.write_eof()
+            asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
 
-    def on_headers_complete(self) -> None:
-        self.in_head = False
-        self.head_fed = 0
-        self.heads += 1
-        incoming = self.current
-        parser = self.parser
-        incoming.method = parser.get_method()
-        incoming.version = parser.get_http_version()
-        incoming.keep_alive = parser.should_keep_alive()
-        incoming.headers = headers = {
-            name.decode("latin-1").lower(): value.decode("latin-1")
-            for name, value in incoming.raw_headers
-        }
-        if "transfer-encoding" in headers:
-            self.chunks.between()  # llhttp calls on_chunk_header if the body is chunked
-        length = headers.get("content-length")
-        if length is not None and ascii_digits(length) and int(length) > self.ctx.max_input_size:
-            incoming.over_limit = True
-        expects = incoming.version == "1.1" and headers.get("expect", "").lower() == "100-continue"
-        if incoming.over_limit or expects:
-            self._early(incoming)
-
-    def on_chunk_header(self) -> None:
-        self.chunks.header(self.current.size)
-
-    def on_chunk_complete(self) -> None:
-        self.chunks.between()
-
-    def on_body(self, body: bytes) -> None:
-        incoming = self.current
-        if incoming.over_limit:
-            return
-        incoming.size += len(body)
-        if incoming.size > self.ctx.max_input_size:
-            self._too_large(incoming)
-        else:
-            incoming.body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.in_head = True  # what follows is the next request's head
-        self.chunks.end()
-        incoming = self.current
-        incoming.early_due = False  # its body came: answered in turn
-        if self.closed:
-            return
-        if self.task is None and not self.waiting and self.writable is None:
-            target = self._at_once_target(incoming)
-            if target is not None:
-                self._infer_at_once(incoming, *target)
-                return
-        self.waiting.append(incoming)
-        if len(self.waiting) >= MAX_WAITING and self.transport is not None:
+    def pause_reading(self) -> None:
+        if self.transport is not None:
             self.transport.pause_reading()
-            self.reading_paused = True
-        if self.task is None:
-            self.task = asyncio.get_running_loop().create_task(self._answer_waiting())
 
-    # --- answering
+    def resume_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
 
-    async def _answer_waiting(self) -> None:
+    def wait_idle(self) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        self.idle_timer = asyncio.get_running_loop().call_later(DRAIN_IDLE_S, self._idle_over)
+
+    def _idle_over(self) -> None:
+        self.idle_timer = None
+        self.engine.idle_over()
+
+    # --- the engine's Handler: answering
+
+    def answer_at_once(self, incoming: Incoming) -> bool:
+        """Take an inference request needing no compression either way: answer it within
+        this callback when the model ran it within ``submit``, otherwise when its stream
+        ends (:meth:`_answer_due`)."""
+        if incoming.method != b"POST":
+            return False
+        headers = incoming.headers
+        if "content-encoding" in headers or "accept-encoding" in headers:
+            return False
+        target = infer_target(incoming.url)
+        if target is None:
+            return False
+        engine = self.engine
+        started = self._start_infer(incoming, *target)
+        if started is not None:
+            if not started.stream.ended:
+                due = engine.answering = AnswerDue(incoming, started)
+                started.stream.on_end(lambda: self._answer_due(due))
+                return True
+            self._write_outcome(incoming, started)
+        engine.after_answer(engine.stays_open(incoming))
+        return True
+
+    def answer_waiting(self) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(self._answer_in_turn())
+
+    async def _answer_in_turn(self) -> None:
         """Answer the waiting requests in order."""
+        engine = self.engine
         try:
-            while not self.closed and self.waiting:
+            while not engine.closed and engine.waiting:
                 if self.writable is not None:  # the client reads slower than it sends
                     await self.writable.wait()
                     continue
-                incoming = self.waiting.popleft()
-                if self.reading_paused and len(self.waiting) < MAX_WAITING // 2:
-                    assert self.transport is not None
-                    self.transport.resume_reading()
-                    self.reading_paused = False
-                keep_alive = await self._answer(incoming)
-                if self.closed or self._close_after(keep_alive):
+                keep_alive = await self._answer(engine.next_waiting())
+                if engine.closed or engine.after_answer(keep_alive):
                     return
-            if self.current.early_due and not self.closed:
-                self.current.early_due = False
-                self._answer_early(self.current)
+            engine.answer_early_due()
         finally:
-            self.task = None
-
-    def _too_large(self, incoming: Incoming) -> None:
-        """``incoming``'s body is over the limit: refused (413) before the rest is read."""
-        incoming.over_limit = True
-        incoming.body.clear()
-        self._early(incoming)
-
-    def _early(self, incoming: Incoming) -> None:
-        """Answer ``incoming`` before its body (:meth:`_answer_early`): now, or once the
-        requests before it are answered (responses stay in order)."""
-        if self.task is None and not self.waiting:
-            self._answer_early(incoming)
-        else:
-            incoming.early_due = True
-
-    def _answer_early(self, incoming: Incoming) -> None:
-        """Before the body: refuse a body over the limit (413), else send 100 Continue."""
-        if incoming.over_limit:
-            self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
-            self._linger()
-        else:
-            self.write(_CONTINUE)
+            engine.answering = None
 
     async def _answer(self, incoming: Incoming) -> bool:
         """Answer one request; whether the connection stays open."""
-        if incoming.refusal is not None:
-            self._write_error(incoming, incoming.refusal_status, incoming.refusal)
-            self._linger()
-            return False
-        if incoming.over_limit:
-            self._write_error(incoming, *failure(too_large(self.ctx.max_input_size), "body"))
+        if incoming.refusal is not None or incoming.over_limit:
+            self.engine.refuse(incoming)
             return False
         target = infer_target(incoming.url) if incoming.method == b"POST" else None
         if target is None or "content-encoding" in incoming.headers:
             return await self._relay(incoming)
         await self._infer(incoming, *target)
-        return self._stays_open(incoming)
-
-    def _at_once_target(self, incoming: Incoming) -> tuple[str, str] | None:
-        """(model, version) of a request :meth:`_infer_at_once` takes: an inference
-        request needing no compression either way."""
-        if incoming.refusal is not None or incoming.over_limit or incoming.method != b"POST":
-            return None
-        if self.parser.should_upgrade():  # parsed again without the offer: _ignore_upgrade
-            return None
-        headers = incoming.headers
-        if "content-encoding" in headers or "accept-encoding" in headers:
-            return None
-        return infer_target(incoming.url)
-
-    def _infer_at_once(self, incoming: Incoming, name: str, version: str) -> None:
-        """Answer within this callback when the model ran the request within ``submit``,
-        otherwise when its stream ends (:meth:`_answer_due`)."""
-        started = self._start_infer(incoming, name, version)
-        if started is not None:
-            if not started.stream.ended:
-                due = self.task = AnswerDue(incoming, started)
-                started.stream.on_end(lambda: self._answer_due(due))
-                return
-            self._write_outcome(incoming, started)
-        self._close_after(self._stays_open(incoming))
+        return self.engine.stays_open(incoming)
 
     def _answer_due(self, due: AnswerDue) -> None:
         """``due``'s stream ended: answer it, then serve the requests that came meanwhile
         (a task), or close."""
-        if self.task is not due or self.closed:  # the client went away meanwhile
+        engine = self.engine
+        if engine.answering is not due or engine.closed:  # the client went away meanwhile
             return
-        self.task = None
+        engine.answering = None
         incoming = due.incoming
         self._write_outcome(incoming, due.started)
-        if self._close_after(self._stays_open(incoming)):
-            return
-        if self.waiting or self.current.early_due:
-            self.task = asyncio.get_running_loop().create_task(self._answer_waiting())
+        if not engine.after_answer(engine.stays_open(incoming)):
+            engine.answer_next()
 
     def _write_outcome(self, incoming: Incoming, started: Started) -> None:
         """Answer a request whose stream ended."""
@@ -470,7 +279,7 @@ class FrontConnection(asyncio.Protocol):
         try:
             header, blobs = encode_outcome(self.ctx, started, started.stream.last_now())
         except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
-            self._write_error(incoming, *failure(exc, "infer"))
+            self.engine.send_error(incoming, *failure(exc, "infer"))
         else:
             self._write_response(incoming, 200, *plain_parts(header, blobs))
         trace_sent(started)
@@ -498,7 +307,7 @@ class FrontConnection(asyncio.Protocol):
                 incoming.begin_ns,
             )
         except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
-            self._write_error(incoming, *failure(exc, "infer"))
+            self.engine.send_error(incoming, *failure(exc, "infer"))
             return None
 
     async def _finish_infer(self, incoming: Incoming, started: Started) -> None:
@@ -510,7 +319,7 @@ class FrontConnection(asyncio.Protocol):
                 header, blobs, incoming.headers.get("accept-encoding"), ctx.executor
             )
         except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
-            self._write_error(incoming, *failure(exc, "infer"))
+            self.engine.send_error(incoming, *failure(exc, "infer"))
         else:
             self._write_response(incoming, 200, response_headers, parts)
         trace_sent(started)
@@ -524,132 +333,17 @@ class FrontConnection(asyncio.Protocol):
     # --- writing
 
     def write(self, data: bytes) -> None:
-        if self.transport is not None and not self.closed:
+        """Relayed bytes, unless the connection is closing."""
+        if self.transport is not None and not self.engine.closed:
             self.transport.write(data)
 
     def _write_response(
         self, incoming: Incoming, status: int, headers: dict[str, str], parts: list[Any]
     ) -> None:
-        if self.transport is None or self.closed:
+        if self.transport is None or self.engine.closed:
             return
-        lines = [f"HTTP/{incoming.version} {status} {_PHRASES[status]}\r\n"]
-        lines += [f"{key}: {value}\r\n" for key, value in headers.items()]
-        lines.append(f"Content-Length: {sum(len(p) for p in parts)}\r\n")
-        if status in (413, 431) or not self._stays_open(incoming):
-            lines.append("Connection: close\r\n")
-        elif incoming.version == "1.0":
-            lines.append("Connection: keep-alive\r\n")
-        lines.append("\r\n")
-        self.transport.writelines([("".join(lines)).encode("latin-1"), *parts])
-
-    def _write_error(self, incoming: Incoming, status: int, message: str) -> None:
-        body = orjson.dumps({"error": message})
-        self._write_response(incoming, status, {"Content-Type": "application/json"}, [body])
-
-    def _bad_request(self, message: str, status: int = 400) -> None:
-        """A request that does not parse (400) or whose head is over the limit (431):
-        answered after the answers before it, then the connection closes."""
-        incoming = Incoming()
-        incoming.keep_alive = False
-        incoming.refusal = message
-        incoming.refusal_status = status
-        self.parse_failed = True
-        if self.task is None and not self.waiting:
-            self._write_error(incoming, status, message)
-            self._linger()
-        else:
-            self.waiting.append(incoming)
-
-    def _count_head(self, size: int) -> None:
-        self.current.head_bytes += size
-        if self.current.head_bytes > self.ctx.max_header_size:
-            self.head_over = True
-            raise httptools.HttpParserError("request head too large")
-
-    def _ignore_upgrade(self, rest: bytes) -> None:
-        """Only HTTP/1.1 is spoken here: a request offering an upgrade (curl's h2c) was
-        completed by the parser without its body; parse it again without the offer."""
-        if self.closed or not self.waiting:
-            return
-        incoming = self.waiting.pop()
-        head = [b"%s %s HTTP/%s\r\n" % (incoming.method, incoming.url, incoming.version.encode())]
-        for name, value in incoming.raw_headers:
-            lowered = name.lower()
-            if lowered == b"connection":
-                tokens = [t for t in value.split(b",") if t.strip().lower() not in _UPGRADE_TOKENS]
-                value = b",".join(tokens)
-            if value and lowered not in _UPGRADE_TOKENS:
-                head.append(name + b": " + value + b"\r\n")
-        self.parser = httptools.HttpRequestParser(self)
-        self.data_received(b"".join(head) + b"\r\n" + rest)
-
-    def _close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    def _linger(self) -> None:
-        """Close after an answer the client may not have read yet (a refusal sent before
-        the request was read, the last answer while draining): stop writing, drop what
-        the client still sends until it closes or LINGER_S pass (closing on unread bytes
-        would reset the connection and lose the answer)."""
-        self.closed = True
-        if self.transport is not None:
-            if self.reading_paused:
-                self.transport.resume_reading()
-            if self.transport.can_write_eof():  # not over TLS: the linger closes it
-                self.transport.write_eof()
-            asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
-
-    def _close_after(self, stays_open: bool) -> bool:
-        """After an answer that did (not ``stays_open``) or did not say ``Connection:
-        close``: close then (staged when draining); whether the connection closed.
-        Draining, after an answer begun before the drain with nothing left to answer,
-        wait as an idle connection does."""
-        if not stays_open:
-            if self.draining:
-                self._linger()
-            else:
-                self._close()
-            return True
-        if self._drained():
-            self._wait_idle()
-        return False
-
-    def _stays_open(self, incoming: Incoming) -> bool:
-        """Whether the answer to ``incoming`` leaves the connection open: the client keeps
-        it alive, and it is not the last answer of a draining connection."""
-        return incoming.keep_alive and not self._drained()
-
-    def drain(self) -> None:
-        """The server is stopping: answer the requests read and arriving, the last with
-        ``Connection: close``, then close (staged). An idle connection waits for one
-        (:meth:`_wait_idle`)."""
-        if self.draining or self.closed:
-            return
-        self.draining = True
-        if self.task is None and not self.waiting:
-            self._wait_idle()
-
-    def _wait_idle(self) -> None:
-        """Draining with nothing to answer: close in DRAIN_IDLE_S unless a request comes
-        meanwhile (its client may be sending it already)."""
-        self.heard = False
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-        self.idle_timer = asyncio.get_running_loop().call_later(DRAIN_IDLE_S, self._close_if_idle)
-
-    def _close_if_idle(self) -> None:
-        """Close unless a request began or is answered since :meth:`_wait_idle`."""
-        self.idle_timer = None
-        if self.closed or self.heard or self.task is not None or self.waiting:
-            return
-        if self.in_head and self.head_fed == 0:
-            self._close()
-
-    def _drained(self) -> bool:
-        """Closing at shutdown, and no request read is left to answer."""
-        return self.draining and not self.waiting
+        head = self.engine.head(incoming, status, headers, sum(len(p) for p in parts))
+        self.transport.writelines([head, *parts])
 
 
 class AppLink(asyncio.Protocol):
@@ -702,7 +396,7 @@ class AppLink(asyncio.Protocol):
         self.head_only = incoming.method == b"HEAD"
         self.parser = httptools.HttpResponseParser(self)
         body = b"".join(incoming.body)
-        closing = self.client.draining and not self.client.waiting
+        closing = self.client.engine.drained()
         skipped = _CLOSING_HOP_BY_HOP if closing else _HOP_BY_HOP
         head = [b"%s %s HTTP/%s\r\n" % (incoming.method, incoming.url, incoming.version.encode())]
         head += [
@@ -741,6 +435,13 @@ class Front:
         self.app = app
         #: ``--http-max-connections``: a connection beyond it is closed at once.
         self.max_connections = max_connections
+        #: Every connection's limits, and the texts refusing a request over them.
+        self.limits = Limits(
+            ctx.max_header_size,
+            ctx.max_input_size,
+            head_too_large(ctx.max_header_size),
+            str(too_large(ctx.max_input_size)),
+        )
         self.connections: set[FrontConnection] = set()
         self.links: set[AppLink] = set()
         self.runner: web.AppRunner | None = None
@@ -784,13 +485,13 @@ class Front:
         return link
 
     def drain(self) -> None:
-        """Stop listening; every connection drains (:meth:`FrontConnection.drain`), and so
+        """Stop listening; every connection drains (:meth:`H1Engine.drain`), and so
         does one accepted just before, as it is made."""
         self.stopping = True
         if self.listener is not None:
             stop_listening(self.listener, lambda: FrontConnection(self), self.ssl_context)
         for connection in list(self.connections):
-            connection.drain()
+            connection.engine.drain()
 
     async def stop(self) -> None:
         """:meth:`drain` unless draining; wait for the connections to close, then close
