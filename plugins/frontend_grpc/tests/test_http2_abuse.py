@@ -29,7 +29,7 @@ import tritonclient.grpc as grpcclient
 from despina.testing import RunningServer
 from despina_frontend_grpc import http2
 from despina_frontend_grpc.grpc_framing import INFLATE_STEP
-from despina_frontend_grpc.http2_server import (
+from despina_frontend_grpc.h2_limits import (
     MAX_CONCURRENT_STREAMS,
     MAX_CONTINUATIONS,
     MAX_CONTROL_FRAMES,

@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from despina.testing import RunningServer
 from despina_frontend_grpc import grpc_framing, http2
-from despina_frontend_grpc.http2_server import INLINE_INFLATE
+from despina_frontend_grpc.grpc_calls import INLINE_INFLATE
 from test_http2_abuse import (
     DESPINA,
     RESOURCE_EXHAUSTED,

@@ -18,8 +18,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from despina_frontend_grpc import calls
+from despina_frontend_grpc.connection_limits import ConnectionLimits
 from despina_frontend_grpc.grpc_framing import ZLIB_LEVELS
-from despina_frontend_grpc.http2_server import ConnectionLimits, Http2GrpcServer, tls_context
+from despina_frontend_grpc.http2_server import Http2GrpcServer, tls_context
 from despina_frontend_grpc.infer import Inference
 from despina_frontend_grpc.options import (
     ALLOCATION_POOL_SIZE,

@@ -42,26 +42,9 @@ from typing import Any
 
 from despina import stop_listening
 
-from despina_frontend_grpc.connection_limits import (
-    MAX_CONNECTIONS as MAX_CONNECTIONS,
-    ConnectionLimits as ConnectionLimits,
-)
-from despina_frontend_grpc.grpc_calls import (
-    INBOX_LIMIT as INBOX_LIMIT,
-    INFLATE_THREADS,
-    INLINE_INFLATE as INLINE_INFLATE,
-    OUTBOX_LIMIT as OUTBOX_LIMIT,
-    GrpcCalls,
-    Route,
-)
-from despina_frontend_grpc.h2_limits import (
-    FLOOD_WINDOW,
-    MAX_CONCURRENT_STREAMS as MAX_CONCURRENT_STREAMS,
-    MAX_CONTINUATIONS as MAX_CONTINUATIONS,
-    MAX_CONTROL_FRAMES as MAX_CONTROL_FRAMES,
-    MAX_HEADER_BLOCK as MAX_HEADER_BLOCK,
-    MAX_RESETS as MAX_RESETS,
-)
+from despina_frontend_grpc.connection_limits import ConnectionLimits
+from despina_frontend_grpc.grpc_calls import INFLATE_THREADS, GrpcCalls, Route
+from despina_frontend_grpc.h2_limits import FLOOD_WINDOW
 
 log = logging.getLogger("despina.frontend.grpc")
 

@@ -14,14 +14,13 @@ from dataclasses import dataclass, fields
 
 from despina import Restriction, StashKey, parse_restricted, triton_bool
 
+from despina_frontend_grpc.connection_limits import MAX_CONNECTIONS
+from despina_frontend_grpc.h2_limits import MAX_CONCURRENT_STREAMS
+
 #: grpc's own default would cap requests at 4 MiB; Triton accepts messages up to 2 GiB.
 MAX_MESSAGE_SIZE = 2**31 - 1
 #: tritonserver's ``--grpc-infer-allocation-pool-size`` default.
 ALLOCATION_POOL_SIZE = 8
-#: ``--grpc-max-concurrent-streams`` default: calls one connection may have open at once.
-MAX_CONCURRENT_STREAMS = 1024
-#: ``--grpc-max-connections`` default: connections served at once.
-MAX_CONNECTIONS = 1024
 #: ``--grpc-infer-response-compression-level`` -> grpc's compression level.
 COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 #: ``--grpc-stack`` choices: Despina's own HTTP/2 server, or grpc.aio.
