@@ -1,14 +1,14 @@
-"""What each serving stack costs the server process's event loop per request.
+"""What serving a request costs the server process's event loop, per protocol.
 
 The thread that runs a server's event loop is the one resource no number of cores adds
-to: a stack's throughput on any machine is at most ``1 / (loop CPU per request)``. This
-bench serves bench's in-process add_sub on each stack, drives it with perf_analyzer, and
-reads from ``/proc`` the CPU time of the server's main thread (its event loop), of the
-whole server process, and of its child processes (the worker processes), divided by the
-requests the server counted in the same window (``/v2/models/add_sub/stats``). So a stack
-that moves work off the loop (worker processes parsing HTTP or HTTP/2) shows it as a
-lower loop cost and a higher ceiling, whatever the cores of the host that measures it.
-Busy polling is off (``--busy-poll-us=0``) so CPU time is work, not spinning.
+to: a protocol's throughput on any machine is at most ``1 / (loop CPU per request)``. This
+bench serves bench's in-process add_sub, drives it with perf_analyzer over HTTP and over
+gRPC, and reads from ``/proc`` the CPU time of the server's main thread (its event loop),
+of the whole server process and of its child processes, divided by the requests the
+server counted in the same window (``/v2/models/add_sub/stats``). Busy polling is off
+(``--busy-poll-us=0``) so CPU time is work, not spinning. It chose the serving stacks
+Despina keeps (``bench/results/serial_cost.md``); run it before and after a change to the
+request path to see the change's cost on the loop.
 
 ::
 
@@ -18,17 +18,79 @@ Busy polling is off (``--busy-poll-us=0``) so CPU time is work, not spinning.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
-from stacks import STACKS, Server, perf_analyzer, start, stop
-from run import wait_ready
+from run import PERF_ANALYZER, wait_ready
 
 HERE = Path(__file__).resolve().parent
 TICK = os.sysconf("SC_CLK_TCK")
+FIRST_PORT = 19300
+PROTOCOLS = ("http", "grpc")
+
+
+@dataclass
+class Server:
+    """A running ``despina serve``; ``url`` is its port for ``protocol``."""
+
+    protocol: str
+    process: subprocess.Popen[bytes]
+    http_port: int
+    url: str
+
+
+def start(protocol: str, slot: int) -> Server:
+    """``despina serve`` of bench's add_sub on ports ``FIRST_PORT + 3 * slot`` .. ``+ 2``."""
+    http, grpc, metrics = (FIRST_PORT + 3 * slot + i for i in range(3))
+    command = [
+        str(Path(sys.executable).parent / "despina"),
+        "serve",
+        "--plugin=bench_backend",
+        f"--model-repository={HERE / 'model_repository'}",
+        "--busy-poll-us=0",
+        "--http-address=127.0.0.1",
+        f"--http-port={http}",
+        "--grpc-address=127.0.0.1",
+        f"--grpc-port={grpc}",
+        "--metrics-address=127.0.0.1",
+        f"--metrics-port={metrics}",
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
+    }
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    port = grpc if protocol == "grpc" else http
+    return Server(protocol, process, http, f"127.0.0.1:{port}")
+
+
+def perf_analyzer(server: Server, concurrency: int) -> float | None:
+    """Throughput (infer/s) of one perf_analyzer run, or None when it found no stable figure."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.csv"
+        command = [
+            PERF_ANALYZER,
+            *("-m", "add_sub", "-u", server.url, "-i", server.protocol),
+            *("--concurrency-range", str(concurrency), "-p", "2000", "--max-trials", "4"),
+            *("--stability-percentage", "50", "--shape", "INPUT0:1,16", "--shape", "INPUT1:1,16"),
+            *("-f", str(report)),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0 or not report.exists():
+            print(f"  perf_analyzer failed: {done.stdout.strip().splitlines()[-1:]}", flush=True)
+            return None
+        with report.open() as handle:
+            return float(next(csv.DictReader(handle))["Inferences/Second"])
 
 
 def _cpu_seconds(stat_path: str) -> float:
@@ -80,7 +142,7 @@ def served(http_port: int) -> int:
 def measure(server: Server, concurrency: int) -> dict[str, float] | None:
     """Per-request CPU (µs) of one perf_analyzer run against ``server``."""
     before, count = cpu(server.process.pid), served(server.http_port)
-    throughput = perf_analyzer(server, concurrency, [])
+    throughput = perf_analyzer(server, concurrency)
     after, requests = cpu(server.process.pid), served(server.http_port) - count
     if throughput is None or requests == 0:
         return None
@@ -94,22 +156,22 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
-    results: dict[str, list[dict[str, float]]] = {stack.name: [] for stack in STACKS}
+    results: dict[str, list[dict[str, float]]] = {protocol: [] for protocol in PROTOCOLS}
     for number in range(args.rounds):
-        order = STACKS if number % 2 == 0 else STACKS[::-1]
-        for slot, base in enumerate(order):
-            stack = type(base)(base.name, base.protocol, (*base.flags, "--busy-poll-us=0"))
-            server = start(stack, HERE / "model_repository", [], slot)
+        order = PROTOCOLS if number % 2 == 0 else PROTOCOLS[::-1]
+        for slot, protocol in enumerate(order):
+            server = start(protocol, slot)
             try:
                 wait_ready(server.http_port, server.process)
                 row = measure(server, args.concurrency)
             finally:
-                stop([server])
+                server.process.terminate()
+                server.process.wait(30)
             if row is not None:
-                results[base.name].append(row)
-                print(base.name, {k: round(v, 1) for k, v in row.items()}, flush=True)
+                results[protocol].append(row)
+                print(protocol, {k: round(v, 1) for k, v in row.items()}, flush=True)
     print(f"\nmedians over {args.rounds} rounds, c={args.concurrency}, µs of CPU per request")
-    print("| stack | loop | server process | worker processes | ceiling (loop) | infer/s |")
+    print("| protocol | loop | server process | child processes | ceiling (loop) | infer/s |")
     print("|---|---|---|---|---|---|")
     for name, rows in results.items():
         if not rows:

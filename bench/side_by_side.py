@@ -34,7 +34,7 @@ LOOPBACK = [
 ]
 
 
-def servers(workers: int) -> dict[str, tuple[list[str], int]]:
+def servers() -> dict[str, tuple[list[str], int]]:
     despina = [
         str(Path(sys.executable).parent / "despina"),
         "serve",
@@ -69,21 +69,6 @@ def servers(workers: int) -> dict[str, tuple[list[str], int]]:
             8730,
         ),
     }
-    if workers:
-        found[f"despina-w{workers}"] = (
-            [
-                *despina,
-                "--http-port",
-                "8740",
-                "--grpc-port",
-                "8741",
-                "--metrics-port",
-                "8742",
-                "--http-worker-processes",
-                str(workers),
-            ],
-            8740,
-        )
     return found
 
 
@@ -136,9 +121,6 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--dur", type=int, default=5)
     parser.add_argument("--conc", default="1,8")
-    parser.add_argument(
-        "--workers", type=int, default=0, help="also run despina with --http-worker-processes N"
-    )
     options = parser.parse_args()
     payloads = SCRATCH / "payloads-side-by-side"
     subprocess.run(
@@ -147,7 +129,7 @@ def main() -> int:
         capture_output=True,
     )
     env = {**os.environ, "PYTHONPATH": str(HERE)}
-    table = servers(options.workers)
+    table = servers()
     procs = {
         n: subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for n, (cmd, _) in table.items()

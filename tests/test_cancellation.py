@@ -50,9 +50,8 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 30) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("stack", ["despina", "aiohttp"])
 def test_http_disconnect_drops_the_queued_request(
-    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer], stack: str
+    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
 ) -> None:
     import tritonclient.http as httpclient
 
@@ -61,7 +60,7 @@ def test_http_disconnect_drops_the_queued_request(
     )
     running = despina_server(
         model_repository.root,
-        ["--allow-grpc=false", f"--http-stack={stack}"],
+        ["--allow-grpc=false"],
         plugins=[toy_backend],
     )
     port = int(running.http_url.rsplit(":", 1)[1])

@@ -73,24 +73,16 @@ LOCAL = [
 ]
 
 
-@pytest.fixture(
-    params=[
-        ("process", ()),
-        ("in-process", ()),
-        ("process", ("--http-worker-processes=1",)),
-        ("in-process", ("--http-stack=aiohttp",)),
-    ],
-    ids=["process", "in-process", "http-worker", "aiohttp"],
-)
+@pytest.fixture(params=["process", "in-process"])
 def server(
     request: pytest.FixtureRequest,
     model_repository: RepositoryBuilder,
     despina_server: Callable[..., RunningServer],
 ) -> RunningServer:
-    mode, extra = request.param
+    mode = request.param
     source = "import json\n" + STREAMER
     model_repository.add("streamer", CONFIG % mode, {"1/model.py": source})
-    return despina_server(model_repository.root, args=[*LOCAL, *extra])
+    return despina_server(model_repository.root, args=LOCAL)
 
 
 def post(server: RunningServer, path: str, body: dict[str, object]) -> tuple[int, str, bytes]:

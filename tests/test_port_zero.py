@@ -1,5 +1,4 @@
-"""Port 0: every listener binds an ephemeral port, reports it (``port``) and logs it; with
-worker processes, one port is resolved by the server process and shared by all workers."""
+"""Port 0: every listener binds an ephemeral port, reports it (``port``) and logs it."""
 
 from __future__ import annotations
 
@@ -25,18 +24,10 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1"
 """
 PORT_ZERO = ("--http-port=0", "--grpc-port=0", "--metrics-port=0")
 LOOPBACK = ("--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1")
-#: Every serving stack of each frontend: their own, the library one, worker processes.
-STACKS = (
-    ("--http-stack=despina", "--grpc-stack=despina"),
-    ("--http-stack=aiohttp", "--grpc-stack=grpcio"),
-    ("--http-worker-processes=2", "--grpc-worker-processes=2"),
-)
-STACK_IDS = ("despina", "aiohttp-grpcio", "2-workers")
 
 
 def listeners(port: int) -> int:
-    """How many sockets listen on ``port`` (Linux's /proc/net/tcp and tcp6: grpc listens
-    on IPv4-mapped IPv6 sockets)."""
+    """How many sockets listen on ``port`` (Linux's /proc/net/tcp and tcp6)."""
     tables = [Path("/proc/net/tcp"), Path("/proc/net/tcp6")]
     if not tables[0].exists():
         pytest.skip("needs Linux's /proc/net/tcp")
@@ -49,12 +40,10 @@ def listeners(port: int) -> int:
     return sum(1 for row in rows if row[1].endswith(f":{port:04X}") and row[3] == "0A")  # LISTEN
 
 
-@pytest.mark.parametrize("stacks", STACKS, ids=STACK_IDS)
 def test_port_zero_serves_on_the_reported_ports(
     model_repository: RepositoryBuilder,
     despina_server: Callable[..., RunningServer],
     caplog: pytest.LogCaptureFixture,
-    stacks: tuple[str, str],
 ) -> None:
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
@@ -62,12 +51,11 @@ def test_port_zero_serves_on_the_reported_ports(
     model_repository.add("toy", TOY, {"1/model.toy": ""})
     with caplog.at_level(logging.INFO, logger="despina"):
         running = despina_server(
-            model_repository.root, args=[*PORT_ZERO, *LOOPBACK, *stacks], plugins=[toy_backend]
+            model_repository.root, args=[*PORT_ZERO, *LOOPBACK], plugins=[toy_backend]
         )
     http, grpc, metrics = running.http_port, running.grpc_port, running.metrics_port
     assert http and grpc and metrics and len({http, grpc, metrics}) == 3
-    if "--http-worker-processes=2" in stacks:  # both workers listen on the one port
-        assert listeners(http) == listeners(grpc) == 2
+    assert listeners(http) == listeners(grpc) == 1
     log = caplog.text
     assert re.search(rf"Started HTTPService at 127\.0\.0\.1:{http}\b", log), log
     assert re.search(rf"Started GRPCInferenceService at 127\.0\.0\.1:{grpc}\b", log), log

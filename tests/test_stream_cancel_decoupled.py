@@ -1,8 +1,8 @@
 """A gRPC ModelStreamInfer client that cancels (closes its stream) while a decoupled
-Python model still sends responses: on both gRPC stacks the server keeps serving, the
-model's later ``send()`` calls fail cleanly or are dropped and ``is_cancelled()`` tells
-it (Triton's ``response_sender.is_cancelled()``), and no exception reaches the event loop
-(pytest turns unraisable exceptions and warnings into errors)."""
+Python model still sends responses: the server keeps serving, the model's later
+``send()`` calls fail cleanly or are dropped and ``is_cancelled()`` tells it (Triton's
+``response_sender.is_cancelled()``), and no exception reaches the event loop (pytest
+turns unraisable exceptions and warnings into errors)."""
 
 from __future__ import annotations
 
@@ -90,13 +90,11 @@ def _count(value: int) -> list[Any]:
 
 
 @pytest.mark.parametrize("mode", ["process", "in-process"])
-@pytest.mark.parametrize("stack", ["despina", "grpcio"])
 def test_stream_cancelled_while_decoupled_model_sends(
     model_repository: RepositoryBuilder,
     despina_server: Callable[..., RunningServer],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-    stack: str,
     mode: str,
 ) -> None:
     import tritonclient.grpc as grpcclient
@@ -109,12 +107,7 @@ def test_stream_cancelled_while_decoupled_model_sends(
     )
     running = despina_server(
         model_repository.root,
-        args=[
-            "--grpc-address=127.0.0.1",
-            "--allow-http=false",
-            "--allow-metrics=false",
-            f"--grpc-stack={stack}",
-        ],
+        args=["--grpc-address=127.0.0.1", "--allow-http=false", "--allow-metrics=false"],
     )
     caplog.set_level(logging.ERROR)
     received: queue.Queue[Any] = queue.Queue()
@@ -137,7 +130,7 @@ def test_stream_cancelled_while_decoupled_model_sends(
     assert final in {"final", "final-error:TritonModelException"}, final
     assert sends[-1] != "sent", sends
     print(
-        f"\n{stack}/{mode}: {sends.count('sent')} sends before the cancellation was seen, "
+        f"\n{mode}: {sends.count('sent')} sends before the cancellation was seen, "
         f"then {sorted(set(sends[sends.count('sent') :]))}; final: {final}"
     )
     # the server serves on: a new stream gets every response of the same model

@@ -106,14 +106,7 @@ _EXPORTS: dict[str, str] = {
     # frontends
     "Restriction": "despina.restricted",
     "parse_restricted": "despina.restricted",
-    "reserve_port": "despina.transport.listen",
     "stop_listening": "despina.transport.listen",
-    "Frame": "despina.transport.frames",
-    "FrameHandler": "despina.transport.frames",
-    "FrameLink": "despina.transport.frames",
-    "Worker": "despina.transport.workers",
-    "WorkerPool": "despina.transport.workers",
-    "run_worker": "despina.transport.workers",
     "triton_bool": "despina.triton_flags",
     # embedding a server
     "Server": "despina.server",
@@ -242,20 +235,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
     from despina.threaded import ThreadedInstance as ThreadedInstance
     from despina.tracing.trace import Trace as Trace
     from despina.transport.disconnect import DisconnectWatch as DisconnectWatch
-    from despina.transport.frames import (
-        Frame as Frame,
-        FrameHandler as FrameHandler,
-        FrameLink as FrameLink,
-    )
-    from despina.transport.listen import (
-        reserve_port as reserve_port,
-        stop_listening as stop_listening,
-    )
-    from despina.transport.workers import (
-        Worker as Worker,
-        WorkerPool as WorkerPool,
-        run_worker as run_worker,
-    )
+    from despina.transport.listen import stop_listening as stop_listening
     from despina.triton_flags import triton_bool as triton_bool
     from despina.validation import (
         ModelSignature as ModelSignature,

@@ -13,7 +13,6 @@ from despina.testing import RepositoryBuilder, RunningServer, start_server
 
 sys.path.insert(0, str(Path(__file__).parent))  # the in-test backend module beside this file
 import grpc_test_backend as backend
-from grpc_serving_ways import WAY_IDS, WAYS
 
 DATATYPES = tuple(DATATYPE_TO_DTYPE)
 #: Flags every test server gets: loopback only, and no other protocol listening.
@@ -44,20 +43,12 @@ def build_repository(repo: RepositoryBuilder) -> None:
     repo.add("sequence", sequence, version)
 
 
-def serve_repository(root: Path, *args: str, plugins: tuple[Any, ...] = ()) -> RunningServer:
-    """Start a server on ``root`` with the grpctest backend and ``args``."""
-    return start_server(root, args=[*LOCAL, *args], plugins=[backend, *plugins])
-
-
-@pytest.fixture(scope="module", params=WAYS, ids=WAY_IDS)
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningServer]:
-    """One server shared by a test module, once per way of serving gRPC: Despina's own
-    HTTP/2 server, grpc.aio in the server process, and two grpc.aio worker processes."""
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One server shared by a test module."""
     repo = RepositoryBuilder(tmp_path_factory.mktemp("grpc") / "models")
     build_repository(repo)
-    running = serve_repository(repo.root, request.param)
+    running = start_server(repo.root, args=list(LOCAL), plugins=[backend])
     yield running
     running.stop()
 

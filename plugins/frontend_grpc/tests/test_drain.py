@@ -1,9 +1,7 @@
 """Stopping while tritonclient gRPC clients call back to back, calls in flight and new ones
-arriving, under every way of serving gRPC: each call gets its response or a status (the
-server is stopping), or finds the port closed; none is cut by a reset connection. (Calls
-refused with REFUSED_STREAM after the last GOAWAY are retried by the client itself, then
-find the port closed.) grpc.aio (in the server process or in workers) answers CANCELLED
-to a call that reaches it once its own shutdown began: a status, not a cut, counted apart."""
+arriving: each call gets its response or a status (the server is stopping), or finds the
+port closed; none is cut by a reset connection. (Calls refused with REFUSED_STREAM after
+the last GOAWAY are retried by the client itself, then find the port closed.)"""
 
 from __future__ import annotations
 
@@ -12,9 +10,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import pytest
 from despina.testing import RunningServer
-from grpc_serving_ways import WAY_IDS, WAYS
 from outcomes import Outcomes
 
 CLIENTS = 6
@@ -32,11 +28,9 @@ class Callers(Outcomes):
     """Clients calling back to back (half on the sleeping model, so calls are in flight
     as the stop begins) until the port is closed; tallies how each call ended."""
 
-    def __init__(self, running: RunningServer, grpcio: bool) -> None:
+    def __init__(self, running: RunningServer) -> None:
         super().__init__()
         self.running = running
-        #: grpc.aio serves the port: CANCELLED is its answer to a call as it stops.
-        self.grpcio = grpcio
 
     def client(self, index: int) -> None:
         import tritonclient.grpc as grpcclient
@@ -78,19 +72,15 @@ class Callers(Outcomes):
         if status == "StatusCode.UNAVAILABLE" and text == "Server is stopping":
             self.note("stopping")
             return False
-        if self.grpcio and status == "StatusCode.CANCELLED":
-            self.note("cancelled")
-            return False
         self.note("unexpected", f"client {index}: {status}: {text}")
         return True
 
 
-@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
 def test_clients_calling_while_the_server_stops_lose_no_call(
-    serve: Callable[..., RunningServer], way: str
+    serve: Callable[..., RunningServer],
 ) -> None:
-    running = serve(way)
-    callers = Callers(running, way != "--grpc-stack=despina")
+    running = serve()
+    callers = Callers(running)
     threads = [threading.Thread(target=callers.client, args=(i,)) for i in range(CLIENTS)]
     for thread in threads:
         thread.start()
@@ -105,6 +95,6 @@ def test_clients_calling_while_the_server_stops_lose_no_call(
         assert not thread.is_alive()
     print("gRPC clients at stop:", dict(callers.outcomes))
     assert not callers.problems
-    assert set(callers.outcomes) <= {"ok", "stopping", "cancelled", "refused"}
+    assert set(callers.outcomes) <= {"ok", "stopping", "refused"}
     assert callers.outcomes["refused"] == CLIENTS  # each ended on the closed port
     assert callers.outcomes["ok"] >= WARM_UP

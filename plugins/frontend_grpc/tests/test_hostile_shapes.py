@@ -1,5 +1,5 @@
 """Shapes no tensor can have (element count or byte size past 64 bits, negative dims)
-are INVALID_ARGUMENT on every way of serving gRPC, with the text HTTP's 400 has too
+are INVALID_ARGUMENT, with the text HTTP's 400 has too
 (:func:`despina.tensors.checked_element_count`); the server keeps serving."""
 
 from __future__ import annotations

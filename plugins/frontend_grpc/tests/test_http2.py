@@ -36,7 +36,6 @@ from h2.settings import SettingCodes, Settings
 from tritonclient.grpc import service_pb2 as pb
 
 Serve = Callable[..., RunningServer]
-DESPINA = "--grpc-stack=despina"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 HEALTH = "/grpc.health.v1.Health/Check"
@@ -288,14 +287,14 @@ def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
 
 
 def test_unary_model_infer(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     assert_add_sub(client.call(INFER, add_sub(3.0)), 3.0)
 
 
 def test_fifty_concurrent_streams_on_one_connection(
     serve: Serve, connect: Callable[..., Client]
 ) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     sids = [client.start(INFER, add_sub(float(i))) for i in range(50)]
     for i, reply in enumerate(client.collect(*sids)):
         assert_add_sub(reply, float(i))
@@ -305,7 +304,7 @@ def test_tiny_client_window_gets_a_large_response(
     serve: Serve, connect: Callable[..., Client]
 ) -> None:
     client = connect(
-        serve(DESPINA),
+        serve(),
         {SettingCodes.INITIAL_WINDOW_SIZE: 100, SettingCodes.MAX_FRAME_SIZE: 16384},
     )
     data = (np.arange(1 << 20) % 251).astype(np.uint8).reshape(1, -1)
@@ -322,7 +321,7 @@ def test_request_larger_than_the_stream_window(
     serve: Serve, connect: Callable[..., Client]
 ) -> None:
     client = connect(
-        serve(DESPINA),
+        serve(),
         {SettingCodes.INITIAL_WINDOW_SIZE: 1 << 24, SettingCodes.MAX_FRAME_SIZE: 16384},
     )
     client.conn.increment_flow_control_window(1 << 24)
@@ -336,7 +335,7 @@ def test_request_larger_than_the_stream_window(
 
 
 def test_continuation_frames_and_padding(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     sid = client.conn.get_next_available_stream_id()
     client.replies[sid] = Reply()
     headers = [
@@ -368,7 +367,7 @@ def test_continuation_frames_and_padding(serve: Serve, connect: Callable[..., Cl
 
 
 def test_server_splits_a_large_header_block(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     name = "m" * 40_000  # its error text makes trailers over the 16 KiB MAX_FRAME_SIZE
     sid = client.start(INFER, pb.ModelInferRequest(model_name=name).SerializeToString())
     reply = client.collect(sid)[0]
@@ -379,7 +378,7 @@ def test_server_splits_a_large_header_block(serve: Serve, connect: Callable[...,
 
 
 def test_ping_is_acknowledged_with_its_data(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     client.ping(b"despina8")
     assert client.pings == [b"despina8"]
 
@@ -387,7 +386,7 @@ def test_ping_is_acknowledged_with_its_data(serve: Serve, connect: Callable[...,
 def test_reset_stream_leaves_the_connection_serving(
     serve: Serve, connect: Callable[..., Client]
 ) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     sleeping = client.start(INFER, tensor_request("sleep", "FP32", np.array([5.0], np.float32)))
     client.ping(b"received")  # the server has opened the call
     client.conn.reset_stream(sleeping, ErrorCodes.CANCEL)
@@ -402,7 +401,7 @@ def test_reset_stream_leaves_the_connection_serving(
 
 
 def test_grpc_timeout_shorter_than_the_call(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     request = tensor_request("sleep", "FP32", np.array([10.0], np.float32))
     reply = client.call(INFER, request, headers=[("grpc-timeout", "200m")])
     assert reply.headers[":status"] == "200"
@@ -412,14 +411,14 @@ def test_grpc_timeout_shorter_than_the_call(serve: Serve, connect: Callable[...,
 
 
 def test_gzip_request_is_accepted(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     message = gzip.compress(add_sub(4.0))
     reply = client.call(INFER, message, headers=[("grpc-encoding", "gzip")], compressed=True)
     assert_add_sub(reply, 4.0)
 
 
 def test_unknown_request_encoding(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     reply = client.call(INFER, add_sub(4.0), headers=[("grpc-encoding", "snappy")])
     assert reply.grpc_status == 12
     assert "snappy" in reply.headers["grpc-message"]
@@ -427,7 +426,7 @@ def test_unknown_request_encoding(serve: Serve, connect: Callable[..., Client]) 
 
 
 def test_compressed_response(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA, "--grpc-infer-response-compression-level=high"))
+    client = connect(serve("--grpc-infer-response-compression-level=high"))
     reply = client.call(INFER, add_sub(7.0), headers=[("grpc-accept-encoding", "identity,gzip")])
     assert reply.grpc_status == 0
     assert reply.headers["grpc-encoding"] == "gzip"
@@ -441,7 +440,7 @@ def test_compressed_response(serve: Serve, connect: Callable[..., Client]) -> No
 
 
 def test_requests_that_are_not_served(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     unknown = client.call("/inference.GRPCInferenceService/NoSuchMethod", add_sub(1.0))
     assert unknown.headers[":status"] == "200"
     assert unknown.grpc_status == 12
@@ -453,7 +452,7 @@ def test_requests_that_are_not_served(serve: Serve, connect: Callable[..., Clien
 
 
 def test_message_over_the_size_limit(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA, "--grpc-max-message-size=1000"))
+    client = connect(serve("--grpc-max-message-size=1000"))
     reply = client.call(INFER, add_sub(1.0, rows=20))
     assert reply.grpc_status == 8
     assert "larger than max" in reply.headers["grpc-message"]
@@ -463,7 +462,7 @@ def test_message_over_the_size_limit(serve: Serve, connect: Callable[..., Client
 def test_frames_on_a_stream_the_server_reset_are_ignored(
     serve: Serve, connect: Callable[..., Client]
 ) -> None:
-    client = connect(serve(DESPINA, "--grpc-max-message-size=1000"))
+    client = connect(serve("--grpc-max-message-size=1000"))
     sid = client.start(INFER, add_sub(1.0, rows=20), end=False)  # still sending
     reply = client.collect(sid)[0]
     assert reply.grpc_status == 8
@@ -477,7 +476,7 @@ def test_frames_on_a_stream_the_server_reset_are_ignored(
 
 
 def test_not_http2_is_closed(serve: Serve, connect: Callable[..., Client]) -> None:
-    running = serve(DESPINA)
+    running = serve()
     assert running.grpc_port is not None
     with socket.create_connection(("127.0.0.1", running.grpc_port), timeout=TIMEOUT) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
@@ -492,7 +491,7 @@ def test_not_http2_is_closed(serve: Serve, connect: Callable[..., Client]) -> No
 def test_stop_sends_goaway_and_answers_running_calls(
     serve: Serve, connect: Callable[..., Client]
 ) -> None:
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     sleeping = client.start(INFER, tensor_request("sleep", "FP32", np.array([3.0], np.float32)))
     # a stream call whose client never half-closes: still open when the grace ends
@@ -536,7 +535,7 @@ def test_stop_refuses_streams_after_the_last_goaway(
     served (the last GOAWAY names it) or, past the bounded wait for the acknowledgement,
     refused with REFUSED_STREAM, which a client may retry; a call opened after the last
     GOAWAY is refused. The running call is answered, then the connection closes."""
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     sleeping = client.start(INFER, tensor_request("sleep", "FP32", np.array([5.0], np.float32)))
     client.ping(b"received")  # the server has opened the call
@@ -577,7 +576,7 @@ def test_stop_refuses_streams_after_the_last_goaway(
 def test_a_connection_queued_as_the_port_closes_is_served(serve: Serve) -> None:
     """A connection the kernel completed in the listener's queue, a call sent on it, as
     the drain closes the port (asyncio had not accepted it yet) is served, not reset."""
-    running = serve(DESPINA)
+    running = serve()
     frontend = next(f for f in running.server.frontends if f.name == "grpc")
 
     async def connect_then_drain() -> tuple[Client, int]:
@@ -597,7 +596,7 @@ def test_a_connection_queued_as_the_port_closes_is_served(serve: Serve) -> None:
 
 
 def test_header_table_size_zero(serve: Serve, connect: Callable[..., Client]) -> None:
-    running = serve(DESPINA)
+    running = serve()
     # from the start: h2 refuses a header block that leaves its table above 0
     client = connect(running, {SettingCodes.HEADER_TABLE_SIZE: 0})
     assert_add_sub(client.call(INFER, add_sub(1.0)), 1.0)
@@ -613,7 +612,7 @@ def test_header_table_size_zero(serve: Serve, connect: Callable[..., Client]) ->
 
 
 def test_health_check_calls(serve: Serve, connect: Callable[..., Client]) -> None:
-    client = connect(serve(DESPINA))
+    client = connect(serve())
     request = health_pb2.HealthCheckRequest(service="").SerializeToString()
     for _ in range(3):
         reply = client.call(HEALTH, request)

@@ -38,7 +38,6 @@ from despina_frontend_grpc.h2_limits import (
 )
 
 Serve = Callable[..., RunningServer]
-DESPINA = "--grpc-stack=despina"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 #: Seconds any single socket read may wait.
 TIMEOUT = 10.0
@@ -245,7 +244,7 @@ def goaway_after_flood(client: RawClient, frames: Iterable[bytes], code: int) ->
 
 
 def test_rapid_reset_gets_goaway(serve: Serve, connect: Callable[..., RawClient]) -> None:
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
 
     def frames() -> Iterator[bytes]:
@@ -263,7 +262,7 @@ def test_rapid_reset_gets_goaway(serve: Serve, connect: Callable[..., RawClient]
 
 
 def test_settings_flood_gets_goaway(serve: Serve, connect: Callable[..., RawClient]) -> None:
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     settings = http2.settings_frame(((http2.ENABLE_PUSH, 0),))
     frames = (settings for _ in range(flood_size(500_000, MAX_CONTROL_FRAMES)))
@@ -283,7 +282,7 @@ def test_ping_flood_gets_goaway(
     """With the default ping policy the third early PING is too many (tritonserver's
     ``--grpc-http2-max-ping-strikes=2``); without one, the control-frame budget ends it."""
     flags = () if strikes is None else (f"--grpc-http2-max-ping-strikes={strikes}",)
-    running = serve(DESPINA, *flags)
+    running = serve(*flags)
     client = connect(running)
     ping = http2.frame(http2.PING, 0, 0, b"flooding")
     frames = (ping for _ in range(flood_size(500_000, MAX_CONTROL_FRAMES)))
@@ -303,7 +302,7 @@ def test_ping_flood_gets_goaway(
 def test_empty_continuation_flood_gets_goaway(
     serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     sid = client.new_stream()
     empty = http2.frame(http2.CONTINUATION, 0, sid)
@@ -322,7 +321,7 @@ def test_empty_continuation_flood_gets_goaway(
 def test_header_block_over_the_limit_gets_goaway(
     serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     sid = client.new_stream()
     piece = b"\0" * (MAX_HEADER_BLOCK // 4)  # never decoded: the size alone is refused
@@ -345,7 +344,7 @@ def test_header_block_over_the_limit_gets_goaway(
 def test_hpack_bomb_gets_goaway(serve: Serve, connect: Callable[..., RawClient]) -> None:
     """A 14 KB block whose 10,000 one-byte references to a 4 KB table entry decode to
     40 MB of headers: refused once past MAX_HEADER_BLOCK of decoded headers."""
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     block = client.block(("x-bomb", "a" * 4000))  # the last field: dynamic index 62
     block += bytes((0x80 | 62,)) * 10_000
@@ -365,7 +364,7 @@ def test_hpack_bomb_gets_goaway(serve: Serve, connect: Callable[..., RawClient])
 def test_connection_window_overflow_is_flow_control_error(
     serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     client.send(http2.window_update(0, http2.MAX_WINDOW))  # 65,535 + 2^31-1
     client.read_to_close()
@@ -376,7 +375,7 @@ def test_connection_window_overflow_is_flow_control_error(
 def test_stream_window_overflow_is_a_stream_error(
     serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     sid = client.new_stream()
     client.send(
@@ -402,7 +401,7 @@ def test_stream_window_overflow_is_a_stream_error(
 def test_initial_window_setting_overflowing_a_stream_is_flow_control_error(
     serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     sid = client.new_stream()
     client.send(
@@ -418,7 +417,7 @@ def test_initial_window_setting_overflowing_a_stream_is_flow_control_error(
 def test_streams_beyond_max_concurrent_streams_are_refused(
     serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running)
     kind, _, _, payload = client.frames[0]
     assert kind == http2.SETTINGS
@@ -495,11 +494,10 @@ def send_gzip_call(client: RawClient, message: bytes) -> int:
     return sid
 
 
-@pytest.mark.parametrize("stack", [DESPINA, "--grpc-stack=grpcio"], ids=["despina", "grpcio"])
 def test_gzip_bomb_is_refused_while_inflating(
-    serve: Serve, connect: Callable[..., RawClient], stack: str
+    serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
-    running = serve(stack, f"--grpc-max-message-size={LIMIT}")
+    running = serve(f"--grpc-max-message-size={LIMIT}")
     client = connect(running)
     bomb = gzip_zeros(INFLATED)
     assert len(bomb) < 16 << 10
@@ -516,17 +514,15 @@ def test_gzip_bomb_is_refused_while_inflating(
         tracemalloc.stop()
     assert client.headers(sid)["grpc-status"] == str(RESOURCE_EXHAUSTED)
     assert client.headers(sid)["grpc-message"] == "Decompressed message larger than max"
-    assert seconds < 2.0
     print(
         f"\ngzip bomb ({len(bomb)} bytes -> {INFLATED >> 20} MiB, limit {LIMIT >> 20} MiB, "
-        f"{stack}): RESOURCE_EXHAUSTED in {seconds * 1000:.0f} ms, "
+        f"RESOURCE_EXHAUSTED in {seconds * 1000:.0f} ms, "
         f"Python heap peak +{peak / (1 << 20):.1f} MiB"
     )
-    if stack == DESPINA:  # grpc.aio inflates in C-core, where tracemalloc does not look
-        # the output stops one step past the limit (a step's output buffer, the reads'
-        # buffers beside): not the bomb's 10 MiB, nor the limit twice (inflated, then
-        # copied into one bytes object, as a single zlib call would)
-        assert peak < LIMIT + 4 * INFLATE_STEP < 2 * LIMIT < INFLATED
+    # the output stops one step past the limit (a step's output buffer, the reads'
+    # buffers beside): not the bomb's 10 MiB, nor the limit twice (inflated, then copied
+    # into one bytes object, as a single zlib call would)
+    assert peak < LIMIT + 4 * INFLATE_STEP < 2 * LIMIT < INFLATED
     assert_serves(running)
 
 
@@ -534,7 +530,7 @@ def test_compressed_message_over_the_limit_on_the_wire(
     serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
     """The length prefix alone refuses it: the rest of the message is never sent."""
-    running = serve(DESPINA, f"--grpc-max-message-size={LIMIT}")
+    running = serve(f"--grpc-max-message-size={LIMIT}")
     client = connect(running)
     prefix = b"\x01" + _U32.pack(LIMIT + 1)
     sid = send_gzip_call(client, prefix + gzip_zeros(1 << 20)[:1000])
@@ -563,7 +559,7 @@ def test_gzip_message_under_the_limit_is_served(
     serve: Serve, connect: Callable[..., RawClient]
 ) -> None:
     """A compressed request inflating to several steps is served whole."""
-    running = serve(DESPINA, f"--grpc-max-message-size={LIMIT}")
+    running = serve(f"--grpc-max-message-size={LIMIT}")
     client = connect(running, reads=True)
     from tritonclient.grpc import service_pb2 as pb
 

@@ -1,6 +1,6 @@
 """Limits of the gRPC port a user may set: compressed messages inflate off the event loop
 (a compression bomb under a large ``--grpc-max-message-size`` holds up only its own call),
-``--grpc-max-concurrent-streams`` and ``--grpc-max-connections`` on both stacks."""
+``--grpc-max-concurrent-streams`` and ``--grpc-max-connections``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from despina.testing import RunningServer
 from despina_frontend_grpc import grpc_framing, http2
 from despina_frontend_grpc.grpc_calls import INLINE_INFLATE
 from test_http2_abuse import (
-    DESPINA,
     RESOURCE_EXHAUSTED,
     RawClient,
     add_sub_request,
@@ -30,8 +29,6 @@ from test_http2_abuse import (
 from tritonclient.utils import InferenceServerException
 
 Serve = Callable[..., RunningServer]
-GRPCIO = "--grpc-stack=grpcio"
-STACKS = pytest.mark.parametrize("stack", [DESPINA, GRPCIO], ids=["despina", "grpcio"])
 
 
 def add_sub_inputs() -> list[grpcclient.InferInput]:
@@ -64,7 +61,7 @@ def test_bomb_inflating_does_not_hold_up_other_clients(
 ) -> None:
     """While a bomb inflates (in a worker thread) on one connection, a tritonclient on
     another connection is answered; the bomb's RESOURCE_EXHAUSTED comes after."""
-    running = serve(DESPINA, f"--grpc-max-message-size={BOMB_LIMIT}")
+    running = serve(f"--grpc-max-message-size={BOMB_LIMIT}")
     bomb = gzip_zeros(BOMB_INFLATED)
     assert len(bomb) < BOMB_INFLATED // 500
     inputs = add_sub_inputs()
@@ -97,7 +94,7 @@ def test_large_compressed_messages_are_served_whole(
 ) -> None:
     """Messages inflating past INLINE_INFLATE (finished in a thread) are served whole and
     in order: a unary call, and a call whose END_STREAM arrives while it inflates."""
-    running = serve(DESPINA)
+    running = serve()
     client = connect(running, reads=True)
     from tritonclient.grpc import service_pb2 as pb
 
@@ -145,13 +142,10 @@ def test_inflation_steps_give_the_same_message() -> None:
 # --- --grpc-max-concurrent-streams
 
 
-@STACKS
-def test_max_concurrent_streams_flag(
-    serve: Serve, connect: Callable[..., RawClient], stack: str
-) -> None:
+def test_max_concurrent_streams_flag(serve: Serve, connect: Callable[..., RawClient]) -> None:
     """The flag's value is advertised in the server's SETTINGS and a stream beyond it is
     refused with REFUSED_STREAM (a grpc client queues its calls instead)."""
-    running = serve(stack, "--grpc-max-concurrent-streams=4")
+    running = serve("--grpc-max-concurrent-streams=4")
     client = connect(running)
     kind, _, _, payload = client.frames[0]
     assert kind == http2.SETTINGS
@@ -162,10 +156,6 @@ def test_max_concurrent_streams_flag(
     )
     client.read_until(lambda: bool(client.resets()))
     assert client.resets() == {opened[-1]: http2.REFUSED_STREAM}
-    if stack == GRPCIO:
-        # grpc's server may still count streams its client counts closed, refusing a
-        # few of a burst (the client fails those with UNAVAILABLE "Stream removed")
-        return
     # a tritonclient with more calls in flight than that gets every answer (once it has
     # the server's SETTINGS: streams opened before are refused, and grpc fails those)
     with grpcclient.InferenceServerClient(running.grpc_url) as triton:
@@ -191,9 +181,9 @@ def test_max_concurrent_streams_must_be_positive(serve: Serve) -> None:
     from despina.server import StartupError
 
     with pytest.raises(StartupError, match="--grpc-max-concurrent-streams must be at least 1"):
-        serve(DESPINA, "--grpc-max-concurrent-streams=0")
+        serve("--grpc-max-concurrent-streams=0")
     with pytest.raises(StartupError, match="--grpc-max-connections must be 0"):
-        serve(DESPINA, "--grpc-max-connections=-1")
+        serve("--grpc-max-connections=-1")
 
 
 # --- --grpc-max-connections
@@ -222,12 +212,10 @@ def served_within(running: RunningServer, seconds: float) -> bool:
             time.sleep(0.1)
 
 
-@STACKS
-def test_max_connections_flag(serve: Serve, connect: Callable[..., RawClient], stack: str) -> None:
-    """A connection beyond ``--grpc-max-connections`` is closed at once, before any frame
-    (both stacks): clients get UNAVAILABLE; once a connection closes, new ones are served
-    again."""
-    running = serve(stack, "--grpc-max-connections=2")
+def test_max_connections_flag(serve: Serve, connect: Callable[..., RawClient]) -> None:
+    """A connection beyond ``--grpc-max-connections`` is closed at once, before any frame:
+    clients get UNAVAILABLE; once a connection closes, new ones are served again."""
+    running = serve("--grpc-max-connections=2")
     first, _ = connect(running), connect(running)
     assert running.grpc_port is not None
     with socket.create_connection(("127.0.0.1", running.grpc_port), timeout=10) as third:
@@ -243,7 +231,7 @@ def test_max_connections_flag(serve: Serve, connect: Callable[..., RawClient], s
 
 
 def test_max_connections_zero_is_unlimited(serve: Serve, connect: Callable[..., RawClient]) -> None:
-    running = serve(DESPINA, "--grpc-max-connections=0")
+    running = serve("--grpc-max-connections=0")
     clients = [connect(running) for _ in range(8)]
     assert all(c.goaway() is None for c in clients)
     assert_serves(running)

@@ -18,7 +18,6 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from despina.testing import RunningServer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_serving_ways import WAY_IDS, WAYS
 from tritonclient.utils import InferenceServerException
 
 
@@ -38,10 +37,8 @@ def refused(call: Callable[[], Any]) -> InferenceServerException:
     return info.value
 
 
-@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
-def test_restricted_protocols(serve: Callable[..., RunningServer], way: str) -> None:
+def test_restricted_protocols(serve: Callable[..., RunningServer]) -> None:
     running = serve(
-        way,
         "--grpc-restricted-protocol=model-repository,shared-memory:admin-key=secret",
         "--grpc-restricted-protocol=health:probe=yes",
     )
@@ -148,10 +145,8 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_certificates(tmp_path_factory.mktemp("certs"))
 
 
-@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
-def test_tls(serve: Callable[..., RunningServer], certificates: dict[str, Path], way: str) -> None:
+def test_tls(serve: Callable[..., RunningServer], certificates: dict[str, Path]) -> None:
     running = serve(
-        way,
         "--grpc-use-ssl=true",
         f"--grpc-server-cert={certificates['server.crt']}",
         f"--grpc-server-key={certificates['server.key']}",
@@ -166,12 +161,8 @@ def test_tls(serve: Callable[..., RunningServer], certificates: dict[str, Path],
         assert refused(plaintext.is_server_live).status() == "StatusCode.UNAVAILABLE"
 
 
-@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
-def test_mutual_tls(
-    serve: Callable[..., RunningServer], certificates: dict[str, Path], way: str
-) -> None:
+def test_mutual_tls(serve: Callable[..., RunningServer], certificates: dict[str, Path]) -> None:
     running = serve(
-        way,
         "--grpc-use-ssl-mutual=true",
         f"--grpc-server-cert={certificates['server.crt']}",
         f"--grpc-server-key={certificates['server.key']}",
@@ -238,9 +229,8 @@ def test_shared_memory_bounds_and_internal_keys(client: Any) -> None:
         shm.destroy_shared_memory_region(region)
 
 
-@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
-def test_max_message_size(serve: Callable[..., RunningServer], way: str) -> None:
-    running = serve("--grpc-max-message-size=4096", way)
+def test_max_message_size(serve: Callable[..., RunningServer]) -> None:
+    running = serve("--grpc-max-message-size=4096")
     options = [("grpc.max_receive_message_length", 2**30), ("grpc.max_send_message_length", 2**30)]
     with grpcclient.InferenceServerClient(running.grpc_url, channel_args=options) as client:
         error = refused(lambda: client.infer("echo_fp32", [_echo(np.zeros((1, 2048), np.float32))]))
@@ -298,12 +288,11 @@ class CountingProxy:
         self.listener.close()
 
 
-@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
 @pytest.mark.parametrize(("level", "compressed"), [("none", False), ("high", True)])
 def test_response_compression(
-    serve: Callable[..., RunningServer], way: str, level: str, compressed: bool
+    serve: Callable[..., RunningServer], level: str, compressed: bool
 ) -> None:
-    running = serve(f"--grpc-infer-response-compression-level={level}", way)
+    running = serve(f"--grpc-infer-response-compression-level={level}")
     assert running.grpc_port is not None
     proxy = CountingProxy(running.grpc_port)
     try:
@@ -316,9 +305,8 @@ def test_response_compression(
         proxy.close()
 
 
-@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
-def test_header_forwarding(serve: Callable[..., RunningServer], way: str) -> None:
-    running = serve("--grpc-header-forward-pattern=^x-fwd-", way)
+def test_header_forwarding(serve: Callable[..., RunningServer]) -> None:
+    running = serve("--grpc-header-forward-pattern=^x-fwd-")
     with grpcclient.InferenceServerClient(running.grpc_url) as client:
         result = client.infer(
             "echo_fp32",
@@ -336,14 +324,13 @@ def test_allow_grpc_false_listens_nowhere(serve: Callable[..., RunningServer]) -
         assert refused(client.is_server_live).status() == "StatusCode.UNAVAILABLE"
 
 
-@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
 def test_busy_port_fails_start_clearly(
-    serve: Callable[..., RunningServer], server: RunningServer, way: str
+    serve: Callable[..., RunningServer], server: RunningServer
 ) -> None:
     from despina.server import StartupError
 
     with pytest.raises(StartupError, match="cannot bind gRPC"):
-        serve(f"--grpc-port={server.grpc_port}", way)
+        serve(f"--grpc-port={server.grpc_port}")
 
 
 def test_keepalive_flags(serve: Callable[..., RunningServer]) -> None:
@@ -376,11 +363,8 @@ def test_client_shared_memory_is_opt_in(serve: Callable[..., RunningServer]) -> 
         shm.destroy_shared_memory_region(region)
 
 
-@pytest.mark.parametrize("way", WAYS, ids=WAY_IDS)
-def test_unbindable_address_fails_start_clearly(
-    serve: Callable[..., RunningServer], way: str
-) -> None:
+def test_unbindable_address_fails_start_clearly(serve: Callable[..., RunningServer]) -> None:
     from despina.server import StartupError
 
     with pytest.raises(StartupError, match=r"cannot bind gRPC to 192\.0\.2\.1"):
-        serve("--grpc-address=192.0.2.1", way)
+        serve("--grpc-address=192.0.2.1")

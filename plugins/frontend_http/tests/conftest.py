@@ -40,20 +40,17 @@ def build_repository(repo: RepositoryBuilder) -> None:
     repo.add("labelled", labelled, {**marker, "labels.txt": "cat\ndog\nbird\nfish\n"})
 
 
-@pytest.fixture(params=["--http-stack=despina", "--http-stack=aiohttp"], ids=["front", "aiohttp"])
+@pytest.fixture
 def serve(
-    request: pytest.FixtureRequest,
-    model_repository: RepositoryBuilder,
-    despina_server: Callable[..., RunningServer],
+    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
 ) -> Callable[..., RunningServer]:
-    """``serve(*args)``: a server on 127.0.0.1 with the test repository and backend; every
-    test runs on Despina's HTTP/1.1 front and on aiohttp alone."""
+    """``serve(*args)``: a server on 127.0.0.1 with the test repository and backend."""
     build_repository(model_repository)
 
     def start(*args: str, plugins: tuple[Any, ...] = ()) -> RunningServer:
         return despina_server(
             model_repository.root,
-            args=[*LOOPBACK, request.param, *args],
+            args=[*LOOPBACK, *args],
             plugins=[http_test_backend, *plugins],
         )
 

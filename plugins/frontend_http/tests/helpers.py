@@ -1,4 +1,4 @@
-"""Helpers shared by the HTTP frontend's tests: requests and error assertions."""
+"""Helpers shared by the HTTP frontend's tests: requests, error assertions, the front."""
 
 from __future__ import annotations
 
@@ -63,3 +63,9 @@ def raw(
         return response.status, json.loads(payload) if payload else {}
     finally:
         connection.close()
+
+
+def front_of(server: RunningServer) -> Any:
+    """``server``'s :class:`~despina_frontend_http.front.Front` (the port's listener)."""
+    frontend = next(f for f in server.server.frontends if f.name == "http")
+    return frontend._front

@@ -1,5 +1,4 @@
-"""Stopping under keep-alive traffic, on Despina's front, aiohttp alone and worker
-processes. The listener closes as the stop begins; from then on every answer says
+"""Stopping under keep-alive traffic. The listener closes as the stop begins; from then on every answer says
 ``Connection: close`` and its connection closes after it; an idle connection waits a
 moment for a request its client may be sending. So a client sending back to back gets an
 answer for every request it sent (a result, or 503 "Server is stopping"), then a refused
@@ -14,7 +13,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pytest
 import toy_backend
 from despina.testing import RepositoryBuilder, RunningServer
 from outcomes import Outcomes
@@ -28,13 +26,6 @@ from .test_front import (
     infer,
 )
 
-WAYS_IDS = ["front", "aiohttp", "workers"]
-WAYS = pytest.mark.parametrize(
-    "serve",
-    ["--http-stack=despina", "--http-stack=aiohttp", "--http-worker-processes=2"],
-    indirect=True,
-    ids=WAYS_IDS,
-)
 CLIENTS = 6
 #: Requests one client sends at most (the loop is bounded; the stop ends it far sooner).
 MAX_REQUESTS = 5000
@@ -127,7 +118,6 @@ class Sender(Outcomes):
             self.note("unexpected", f"{reply.status}: {reply.body[:200]!r}")
 
 
-@WAYS
 def test_keep_alive_clients_sending_while_the_server_stops_lose_nothing(
     serve: Callable[..., RunningServer], model_repository: RepositoryBuilder
 ) -> None:
@@ -152,7 +142,6 @@ def test_keep_alive_clients_sending_while_the_server_stops_lose_nothing(
     assert sender.outcomes["ok"] >= WARM_UP
 
 
-@WAYS
 def test_a_request_begun_on_an_idle_connection_is_answered_while_stopping(
     serve: Callable[..., RunningServer], connect: Any
 ) -> None:
@@ -176,7 +165,6 @@ def test_a_request_begun_on_an_idle_connection_is_answered_while_stopping(
     join()
 
 
-@WAYS
 def test_answer_in_flight_as_the_stop_begins_closes_its_connection(
     serve: Callable[..., RunningServer], model_repository: RepositoryBuilder, connect: Any
 ) -> None:
@@ -200,16 +188,12 @@ def test_answer_in_flight_as_the_stop_begins_closes_its_connection(
         reply = conn.reply()
         assert reply.status == 200, reply.body
         assert reply.json()["outputs"][0]["data"] == [1.0 + b] * 4
-        # HTTP/1.0 closes unless it says keep-alive: aiohttp then says nothing
-        assert reply.headers.get("connection", "close") == "close"
+        assert reply.headers["connection"] == "close"
         assert conn.closed()
         conn.close()
     join()
 
 
-@pytest.mark.parametrize(
-    "serve", ["--http-stack=despina", "--http-stack=aiohttp"], indirect=True, ids=WAYS_IDS[:2]
-)
 def test_a_connection_queued_as_the_port_closes_is_served(
     serve: Callable[..., RunningServer],
 ) -> None:
@@ -235,16 +219,11 @@ def test_a_connection_queued_as_the_port_closes_is_served(
         conn.close()
 
 
-@pytest.mark.parametrize(
-    "serve", ["--http-stack=despina", "--http-stack=aiohttp"], indirect=True, ids=WAYS_IDS[:2]
-)
 def test_a_body_that_never_comes_is_cut_and_does_not_hold_the_stop(
     serve: Callable[..., RunningServer], connect: Any
 ) -> None:
     """A connection whose request stops before its body ends is cut once the models
-    unloaded and the connections had their wait (CLOSE_WAIT_S): the stop ends. (aiohttp's
-    own shutdown waits up to a minute more for the handler reading that body; worker
-    processes give their requests ``--exit-timeout-secs`` instead.)"""
+    unloaded and the connections had their wait (CLOSE_WAIT_S): the stop ends."""
     running = serve()
     stalled = connect(running)
     stalled.send(infer([1.0], [2.0])[:-5])

@@ -1,7 +1,6 @@
 """Raw HTTP/1.1 on the port: pipelining, chunked bodies, 100-continue, limits, keep-alive,
 malformed requests, disconnects, relayed responses, binary tensors, compression, restricted
-APIs, percent-encoded paths, many connections. Most tests run on both stacks (the
-``serve`` fixture); ``FRONT_ONLY`` ones check what only Despina's front does."""
+APIs, percent-encoded paths, many connections."""
 
 from __future__ import annotations
 
@@ -20,17 +19,17 @@ from typing import Any
 import http_test_backend
 import numpy as np
 import pytest
+from aiohttp import web
 from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.hookspecs import hookimpl
 from despina.inference import InferenceRequest, InferenceResponse
 from despina.testing import RepositoryBuilder, RunningServer
 
+from .helpers import front_of
+
 #: Seconds any single socket operation may take before the test fails.
 TIMEOUT = 10.0
 INFER = "/v2/models/add_sub/infer"
-FRONT_ONLY = pytest.mark.parametrize(
-    "serve", ["--http-stack=despina"], indirect=True, ids=["front"]
-)
 TOO_LARGE = (
     "request body exceeds the maximum allowed size of 1000 bytes; "
     "use --http-max-input-size to increase the limit"
@@ -55,8 +54,10 @@ class Reply:
 class Conn:
     """A client connection over a raw socket; every read fails after TIMEOUT seconds."""
 
-    def __init__(self, running: RunningServer) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", running.http_port), TIMEOUT)
+    def __init__(self, running: RunningServer, port: int | None = None) -> None:
+        """Connect to ``running``'s HTTP port, or to ``port`` on 127.0.0.1."""
+        port = running.http_port if port is None else port
+        self.sock = socket.create_connection(("127.0.0.1", port), TIMEOUT)
         self.buffer = b""
         self.taken: list[bytes] = []
 
@@ -120,11 +121,11 @@ class Conn:
 
 @pytest.fixture
 def connect() -> Iterator[Callable[..., Conn]]:
-    """``connect(running)``: a Conn, closed after the test."""
+    """``connect(running[, port])``: a Conn, closed after the test."""
     opened: list[Conn] = []
 
-    def factory(running: RunningServer) -> Conn:
-        opened.append(Conn(running))
+    def factory(running: RunningServer, port: int | None = None) -> Conn:
+        opened.append(Conn(running, port))
         return opened[-1]
 
     yield factory
@@ -191,7 +192,6 @@ def test_pipelined_requests_are_answered_in_order(
     assert_add_sub(conn.reply(), [5], [5])
 
 
-@FRONT_ONLY
 def test_requests_answered_at_once_keep_their_order(
     serve: Callable[..., RunningServer], connect: Any
 ) -> None:
@@ -226,7 +226,6 @@ def test_requests_answered_at_once_keep_their_order(
     assert old.closed()
 
 
-@FRONT_ONLY  # aiohttp alone reads nothing more after a bodiless request offering an upgrade
 def test_upgrade_offers_are_ignored(serve: Callable[..., RunningServer], connect: Any) -> None:
     """curl --http2 offers h2c on every request: it is answered as HTTP/1.1, body included,
     and the connection serves on."""
@@ -267,7 +266,6 @@ def test_expect_continue(serve: Callable[..., RunningServer], connect: Any) -> N
     assert_add_sub(conn.reply(), [1], [2])
 
 
-@FRONT_ONLY
 def test_declared_body_over_the_limit_is_refused_unsent(
     serve: Callable[..., RunningServer], connect: Any
 ) -> None:
@@ -338,7 +336,6 @@ def test_keep_alive_and_connection_close(serve: Callable[..., RunningServer], co
         assert conn.reply().status == 200 and conn.closed()
 
 
-@FRONT_ONLY
 @pytest.mark.parametrize(
     "garbage",
     [
@@ -456,12 +453,21 @@ def test_relayed_requests_share_a_connection(
     assert bad_version.status == 404 and "add_sub" in bad_version.json()["error"]
 
 
-@FRONT_ONLY
 def test_relayed_responses_are_byte_exact(
     serve: Callable[..., RunningServer], connect: Any
 ) -> None:
-    direct = connect(serve("--http-stack=aiohttp"))  # the application alone on its port
-    conn = connect(serve())
+    """The front relays the aiohttp application's answers byte for byte: as it answers on
+    a port of its own (``Date`` aside)."""
+    running = serve()
+    runner = front_of(running).runner
+
+    async def own_port() -> int:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return int(runner.addresses[0][1])
+
+    direct = connect(running, running.call(own_port()))
+    conn = connect(running)
 
     def without_date(reply: Reply) -> bytes:
         return b"".join(
@@ -563,7 +569,6 @@ def test_large_relayed_response_to_a_slow_reader(
     assert_add_sub(conn.send(infer([1], [1])).reply(), [1], [1])
 
 
-@FRONT_ONLY
 def test_shutdown_answers_every_request_already_read(
     serve: Callable[..., RunningServer], connect: Any
 ) -> None:

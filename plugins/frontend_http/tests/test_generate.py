@@ -1,4 +1,4 @@
-"""Triton's generate extension: flat JSON in and out, on both HTTP stacks.
+"""Triton's generate extension: flat JSON in and out.
 
 Streaming of decoupled models is tested end to end in ``tests/test_http_generate.py``."""
 

@@ -1,7 +1,6 @@
 """Hostile chunked bodies: a chunk whose announced size is over ``--http-max-input-size``
-is refused at once (413, or 400 when the size overflows 64 bits), before its bytes come,
-on Despina's front, aiohttp alone and HTTP worker processes; legitimate chunked bodies
-still pass however their bytes are split."""
+is refused at once (413, or 400 when the size overflows 64 bits), before its bytes come;
+legitimate chunked bodies still pass however their bytes are split."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from collections.abc import Callable, Iterator
 import httptools
 import pytest
 from despina.testing import RunningServer
-from despina_frontend_http.framing import ChunkSizes, OverLimit, RequestFraming
+from despina_frontend_http.framing import ChunkSizes
 
 INFER = "/v2/models/add_sub/infer"
 LIMIT = 1000
@@ -21,17 +20,6 @@ TOO_LARGE = (
     "use --http-max-input-size to increase the limit"
 )
 HEAD = b"POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" % INFER.encode()
-#: Every HTTP path: Despina's front, aiohttp alone, and worker processes (aiohttp).
-STACKS = pytest.mark.parametrize(
-    ("serve", "workers"),
-    [
-        ("--http-stack=despina", []),
-        ("--http-stack=aiohttp", []),
-        ("--http-stack=aiohttp", ["--http-worker-processes=1"]),
-    ],
-    indirect=["serve"],
-    ids=["front", "aiohttp", "workers"],
-)
 BODY = json.dumps(
     {
         "inputs": [
@@ -90,7 +78,6 @@ def error_reply(raw: bytes) -> tuple[int, dict[str, str], dict[str, str]]:
     return int(first.split(" ")[1]), headers, json.loads(body)
 
 
-@STACKS
 @pytest.mark.parametrize(
     ("size_line", "status"),
     [
@@ -105,12 +92,11 @@ def error_reply(raw: bytes) -> tuple[int, dict[str, str], dict[str, str]]:
 )
 def test_chunk_size_over_the_limit_is_refused_at_once(
     serve: Callable[..., RunningServer],
-    workers: list[str],
     connect: Callable[[RunningServer], socket.socket],
     size_line: list[bytes],
     status: int,
 ) -> None:
-    running = serve(f"--http-max-input-size={LIMIT}", *workers)
+    running = serve(f"--http-max-input-size={LIMIT}")
     sock = connect(running)
     sock.sendall(HEAD + size_line[0])
     for part in size_line[1:]:
@@ -123,14 +109,12 @@ def test_chunk_size_over_the_limit_is_refused_at_once(
     assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
 
 
-@STACKS
 def test_chunk_over_the_limit_while_the_body_is_read(
     serve: Callable[..., RunningServer],
-    workers: list[str],
     connect: Callable[[RunningServer], socket.socket],
 ) -> None:
     """The size line comes after ``100 Continue``, the request being handled: 413 too."""
-    sock = connect(serve(f"--http-max-input-size={LIMIT}", *workers))
+    sock = connect(serve(f"--http-max-input-size={LIMIT}"))
     sock.sendall(HEAD.replace(b"Host: x", b"Host: x\r\nExpect: 100-continue"))
     assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
     sock.sendall(b"7fffffffffffffff\r\n")
@@ -138,14 +122,12 @@ def test_chunk_over_the_limit_while_the_body_is_read(
     assert (got, headers["connection"], body) == (413, "close", {"error": TOO_LARGE})
 
 
-@STACKS
 def test_chunk_over_the_limit_after_answered_requests(
     serve: Callable[..., RunningServer],
-    workers: list[str],
     connect: Callable[[RunningServer], socket.socket],
 ) -> None:
     """Pipelined after two requests in one send: those are answered, then 413 and close."""
-    sock = connect(serve(f"--http-max-input-size={LIMIT}", *workers))
+    sock = connect(serve(f"--http-max-input-size={LIMIT}"))
     sock.sendall(PIPELINED)
     raw = read_to_close(sock)
     assert raw.count(b"HTTP/1.1 200 OK\r\n") == 2, raw
@@ -153,14 +135,12 @@ def test_chunk_over_the_limit_after_answered_requests(
     assert (got, headers["connection"], body) == (413, "close", {"error": TOO_LARGE})
 
 
-@STACKS
 def test_chunked_body_passing_the_limit_is_refused_before_it_ends(
     serve: Callable[..., RunningServer],
-    workers: list[str],
     connect: Callable[[RunningServer], socket.socket],
 ) -> None:
     """Small chunks adding up past the limit: 413 at once, without the last chunk."""
-    running = serve(f"--http-max-input-size={LIMIT}", *workers)
+    running = serve(f"--http-max-input-size={LIMIT}")
     sock = connect(running)
     sock.sendall(HEAD + b"100\r\n" + b" " * 256 + b"\r\n")
     for _ in range(4):
@@ -169,15 +149,13 @@ def test_chunked_body_passing_the_limit_is_refused_before_it_ends(
     assert (got, body) == (413, {"error": TOO_LARGE})
 
 
-@STACKS
 def test_chunked_body_split_anywhere_is_served(
     serve: Callable[..., RunningServer],
-    workers: list[str],
     connect: Callable[[RunningServer], socket.socket],
 ) -> None:
     """Sent a byte at a time (size lines split anywhere), a body at the limit passes."""
     body = BODY + b" " * (LIMIT - len(BODY))
-    sock = connect(serve(f"--http-max-input-size={LIMIT}", *workers))
+    sock = connect(serve(f"--http-max-input-size={LIMIT}"))
     for byte in HEAD + chunked(body, 97):
         sock.sendall(bytes([byte]))
     assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
@@ -228,23 +206,13 @@ def test_chunk_sizes_wherever_the_bytes_split(split: int) -> None:
     assert max(size or 0 for size in sizes) == 26 + 0x3E9
 
 
-@pytest.mark.parametrize("split", range(len(PIPELINED) + 1))
-def test_request_framing_wherever_the_bytes_split(split: int) -> None:
-    """What aiohttp's paths run beside their parser names the third request."""
-    framing = RequestFraming(max_header_size=len(HEAD), max_input_size=LIMIT)
-    over = framing.feed(PIPELINED[:split]) or framing.feed(PIPELINED[split:])
-    assert over == OverLimit(413, 3)
-
-
-@STACKS
 def test_size_line_across_the_head_limit_offset_is_read(
     serve: Callable[..., RunningServer],
-    workers: list[str],
     connect: Callable[[RunningServer], socket.socket],
 ) -> None:
     """In one send, a head and a chunk, then a size line over the limit that crosses the
     offset where the head's limit (1024 bytes) ended: 413 at once."""
-    sock = connect(serve(f"--http-max-input-size={LIMIT}", "--http-max-header-size=1024", *workers))
+    sock = connect(serve(f"--http-max-input-size={LIMIT}", "--http-max-header-size=1024"))
     first = 1024 - 2 - len(HEAD) - len(b"%x\r\n" % 900) - 2
     sock.sendall(HEAD + b"%x\r\n" % first + b"z" * first + b"\r\n3e9\r\n")
     got, headers, body = error_reply(read_to_close(sock))

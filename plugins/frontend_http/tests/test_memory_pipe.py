@@ -20,6 +20,8 @@ from aiohttp import web
 from despina.testing import RunningServer
 from despina_frontend_http.memory_pipe import CHUNK, MemoryTransport, connect
 
+from .helpers import front_of
+
 
 class Recorder(asyncio.Protocol):
     """Records what its transport calls; ``keep_open`` is what ``eof_received`` returns."""
@@ -320,13 +322,6 @@ def echo_request(size: int) -> bytes:
     return head.encode() + body
 
 
-def front_of(running: RunningServer) -> Any:
-    """``running``'s :class:`~despina_frontend_http.front.Front`."""
-    (frontend,) = [f for f in running.server.frontends if getattr(f, "_front", None)]
-    return frontend._front
-
-
-@pytest.mark.parametrize("serve", ["--http-stack=despina"], indirect=True, ids=["front"])
 def test_a_slow_client_holds_aiohttp_back(serve: Callable[..., RunningServer]) -> None:
     """A relayed 32 MiB answer to a client that does not read: the link stops reading and
     aiohttp's handler is paused writing; once the client reads, all of it comes. aiohttp's
@@ -362,7 +357,6 @@ def test_a_slow_client_holds_aiohttp_back(serve: Callable[..., RunningServer]) -
     assert not handlers[0].writing_paused
 
 
-@pytest.mark.parametrize("serve", ["--http-stack=despina"], indirect=True, ids=["front"])
 def test_aiohttp_sees_the_client_tls_connection(
     serve: Callable[..., RunningServer], tmp_path: Any
 ) -> None:

@@ -112,16 +112,10 @@ def plain_http_fails(running: RunningServer) -> None:
 # --- TLS
 
 
-@pytest.mark.parametrize("workers", [0, 1], ids=["in-process", "worker-process"])
 def test_https_inference(
-    serve: Callable[..., RunningServer],
-    certificates: dict[str, Path],
-    workers: int,
-    request: pytest.FixtureRequest,
+    serve: Callable[..., RunningServer], certificates: dict[str, Path]
 ) -> None:
-    if workers and request.node.callspec.id.startswith("front"):
-        pytest.skip("worker processes always run aiohttp")
-    running = serve(*tls_flags(certificates), f"--http-worker-processes={workers}")
+    running = serve(*tls_flags(certificates))
     with https_client(running, certificates) as client:
         assert client.is_server_ready()
         infer_ok(client)
@@ -148,16 +142,10 @@ def test_https_refuses_an_unknown_ca(
     client.close()
 
 
-@pytest.mark.parametrize("workers", [0, 1], ids=["in-process", "worker-process"])
 def test_mutual_tls_needs_a_client_certificate(
-    serve: Callable[..., RunningServer],
-    certificates: dict[str, Path],
-    workers: int,
-    request: pytest.FixtureRequest,
+    serve: Callable[..., RunningServer], certificates: dict[str, Path]
 ) -> None:
-    if workers and request.node.callspec.id.startswith("front"):
-        pytest.skip("worker processes always run aiohttp")
-    running = serve(*tls_flags(certificates, mutual=True), f"--http-worker-processes={workers}")
+    running = serve(*tls_flags(certificates, mutual=True))
     with https_client(running, certificates, with_cert=True) as client:
         infer_ok(client)
     anonymous = ssl.create_default_context(cafile=str(certificates["ca"]))

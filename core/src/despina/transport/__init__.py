@@ -1,3 +1,3 @@
-"""The transport toolkit frontends share: listening sockets (``listen``), the frame codec
-(``frames``) and the worker-process pool (``workers``); protocol engines without I/O are
-still to move here (see DESIGN.md)."""
+"""What frontends share about connections: stopping a listener without resetting the
+connections clients made (``listen``), and cancelling a request whose client went away
+(``disconnect``). The protocol engines live in their frontends (h1_engine, h2_engine)."""

@@ -1,1 +1,2 @@
-"""Despina's gRPC frontend: Triton's ``inference.GRPCInferenceService`` on ``grpc.aio``."""
+"""Despina's gRPC frontend: Triton's ``inference.GRPCInferenceService`` served by
+Despina's own HTTP/2 server."""

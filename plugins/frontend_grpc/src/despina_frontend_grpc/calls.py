@@ -1,8 +1,8 @@
-"""Running one RPC on the servicers outside grpc.aio: the path shared by Despina's own
-HTTP/2 server (:mod:`despina_frontend_grpc.http2_server`) and the server-process side of
-``--grpc-worker-processes`` (:mod:`despina_frontend_grpc.pool`).
+"""The RPCs served and running one of them on its servicer, for Despina's HTTP/2 server
+(:mod:`despina_frontend_grpc.grpc_calls`).
 
-The servicers are written against ``grpc.aio.ServicerContext``; here they get a
+:data:`METHODS` lists every RPC of ``inference.GRPCInferenceService`` and
+``grpc.health.v1.Health``. The servicers get a :class:`ServicerContext`; here it is a
 :class:`CallContext`: ``abort`` raises :class:`Aborted` (the call's status), ``write``
 sends a stream message, ``invocation_metadata`` holds the call's metadata. Every call ends
 with a status code and either the response bytes (unary, OK) or the status details.
@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
+from grpc_health.v1 import health_pb2
+from tritonclient.grpc import service_pb2
 
-from despina_frontend_grpc import wire
 from despina_frontend_grpc.errors import UNPARSABLE, client_text
 
 #: A stream message sink: takes serialized bytes, may return an awaitable (back-pressure).
@@ -34,8 +36,51 @@ class Aborted(Exception):
         self.code, self.details = code, details
 
 
+@dataclass(frozen=True)
+class Method:
+    """One RPC: its path, whether requests/responses stream, its request type's parser."""
+
+    path: str
+    name: str
+    request_streaming: bool
+    response_streaming: bool
+    parse: Callable[[bytes], Any]
+
+
+def _methods() -> list[Method]:
+    found = []
+    for module in (service_pb2, health_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                request_class = getattr(module, method.input_type.name)
+                found.append(
+                    Method(
+                        f"/{service.full_name}/{method.name}",
+                        method.name,
+                        method.client_streaming,
+                        method.server_streaming,
+                        request_class.FromString,
+                    )
+                )
+    return found
+
+
+#: Every RPC served.
+METHODS: list[Method] = _methods()
+
+
+class ServicerContext(Protocol):
+    """What the servicers use of a call's context (:class:`CallContext` here; the Ray
+    Serve deployment passes its own)."""
+
+    def invocation_metadata(self) -> tuple[tuple[str, Any], ...]: ...
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        """End the call with ``code`` and ``details``: raises, never returns."""
+
+
 class CallContext:
-    """The part of ``grpc.aio.ServicerContext`` the servicers use."""
+    """The :class:`ServicerContext` of a call on Despina's HTTP/2 server."""
 
     def __init__(self, metadata: tuple[tuple[str, Any], ...], send: Send | None = None) -> None:
         self.metadata = metadata
@@ -54,14 +99,14 @@ class CallContext:
             await pending
 
 
-def route_table(servicers: dict[str, Any]) -> dict[str, tuple[wire.Method, Any]]:
+def route_table(servicers: dict[str, Any]) -> dict[str, tuple[Method, Any]]:
     """Method path -> (method, the servicer's bound handler), for every served RPC.
 
     ``servicers``: service name -> the object whose methods serve its RPCs."""
-    return {m.path: (m, getattr(servicers[m.path.split("/")[1]], m.name)) for m in wire.METHODS}
+    return {m.path: (m, getattr(servicers[m.path.split("/")[1]], m.name)) for m in METHODS}
 
 
-def parse(method: wire.Method, data: bytes) -> Any:
+def parse(method: Method, data: bytes) -> Any:
     """The request message, or UNPARSABLE (the servicers answer Triton's text)."""
     try:
         return method.parse(data)
@@ -70,7 +115,7 @@ def parse(method: wire.Method, data: bytes) -> Any:
 
 
 async def run_unary(
-    handler: Callable[..., Awaitable[Any]], method: wire.Method, data: bytes, context: CallContext
+    handler: Callable[..., Awaitable[Any]], method: Method, data: bytes, context: CallContext
 ) -> tuple[int, bytes]:
     """(status code, response bytes when OK else the details, UTF-8)."""
     try:
@@ -84,7 +129,7 @@ async def run_unary(
 
 async def run_streaming(
     handler: Callable[..., Any],
-    method: wire.Method,
+    method: Method,
     requests: AsyncIterator[bytes],
     context: CallContext,
     send: Send,

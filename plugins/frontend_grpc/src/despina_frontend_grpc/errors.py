@@ -6,10 +6,13 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from despina import DespinaError
+
+if TYPE_CHECKING:
+    from despina_frontend_grpc.calls import ServicerContext
 
 log = logging.getLogger("despina.frontend.grpc")
 
@@ -19,7 +22,7 @@ UNPARSABLE_TEXT = "Unable to parse request"
 
 
 class Unparsable:
-    """Stands for a request message that failed to parse (see ``service.add_to_server``)."""
+    """Stands for a request message that failed to parse (see :func:`calls.parse`)."""
 
 
 UNPARSABLE = Unparsable()
@@ -42,12 +45,12 @@ def client_text(exc: BaseException) -> str:
 
 
 def guarded(
-    handler: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]],
-) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
+    handler: Callable[[Any, Any, ServicerContext], Awaitable[R]],
+) -> Callable[[Any, Any, ServicerContext], Awaitable[R]]:
     """Wrap a unary RPC method: errors end the call with their status, never the server."""
 
     @functools.wraps(handler)
-    async def run(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+    async def run(self: Any, request: Any, context: ServicerContext) -> R:
         if request is UNPARSABLE:
             await context.abort(grpc.StatusCode.INTERNAL, UNPARSABLE_TEXT)
         try:

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from despina_frontend_grpc import calls, grpc_framing as framing, http2, wire
+from despina_frontend_grpc import calls, grpc_framing as framing, http2
 from despina_frontend_grpc.connection_limits import ConnectionLimits
 from despina_frontend_grpc.errors import INTERNAL_TEXT
 from despina_frontend_grpc.h2_engine import H2Engine, H2Stream
@@ -49,7 +49,7 @@ OUTBOX_LIMIT = 1 << 22
 INLINE_INFLATE = 1 << 20
 INFLATE_THREADS = min(4, os.cpu_count() or 1)
 
-Route = tuple[wire.Method, Callable[..., Any]]
+Route = tuple[calls.Method, Callable[..., Any]]
 
 #: gRPC status numbers for the trailers, by grpc.StatusCode name.
 _OK = grpc.StatusCode.OK.value[0]

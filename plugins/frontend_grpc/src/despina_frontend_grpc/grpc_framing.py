@@ -16,8 +16,6 @@ from despina_frontend_grpc import http2
 
 #: Request encodings this server decodes, as announced in ``grpc-accept-encoding``.
 ACCEPTED_ENCODINGS = "identity,deflate,gzip"
-#: ``--grpc-infer-response-compression-level`` -> zlib level (0: responses not compressed).
-ZLIB_LEVELS = {0: 0, 1: 1, 2: 6, 3: 9}
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 #: Request headers that are protocol, not call metadata.
 _RESERVED = frozenset({"content-type", "te", "grpc-timeout", "grpc-encoding"})

@@ -26,6 +26,8 @@ from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_tex
 if TYPE_CHECKING:
     from despina import FrontendHost, ModelVersion
 
+    from despina_frontend_grpc.calls import ServicerContext
+
 #: Requests of one stream running at once; further messages wait unread, so HTTP/2 flow
 #: control holds back a client that sends without reading its responses.
 MAX_STREAM_IN_FLIGHT = 1024
@@ -40,7 +42,7 @@ class Inference:
         self.headers = re.compile(header_pattern) if header_pattern else None
 
     def build(
-        self, message: Any, context: grpc.aio.ServicerContext, streaming: bool
+        self, message: Any, context: ServicerContext, streaming: bool
     ) -> tuple[ModelVersion, InferenceRequest]:
         """The model version and InferenceRequest of a ModelInferRequest (model looked up
         first, as Triton; UNAVAILABLE before that once the server is stopping), traced
@@ -68,7 +70,7 @@ class Inference:
                 trace.received("GRPC", read_ns)
         return model, request
 
-    async def infer(self, message: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def infer(self, message: Any, context: ServicerContext) -> Any:
         """One request on a non-decoupled model; DespinaError for the caller to report."""
         model, request = self.build(message, context, streaming=False)
         try:
@@ -85,7 +87,7 @@ class Inference:
             trace_sent(request)
 
     async def stream(
-        self, messages: AsyncIterator[Any], context: grpc.aio.ServicerContext
+        self, messages: AsyncIterator[Any], context: ServicerContext
     ) -> AsyncIterator[Any]:
         """Serve a bidirectional stream until the client closes its side and every
         request it sent has finished."""
@@ -117,7 +119,7 @@ class Inference:
             for task in (reader, *running):
                 task.cancel()
 
-    async def _one(self, message: Any, context: grpc.aio.ServicerContext, put: Any) -> None:
+    async def _one(self, message: Any, context: ServicerContext, put: Any) -> None:
         """Run one streamed request, putting each response (or error) with ``put``."""
         if message is UNPARSABLE:
             put(_error("", Internal(UNPARSABLE_TEXT)))
@@ -183,7 +185,7 @@ def _error(request_id: str, exc: BaseException) -> _Failed:
     return _Failed(message, code)
 
 
-def _grpc_error_mode(context: grpc.aio.ServicerContext) -> bool:
+def _grpc_error_mode(context: ServicerContext) -> bool:
     """Triton's ``triton_grpc_error: true`` stream header: an error ends the stream with
     its gRPC status instead of an ``error_message`` inside it."""
     metadata = context.invocation_metadata() or ()

@@ -8,9 +8,8 @@ import it without grpc.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from despina import Restriction, StashKey, parse_restricted, triton_bool
 
@@ -21,10 +20,9 @@ from despina_frontend_grpc.h2_limits import MAX_CONCURRENT_STREAMS
 MAX_MESSAGE_SIZE = 2**31 - 1
 #: tritonserver's ``--grpc-infer-allocation-pool-size`` default.
 ALLOCATION_POOL_SIZE = 8
-#: ``--grpc-infer-response-compression-level`` -> grpc's compression level.
-COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
-#: ``--grpc-stack`` choices: Despina's own HTTP/2 server, or grpc.aio.
-STACKS = ("despina", "grpcio")
+#: ``--grpc-infer-response-compression-level`` -> the zlib level of gzip responses (grpc's
+#: levels; 0: responses not compressed).
+COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 6, "high": 9}
 #: The flag whose values restrict protocol groups.
 RESTRICTED_FLAG = "--grpc-restricted-protocol"
 #: A restricted group's key ``KEY`` is called with the metadata ``<prefix>KEY``.
@@ -171,21 +169,6 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="restrict protocol groups (health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging) to calls carrying the header 'triton-grpc-protocol-KEY: VALUE'; repeatable",
     )
     add(
-        "--grpc-stack",
-        choices=STACKS,
-        default="despina",
-        help="what serves HTTP/2: despina (Despina's own, on the server's event loop) or "
-        "grpcio (grpc.aio); worker processes always run grpcio (Despina; default: despina)",
-    )
-    add(
-        "--grpc-worker-processes",
-        type=int,
-        default=0,
-        metavar="INT",
-        help="serve the gRPC port from INT worker processes that forward calls to the server "
-        "process (Despina; default: 0, serve in the server process)",
-    )
-    add(
         "--grpc-max-message-size",
         type=int,
         default=MAX_MESSAGE_SIZE,
@@ -205,9 +188,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=MAX_CONNECTIONS,
         metavar="INT",
-        help="connections served at once; one more is closed at once (--grpc-stack=despina: "
-        "after a GOAWAY); per worker process with --grpc-worker-processes; 0 = no limit "
-        "(Despina; default: 1024)",
+        help="connections served at once; one more is closed as soon as it is accepted; "
+        "0 = no limit (Despina; default: 1024)",
     )
 
 
@@ -241,13 +223,8 @@ class GrpcOptions:
     #: None: unlimited.
     max_connection_age: int | None
     max_connection_age_grace: int | None
-    #: ``--grpc-restricted-protocol`` as given (worker processes parse it again).
-    restricted_protocol: tuple[str, ...]
-    #: The restricted protocol groups: ``{group: Restriction}`` (headers prefixed).
+    #: ``--grpc-restricted-protocol``: ``{group: Restriction}`` (headers prefixed).
     restrictions: Mapping[str, Restriction]
-    #: A member of :data:`STACKS`.
-    stack: str
-    worker_processes: int
     max_message_size: int
     #: ``--grpc-max-concurrent-streams``: at least 1.
     max_concurrent_streams: int = MAX_CONCURRENT_STREAMS
@@ -258,7 +235,6 @@ class GrpcOptions:
     def from_namespace(cls, flags: argparse.Namespace) -> GrpcOptions:
         """Read and check the flags; ValueError naming the flag for a malformed
         ``--grpc-restricted-protocol`` or for TLS without its files."""
-        restricted = tuple(flags.grpc_restricted_protocol)
         options = cls(
             allow_grpc=bool(flags.allow_grpc),
             address=str(flags.grpc_address),
@@ -282,10 +258,7 @@ class GrpcOptions:
             http2_max_ping_strikes=int(flags.grpc_http2_max_ping_strikes),
             max_connection_age=_optional_int(flags.grpc_max_connection_age),
             max_connection_age_grace=_optional_int(flags.grpc_max_connection_age_grace),
-            restricted_protocol=restricted,
-            restrictions=parse_restrictions(restricted),
-            stack=str(flags.grpc_stack),
-            worker_processes=int(flags.grpc_worker_processes),
+            restrictions=parse_restrictions(flags.grpc_restricted_protocol),
             max_message_size=int(flags.grpc_max_message_size),
             max_concurrent_streams=int(flags.grpc_max_concurrent_streams),
             max_connections=int(flags.grpc_max_connections),
@@ -305,22 +278,6 @@ class GrpcOptions:
     def tls(self) -> bool:
         """Whether the port is served over TLS (``--grpc-use-ssl`` or ``-mutual``)."""
         return self.use_ssl or self.use_ssl_mutual
-
-    def to_json(self) -> str:
-        """These options for a worker process's command line; :meth:`from_json` reads them
-        back (``restrictions`` are not sent: the worker parses ``restricted_protocol``)."""
-        return json.dumps(
-            {f.name: getattr(self, f.name) for f in fields(self) if f.name != "restrictions"}
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> GrpcOptions:
-        """The options :meth:`to_json` wrote."""
-        data = json.loads(text)
-        restricted = tuple(data.pop("restricted_protocol"))
-        return cls(
-            **data, restricted_protocol=restricted, restrictions=parse_restrictions(restricted)
-        )
 
 
 def parse_restrictions(values: Iterable[str]) -> Mapping[str, Restriction]:

@@ -1,7 +1,9 @@
 """The ``inference.GRPCInferenceService`` servicer: every RPC of Triton's service.
 
-Each unary RPC is :func:`~despina_frontend_grpc.errors.guarded`: a DespinaError ends the
-call with its ``grpc_code`` and text, anything else with INTERNAL; the server keeps serving.
+Each unary RPC is :func:`~despina_frontend_grpc.errors.guarded`: a request that did not
+parse ends the call with INTERNAL "Unable to parse request" (Triton's text), a
+DespinaError with its ``grpc_code`` and text, anything else with INTERNAL; the server
+keeps serving.
 """
 
 from __future__ import annotations
@@ -9,22 +11,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-import grpc
 from despina import InvalidArgument
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
-from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
+from tritonclient.grpc import service_pb2 as pb
 
 from despina_frontend_grpc import parameters as params
-from despina_frontend_grpc.errors import UNPARSABLE, guarded
+from despina_frontend_grpc.errors import guarded
 from despina_frontend_grpc.infer import Inference
-from despina_frontend_grpc.restrict import SERVICE
 
 if TYPE_CHECKING:
     from despina import FrontendHost
 
 
-class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+class InferenceServicer:
     """Serves one server's :class:`despina.ports.FrontendHost`."""
 
     def __init__(self, host: FrontendHost, inference: Inference) -> None:
@@ -168,32 +167,3 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type:
             else:
                 setting.string_param = value
         return response
-
-
-def _parser(message_class: Any) -> Any:
-    def parse(data: bytes) -> Any:
-        try:
-            return message_class.FromString(data)
-        except DecodeError:
-            return UNPARSABLE
-
-    return parse
-
-
-def add_to_server(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
-    """Register the servicer's RPCs on a grpc.aio server. A request that does not parse
-    reaches the handler as UNPARSABLE (answered INTERNAL "Unable to parse request", as
-    Triton) instead of grpc's own text naming Python classes."""
-    handlers = {}
-    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
-        make = (
-            grpc.stream_stream_rpc_method_handler
-            if method.client_streaming
-            else grpc.unary_unary_rpc_method_handler
-        )
-        handlers[method.name] = make(
-            getattr(servicer, method.name),
-            request_deserializer=_parser(getattr(pb, method.input_type.name)),
-            response_serializer=getattr(pb, method.output_type.name).SerializeToString,
-        )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -1,11 +1,10 @@
 """Reading request bodies within a size limit, and compressing response bodies.
 
-aiohttp decompresses ``Content-Encoding`` bodies incrementally (bounded chunks), and
-:func:`read_body` stops as soon as the decompressed body passes the limit, so neither a
-chunked nor a compressed body can grow past ``--http-max-input-size`` in memory.
-What size each chunk announces is read beside the parser
-(:mod:`~despina_frontend_http.framing`), so a chunk over the limit is refused before its
-bytes come.
+The front bounds what it receives by ``--http-max-input-size`` (a chunk announcing more
+is refused before its bytes come) and relays a body to the aiohttp application with a
+``Content-Length``. aiohttp decompresses ``Content-Encoding`` bodies incrementally
+(bounded chunks), and :func:`read_body` stops as soon as the decompressed body passes its
+limit, so a compressed body cannot grow past it in memory either.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class RequestLayout:
     parameters: dict[str, Any]
     outputs: tuple[tuple[str, dict[str, Any]], ...] | None
 
-    def request(self, body: bytes | memoryview, model: str, version: str) -> InferenceRequest:
+    def request(self, body: bytes, model: str, version: str) -> InferenceRequest:
         """The request this header makes over ``body`` (:attr:`end` bytes long)."""
         inputs: dict[str, np.ndarray] = {}
         for item in self.inputs:
@@ -97,7 +97,7 @@ class HeaderLayouts:
         self._layouts: dict[bytes, RequestLayout] = {}
 
     @staticmethod
-    def key(body: bytes | memoryview, header_length: str | None) -> bytes | None:
+    def key(body: bytes, header_length: str | None) -> bytes | None:
         """The header's bytes, or None for a body whose header is not kept."""
         if header_length is None:  # all JSON: the data is in the header
             return None
@@ -134,7 +134,7 @@ class HeaderLayouts:
 
 
 def parse_header(
-    body: bytes | memoryview, header_length: str | None, max_depth: int = DEFAULT_MAX_JSON_DEPTH
+    body: bytes, header_length: str | None, max_depth: int = DEFAULT_MAX_JSON_DEPTH
 ) -> tuple[dict[str, Any], int]:
     """The request's JSON object and where its binary part starts; InvalidArgument for
     JSON nested deeper than ``max_depth`` (before parsing)."""
@@ -151,10 +151,7 @@ def parse_header(
                 f"inference header size should be in range (0, {len(body)}), got: {size}"
             )
         text = memoryview(body)[:size]
-    # bytes are counted in place; a worker's frame (a view) is checked on a copy
-    if not isinstance(body, bytes) or (
-        body.count(b"[", 0, size) + body.count(b"{", 0, size) > max_depth
-    ):
+    if body.count(b"[", 0, size) + body.count(b"{", 0, size) > max_depth:  # counted in place
         check_json_depth(text, max_depth)
     try:
         header = orjson.loads(text)
@@ -166,7 +163,7 @@ def parse_header(
 
 
 def decode_request(
-    body: bytes | memoryview,
+    body: bytes,
     header_length: str | None,
     model: str,
     version: str,
@@ -221,7 +218,7 @@ def decode_request(
 
 
 def _decode_input(
-    item: Any, body: bytes | memoryview, offset: int, model: str, shm: SharedMemoryRegistry
+    item: Any, body: bytes, offset: int, model: str, shm: SharedMemoryRegistry
 ) -> tuple[str, np.ndarray, int]:
     if type(item) is not dict:
         raise _parse_error("inputs", item, "object")

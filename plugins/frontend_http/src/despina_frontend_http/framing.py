@@ -1,21 +1,14 @@
-"""Following requests' framing with httptools (llhttp) for the limits a parser does not
-apply by itself: request line plus headers over ``--http-max-header-size`` (all lines
-together), and a chunked body whose chunks announce more than ``--http-max-input-size``.
+"""The size a chunked body's chunks announce, for refusing one over
+``--http-max-input-size`` before its bytes come.
 
-httptools reports where a chunk's size line ends, not the size it states:
-:class:`ChunkSizes` reads it from the bytes fed (Despina's front uses it in its own
-parser callbacks). :class:`RequestFraming` is a second httptools parser following a
-connection whose requests another parser reads (aiohttp's, see
-:class:`~despina_frontend_http.aioserver.GuardedParser`): it says which request went
-over which limit.
+httptools (llhttp) reports where a chunk's size line ends, not the size it states:
+:class:`ChunkSizes` reads it from the bytes fed (the front's
+:class:`~despina_frontend_http.h1_engine.H1Engine` calls it from its parser callbacks).
 """
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
-
-import httptools
 
 #: A chunk-size line's hex digits (leading zeros stripped beforehand), then the line's end,
 #: an extension or whitespace, or the end of the bytes read so far.
@@ -75,128 +68,3 @@ def _chunk_size(line: bytes) -> int:
     """The size a (partial) size line states; 0 for what is not a size line (a trailer)."""
     match = _SIZE_LINE.match(line)
     return int(match[1], 16) if match and match[1] else 0
-
-
-class OverLimit(NamedTuple):
-    """A request over a limit: ``status`` 431 (its head) or 413 (its body); ``number``
-    counts the connection's requests from 1."""
-
-    status: int
-    number: int
-
-
-class RequestFraming:
-    """httptools following one connection's bytes, as they come, keeping only counts:
-    :meth:`feed` says when a head that begins a read outgrows ``max_header_size``, or
-    chunks announce a body over ``max_input_size``.
-
-    No more bytes than its limit of a head that begins a read are let through; a head
-    that begins after a request ended in the same read sets :attr:`pipelined`, and is
-    left to the other parser's count (its own line by line count would cost httptools a
-    callback and two ``bytes`` per header). Whether a body is chunked is known at its
-    first chunk or body byte: until then, what follows the head is read as a size line
-    (a ``Content-Length`` body's first byte ends that). It stops following
-    (:attr:`parser` None) at an upgrade offer or bytes it cannot parse, which the other
-    parser answers its own way.
-    """
-
-    __slots__ = (
-        "chunk_seen",
-        "chunks",
-        "head_fed",
-        "heads",
-        "in_head",
-        "max_header_size",
-        "max_input_size",
-        "parser",
-        "pipelined",
-        "read_start",
-        "received",
-    )
-
-    def __init__(self, max_header_size: int, max_input_size: int) -> None:
-        self.max_header_size = max_header_size
-        self.max_input_size = max_input_size
-        self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
-        self.chunks = ChunkSizes()
-        #: Heads read whole: the number of the request whose body is being read.
-        self.heads = 0
-        #: The parser is reading a request's line and headers (or waits for a request).
-        self.in_head = True
-        #: Bytes fed while :attr:`in_head`, since the head began.
-        self.head_fed = 0
-        #: No request ended yet in the read being fed.
-        self.read_start = True
-        #: A head began after a request ended in the same read (pipelining).
-        self.pipelined = False
-        #: The body being read has had a chunk.
-        self.chunk_seen = False
-        #: Body bytes of the request being read.
-        self.received = 0
-
-    def feed(self, data: bytes) -> OverLimit | None:
-        """Follow ``data``; the first request it takes over a limit, else None (also once
-        it stopped following). Not to be called again after a request over a limit."""
-        if self.parser is None:
-            return None
-        self.read_start = True
-        if self.in_head:
-            room = self.max_header_size - self.head_fed
-            if len(data) > room:
-                heads = self.heads
-                over = self._follow(data[:room])
-                if over is not None or self.parser is None:
-                    return over
-                if self.in_head and self.heads == heads:  # the head outgrew its limit
-                    return OverLimit(431, heads + 1)
-                data = data[room:]
-            else:
-                self.head_fed += len(data)
-        return self._follow(data)
-
-    def _follow(self, data: bytes) -> OverLimit | None:
-        """Feed httptools (:attr:`parser` is None after an upgrade offer or an error);
-        the request whose chunks ``data`` took over the limit, if any."""
-        assert self.parser is not None
-        try:
-            self.parser.feed_data(data)
-        except (httptools.HttpParserUpgrade, httptools.HttpParserError):
-            self.parser = None
-            return None
-        chunks = self.chunks
-        if (chunks.reading or chunks.opened) and chunks.announced(
-            data, self.received
-        ) > self.max_input_size:
-            return OverLimit(413, self.heads)
-        return None
-
-    # --- httptools callbacks
-
-    def on_message_begin(self) -> None:
-        if not self.read_start:
-            self.pipelined = True
-
-    def on_headers_complete(self) -> None:
-        self.in_head = False
-        self.head_fed = 0
-        self.heads += 1
-        self.received = 0
-        self.chunk_seen = False
-        self.chunks.between()  # a size line, unless a Content-Length body begins
-
-    def on_chunk_header(self) -> None:
-        self.chunk_seen = True
-        self.chunks.header(self.received)
-
-    def on_chunk_complete(self) -> None:
-        self.chunks.between()
-
-    def on_body(self, body: bytes) -> None:
-        self.received += len(body)
-        if not self.chunk_seen:  # a Content-Length body
-            self.chunks.end()
-
-    def on_message_complete(self) -> None:
-        self.in_head = True  # what follows is the next request's head
-        self.read_start = False
-        self.chunks.end()

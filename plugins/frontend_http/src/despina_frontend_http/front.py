@@ -1,4 +1,4 @@
-"""The HTTP/1.1 front (``--http-stack despina``, the default): the port's listener.
+"""The HTTP/1.1 front: the HTTP port's listener.
 
 aiohttp's request machinery costs ~70 µs of the event loop per request on the 2-core
 development host, more than the whole inference path of a small model. The front parses
@@ -51,15 +51,10 @@ from aiohttp import web
 from despina import stop_listening
 
 from despina_frontend_http import memory_pipe
-from despina_frontend_http.aioserver import (
-    CLOSE_WAIT_S,
-    DRAIN_IDLE_S,
-    LINGER_S,
-    head_too_large,
-)
 from despina_frontend_http.body import too_large
 from despina_frontend_http.context import Context
 from despina_frontend_http.h1_engine import H1Engine, Incoming, Limits
+from despina_frontend_http.limits import head_too_large
 from despina_frontend_http.responses import failure
 from despina_frontend_http.routes_infer import (
     Started,
@@ -73,6 +68,13 @@ from despina_frontend_http.routes_infer import (
     trace_sent,
 )
 
+#: Seconds a refused connection reads and drops what its client still sends.
+LINGER_S = 5.0
+#: Seconds an idle connection stays open once the server stops, for a request its client
+#: may be sending already: answered with ``Connection: close``, not cut.
+DRAIN_IDLE_S = 0.5
+#: Seconds the stop waits for draining connections to close before cutting them.
+CLOSE_WAIT_S = 5.0
 #: The inference path; anything else (and non-digit versions) goes to aiohttp.
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
 #: Request targets already parsed by :func:`infer_target` (clients repeat one or a few).

@@ -1,4 +1,5 @@
-"""Request limits shared by both stacks: their defaults, and the JSON nesting check.
+"""Request limits: the texts refusing a head over ``--http-max-header-size`` and JSON
+nested deeper than ``--http-max-json-depth``, and the JSON nesting check.
 
 orjson refuses documents nested deeper than 1024 levels itself; ``--http-max-json-depth``
 refuses, before parsing, any JSON body nested deeper than the flag (default 64), so
@@ -24,6 +25,14 @@ _STEPS[[ord("["), ord("{")]] = 1
 _STEPS[[ord("]"), ord("}")]] = -1
 #: Brackets whose running depth is summed at once (bounds the scan's int32 buffer).
 _BLOCK = 1 << 20
+
+
+def head_too_large(limit: int) -> str:
+    """The 431 answer's text for a request line plus headers over ``limit`` bytes."""
+    return (
+        f"request line and headers exceed {limit} bytes; "
+        "use --http-max-header-size to increase the limit"
+    )
 
 
 def too_deep(limit: int) -> InvalidArgument:

@@ -7,7 +7,6 @@ import dataclasses
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from despina import Restriction, StashKey, parse_restricted
 
@@ -26,17 +25,13 @@ class HttpOptions:
     address: str
     reuse_port: bool
     thread_count: int
-    stack: str
-    worker_processes: int
     header_forward_pattern: str
-    #: ``--http-restricted-api`` as given (worker processes parse it again).
-    restricted_api: tuple[str, ...]
     #: The restricted endpoint groups: ``{group: Restriction}``.
     restrictions: Mapping[str, Restriction]
     max_input_size: int
     #: ``--http-max-header-size``: request line plus headers, in bytes.
     max_header_size: int
-    #: ``--http-max-connections``: open client connections (per worker process).
+    #: ``--http-max-connections``: open client connections.
     max_connections: int
     max_json_depth: int
     max_outputs: int
@@ -62,47 +57,23 @@ class HttpOptions:
             self.server_cert, self.server_key, self.root_cert or None, self.use_ssl_mutual
         )
 
-    def worker_settings(self) -> dict[str, Any]:
-        """What a worker process needs (JSON-ready; it builds its own TLS context)."""
-        return {
-            "address": self.address,
-            "port": self.port,
-            "max_input_size": self.max_input_size,
-            "restricted": list(self.restricted_api),
-            "forward_pattern": self.header_forward_pattern,
-            "threads": self.thread_count,
-            "max_header_size": self.max_header_size,
-            "max_connections": self.max_connections,
-            "tls": self.tls,
-            "server_cert": self.server_cert,
-            "server_key": self.server_key,
-            "root_cert": self.root_cert,
-            "use_ssl_mutual": self.use_ssl_mutual,
-        }
-
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> HttpOptions:
         """Read and check the flags; ValueError naming the flag for a bad value."""
-        if flags.http_worker_processes < 0:
-            raise ValueError("--http-worker-processes must be >= 0")
         if flags.http_max_input_size <= 0:
             raise ValueError("--http-max-input-size must be positive")
         for flag, minimum in _MINIMUMS.items():
             value = getattr(flags, flag.lstrip("-").replace("-", "_"))
             if value < minimum:
                 raise ValueError(f"{flag} must be at least {minimum}")
-        restricted = tuple(flags.http_restricted_api)
         options = cls(
             allow_http=bool(flags.allow_http),
             port=int(flags.http_port),
             address=str(flags.http_address),
             reuse_port=bool(flags.reuse_http_port),
             thread_count=max(int(flags.http_thread_count), 1),
-            stack=str(flags.http_stack),
-            worker_processes=int(flags.http_worker_processes),
             header_forward_pattern=str(flags.http_header_forward_pattern),
-            restricted_api=restricted,
-            restrictions=parse_restricted(restricted, RESTRICTED_FLAG),
+            restrictions=parse_restricted(flags.http_restricted_api, RESTRICTED_FLAG),
             max_input_size=int(flags.http_max_input_size),
             max_header_size=int(flags.http_max_header_size),
             max_connections=int(flags.http_max_connections),

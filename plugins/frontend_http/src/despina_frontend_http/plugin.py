@@ -55,23 +55,6 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         "served by the server's asyncio event loop (default: 8)",
     )
     group.add_argument(
-        "--http-stack",
-        choices=("despina", "aiohttp"),
-        default="despina",
-        help="what parses HTTP on the port: despina (Despina's own HTTP/1.1 front, which "
-        "serves inference itself and hands other requests to aiohttp) or aiohttp alone; "
-        "worker processes always run aiohttp (Despina; default: despina)",
-    )
-    group.add_argument(
-        "--http-worker-processes",
-        type=int,
-        default=0,
-        metavar="INT",
-        help="processes that parse HTTP on the port (SO_REUSEPORT) and forward requests to "
-        "the server process over a Unix socket; 0 serves HTTP on the server's event loop "
-        "(default: 0)",
-    )
-    group.add_argument(
         "--http-header-forward-pattern",
         default="",
         metavar="REGEX",
@@ -107,8 +90,8 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_CONNECTIONS,
         metavar="INT",
-        help="open client connections (per worker process); a connection beyond it is closed "
-        "at once (Despina; default: 4096)",
+        help="open client connections; a connection beyond it is closed at once (Despina; "
+        "default: 4096)",
     )
     group.add_argument(
         "--http-max-json-depth",

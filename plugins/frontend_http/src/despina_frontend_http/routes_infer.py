@@ -1,9 +1,8 @@
 """``POST /v2/models/{m}[/versions/{v}]/infer``: the inference endpoint.
 
 :func:`start_infer` (decode and submit) and :func:`finish_infer` (wait and encode) are the
-protocol-independent part; the aiohttp handler here, the worker link
-(:mod:`despina_frontend_http.link`) and the front (:mod:`despina_frontend_http.front`) use
-them.
+protocol-independent part; the front (:mod:`despina_frontend_http.front`) and the aiohttp
+handler here (compressed request bodies the front relays) use them.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ def start_infer(
     ctx: Context,
     name: str,
     version: str,
-    body: bytes | memoryview,
+    body: bytes,
     header_length: str | None,
     forwarded: Mapping[str, str] | None,
     headers: Mapping[str, str] | None = None,

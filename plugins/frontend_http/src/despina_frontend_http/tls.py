@@ -1,6 +1,5 @@
 """The HTTP port's TLS context (``--http-use-ssl``, ``--http-use-ssl-mutual``): one
-:class:`ssl.SSLContext` built from the certificate files, for Despina's front, aiohttp
-and each worker process (which builds its own from the same paths)."""
+:class:`ssl.SSLContext` built from the certificate files, for Despina's front."""
 
 from __future__ import annotations
 
