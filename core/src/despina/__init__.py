@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "GpuInventory": "despina.devices",
     "ModelVersion": "despina.loader",
     "RaggedBatch": "despina.ragged",
+    "batch_sizes": "despina.batching",
     "TensorSpec": "despina.signatures",
     "check_config": "despina.signatures",
     "complete_config": "despina.signatures",
@@ -140,6 +141,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         ModelContext as ModelContext,
         ModelInstance as ModelInstance,
     )
+    from despina.batching import batch_sizes as batch_sizes
     from despina.config import (
         ModelConfig as ModelConfig,
         config_json as config_json,

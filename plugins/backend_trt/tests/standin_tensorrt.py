@@ -54,7 +54,7 @@ def plan(
 ) -> bytes:
     """A serialized stand-in engine. tensors: {name, mode INPUT|OUTPUT, dtype, shape,
     data_dependent?, shape_tensor?}; profiles: {input name: [min, opt, max]} (values for
-    shape tensors); op: add_sub | nonzero | identity | resize. options: plugins (library
+    shape tensors); op: add_sub | nonzero | identity | resize | resize_items | ragged. options: plugins (library
     file names the engine needs loaded), version_compatible, execute_delay_s (how long an
     execution takes, to let executions overlap)."""
     spec = {"tensors": list(tensors), "profiles": list(profiles), "op": op, **options}
@@ -342,7 +342,32 @@ def _compute(op: str, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             items = [np.resize(item, dims[1:]) for item in dummy[: dims[0]]]
             resized = np.stack(items) if items else np.zeros(dims, dummy.dtype)
         return {"DUMMY_OUTPUT0": resized, "OUTPUT0": shape}
+    if op == "ragged":
+        return _ragged(values)
     raise ValueError(f"unknown stand-in op {op}")
+
+
+def _ragged(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """:func:`ragged_plan`'s engine: per request (segments of the flat INPUT), outputs
+    computed from each batch input, and DOUBLE = 2 * INPUT (flat)."""
+    flat, count = values["INPUT"], values["COUNT"]
+    bounds, ends = values["ACC0"].astype(np.int64), values["ACC"].astype(np.int64)
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    width = len(values["MAX"])  # only its shape counts
+    padded = np.zeros((len(count), width), np.float32)
+    for row, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        padded[row, : hi - lo] = flat[lo:hi]
+    by_ends = [flat[lo:hi].sum() for lo, hi in zip(starts, ends, strict=True)]
+    sums = padded.sum(axis=1)
+    return {
+        "SUM": sums.reshape(-1, 1),
+        "SUM_ACC": np.array(by_ends, np.float32).reshape(-1, 1),
+        "MEAN": np.divide(sums, count, out=np.zeros_like(sums), where=count != 0).reshape(-1, 1),
+        "PADDED": padded,
+        "LENGTH": values["SHAPE"],
+        "LENGTH_FLAT": values["FLAT"].reshape(-1, 1),
+        "DOUBLE": flat * 2,
+    }
 
 
 def add_sub_plan(
@@ -397,6 +422,38 @@ def resize_plan(batched: bool, low: int = 1, high: int = 8, output: str = "INT64
         "INPUT0": [[first[0], low], [first[1], low], [first[2], high]],
     }
     return bytes(plan(tensors, [profile], "resize_items" if batched else "resize"))
+
+
+#: :func:`ragged_plan`'s batch inputs: name -> (kind, data type, engine shape, bounds).
+RAGGED_BATCH_INPUTS = {
+    "COUNT": ("BATCH_ELEMENT_COUNT", "FLOAT", [-1], [[1], [4], [16]]),
+    "ACC": ("BATCH_ACCUMULATED_ELEMENT_COUNT", "INT32", [-1], [[1], [4], [16]]),
+    "ACC0": ("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO", "INT32", [-1], [[2], [5], [17]]),
+    "MAX": ("BATCH_MAX_ELEMENT_COUNT_AS_SHAPE", "FLOAT", [-1], [[1], [8], [64]]),
+    "SHAPE": ("BATCH_ITEM_SHAPE", "INT32", [-1, 1], [[1, 1], [4, 1], [16, 1]]),
+    "FLAT": ("BATCH_ITEM_SHAPE_FLATTEN", "INT32", [-1], [[1], [4], [16]]),
+}
+
+
+def ragged_plan(input_shape: Sequence[int] = (-1,), **options: Any) -> bytes:
+    """Triton's ragged-batch example as an engine: INPUT (FP32, ``input_shape``, the flat
+    ragged input, 1..256 elements) and the :data:`RAGGED_BATCH_INPUTS`; outputs per
+    request (one row each): SUM (INPUT's segment by ACC0), SUM_ACC (by ACC), MEAN (SUM /
+    COUNT), PADDED (the segment padded to MAX's length), LENGTH (SHAPE), LENGTH_FLAT
+    (FLAT); DOUBLE = 2 * INPUT, flat (a batch output to scatter)."""
+    rank = len(input_shape)
+    tensors = [{"name": "INPUT", "mode": "INPUT", "dtype": "FLOAT", "shape": list(input_shape)}]
+    profile = {"INPUT": [[1] * rank, [16] * rank, [256] * rank]}
+    for name, (_, dtype, shape, bounds) in RAGGED_BATCH_INPUTS.items():
+        tensors.append({"name": name, "mode": "INPUT", "dtype": dtype, "shape": shape})
+        profile[name] = bounds
+    for name, dtype, shape in (
+        ("SUM", "FLOAT", [-1, 1]), ("SUM_ACC", "FLOAT", [-1, 1]), ("MEAN", "FLOAT", [-1, 1]),
+        ("PADDED", "FLOAT", [-1, -1]), ("LENGTH", "INT32", [-1, 1]),
+        ("LENGTH_FLAT", "INT32", [-1, 1]), ("DOUBLE", "FLOAT", [-1]),
+    ):  # fmt: skip
+        tensors.append({"name": name, "mode": "OUTPUT", "dtype": dtype, "shape": shape})
+    return bytes(plan(tensors, [profile], "ragged", **options))
 
 
 def nonzero_plan() -> bytes:

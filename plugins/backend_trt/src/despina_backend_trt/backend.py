@@ -18,7 +18,7 @@ from typing import Any
 
 from despina import Backend, ConfigError, InstanceSpec, Internal, ModelInstance, safe_join
 
-from despina_backend_trt import config_rules
+from despina_backend_trt import config_rules, ragged_rules
 from despina_backend_trt.options import BackendOptions, load_plugins, read_options
 from despina_backend_trt.runtime import Runtime, load_runtime, missing_reason
 
@@ -83,6 +83,7 @@ class TensorRTBackend(Backend):
         engine, info = self.engines[spec.device_id]
         config = self.context.config
         config_rules.validate(config, info, model)
+        ragged_rules.validate(config, info, model)
         lock = None
         if self.device_locks is not None:
             lock = self.device_locks.setdefault(spec.device_id, threading.Lock())

@@ -102,7 +102,7 @@ def _batch_hint(config: ModelConfig, info: EngineInfo, model: str) -> tuple[bool
             if getattr(tensor, "allow_ragged_batch", False):
                 return True, shaped
             _check_allowed(kind, tensor.name, specs)
-            dims = list(tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims)
+            dims = config_dims(tensor)
             if not dims:
                 continue
             shaped = True
@@ -177,7 +177,10 @@ def _check_allowed(kind: str, name: str, specs: Sequence[EngineTensor]) -> None:
 
 
 def validate(config: ModelConfig, info: EngineInfo, model: str) -> None:
-    """Raise ConfigError when the config cannot serve this engine (Triton's ValidateIO)."""
+    """Raise ConfigError when the config cannot serve this engine (Triton's ValidateIO).
+
+    Ragged inputs and scattered batch outputs are not compared by dims here, and batch
+    inputs need no config input: :mod:`despina_backend_trt.ragged_rules` checks them."""
     inputs, outputs = info.inputs, info.outputs
     if len(config.input) > len(inputs):
         raise ConfigError(
@@ -185,6 +188,8 @@ def validate(config: ModelConfig, info: EngineInfo, model: str) -> None:
             f"inputs, model provides at most {len(inputs)}"
         )
     batched = config.max_batch_size > 0
+    flat = {t.name for t in config.input if t.allow_ragged_batch}
+    flat.update(name for entry in config.batch_output for name in entry.target_name)
     for kind, tensors, specs in (
         ("input", config.input, inputs),
         ("output", config.output, outputs),
@@ -193,8 +198,9 @@ def validate(config: ModelConfig, info: EngineInfo, model: str) -> None:
             _check_allowed(kind, tensor.name, specs)
             spec = info.tensor(tensor.name)
             assert spec is not None
-            _check_tensor(kind, tensor, spec, batched, model)
+            _check_tensor(kind, tensor, spec, batched, model, tensor.name not in flat)
     listed = {t.name for t in config.input}
+    listed.update(name for entry in config.batch_input for name in entry.target_name)
     for spec in inputs:
         if spec.name not in listed:
             raise ConfigError(f"expected configuration for input '{spec.name}' for {model}")
@@ -207,7 +213,10 @@ def validate(config: ModelConfig, info: EngineInfo, model: str) -> None:
             )
 
 
-def _check_tensor(kind: str, tensor: Any, spec: EngineTensor, batched: bool, model: str) -> None:
+def _check_tensor(
+    kind: str, tensor: Any, spec: EngineTensor, batched: bool, model: str, shaped: bool = True
+) -> None:
+    """Data type, marks and (``shaped``) dims of one config tensor against the engine's."""
     config_type = mc.DataType.Name(tensor.data_type)
     where = f"{kind} '{tensor.name}' for model '{model}'"
     if config_type not in ALLOWED_TYPES:
@@ -240,9 +249,19 @@ def _check_tensor(kind: str, tensor: Any, spec: EngineTensor, batched: bool, mod
         )
     if spec.is_shape_tensor:
         _check_shape_tensor(kind, tensor, spec, batched, model)
-        return
-    dims = [int(d) for d in (tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims)]
-    expected = ([-1] if batched else []) + dims
+    elif shaped:
+        check_dims(where, config_dims(tensor), spec, batched)
+
+
+def config_dims(tensor: Any) -> list[int]:
+    """A config tensor's dims as the model sees them (its reshape when it has one)."""
+    return [int(d) for d in (tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims)]
+
+
+def check_dims(where: str, dims: Sequence[int], spec: EngineTensor, batched: bool) -> None:
+    """Raise ConfigError unless the engine's shape is ``dims`` (after any batch dimension
+    when ``batched``); an engine's -1 matches any size."""
+    expected = ([-1] if batched else []) + list(dims)
     engine = list(spec.shape)
     fits = len(engine) == len(expected) and all(
         e == -1 or (i == 0 and batched) or e == c
@@ -250,9 +269,9 @@ def _check_tensor(kind: str, tensor: Any, spec: EngineTensor, batched: bool, mod
     )
     if not fits:
         raise ConfigError(
-            f"{where}: model configuration specifies dims {_text(expected)}"
+            f"{where}: model configuration specifies dims {shape_text(expected)}"
             f"{' (batch dimension included)' if batched else ''} that do not match the engine's "
-            f"dims {_text(engine)}"
+            f"dims {shape_text(engine)}"
         )
 
 
@@ -272,15 +291,15 @@ def _check_shape_tensor(
     if len(spec.shape) > 1:
         raise ConfigError(
             f"unable to load model '{model}', shape binding '{tensor.name}' can only be 0-d "
-            f"or 1-D tensor, got {_text(spec.shape)}"
+            f"or 1-D tensor, got {shape_text(spec.shape)}"
         )
     dims = [int(d) for d in tensor.dims]
     count = dims[0] + (1 if batched else 0) if len(dims) == 1 and dims[0] != -1 else None
     if spec.shape and count != spec.shape[0]:
         raise ConfigError(
             f"unable to load model '{model}', binding '{tensor.name}' shape expected by "
-            f"framework {_text(spec.shape)} doesn't match model configuration shape "
-            f"{_text(dims)}"
+            f"framework {shape_text(spec.shape)} doesn't match model configuration shape "
+            f"{shape_text(dims)}"
         )
 
 
@@ -309,5 +328,6 @@ def allocation_strategy(parameters: dict[str, str], model: str) -> str:
     return ALLOCATION_STRATEGIES[value]
 
 
-def _text(shape: Sequence[int]) -> str:
+def shape_text(shape: Sequence[int]) -> str:
+    """A shape as Triton writes it in its messages: ``[-1,4]``."""
     return "[" + ",".join(str(d) for d in shape) + "]"

@@ -7,7 +7,10 @@ Manhattan distance, among the profiles whose bounds hold them), sets the input s
 ``execute_async_v3`` on the instance's stream and copies the requested outputs back.
 Outputs whose engine shape has a dynamic dimension go through an output allocator, so
 data-dependent shapes (known only after execution) work. Shape tensors are set and read
-in host memory (:mod:`despina_backend_trt.shape_tensors`). Under the ``DEVICE_BLOCKING``
+in host memory (:mod:`despina_backend_trt.shape_tensors`). Ragged inputs reach the engine
+flat and batch inputs are generated per batch, bound like any input (their shapes choose
+the profile too); scattered batch outputs are split by the source input's shapes
+(:mod:`despina_backend_trt.batching`). Under the ``DEVICE_BLOCKING``
 execution policy the instances of a model on one GPU share a lock they enqueue under.
 """
 
@@ -33,11 +36,11 @@ from despina import (
     mc,
 )
 
+from despina_backend_trt.batching import EngineBatch
 from despina_backend_trt.config_rules import profile_index
 from despina_backend_trt.device_memory import DeviceBuffer, DeviceMemory, DeviceStream
 from despina_backend_trt.engine_info import Bounds, EngineInfo
 from despina_backend_trt.shape_tensors import (
-    ShapeTensorBatch,
     check_values,
     group_by_values,
     input_values,
@@ -149,8 +152,11 @@ class TrtInstance(ThreadedInstance):
         self.host: dict[str, np.ndarray] = {}
         self.shape_inputs = [t.name for t in info.inputs if t.is_shape_tensor]
         self.shape_outputs = [t.name for t in info.outputs if t.is_shape_tensor]
-        if self.batched and self.shape_inputs:
-            self.ragged = ShapeTensorBatch(config, self.shape_inputs)
+        self.ragged = EngineBatch.for_engine(config, self.shape_inputs if self.batched else ())
+        #: Inputs whose first dimension is not the batch size (flat or generated).
+        self.unbatched_inputs = {i.name for i in config.input if i.allow_ragged_batch}
+        self.unbatched_inputs.update(n for b in config.batch_input for n in b.target_name)
+        self.unbatched_inputs.update(self.shape_inputs)
         #: Outputs whose shape may be known only after execution.
         self.allocated = [t.name for t in info.outputs if -1 in t.shape and not t.is_shape_tensor]
         with memory.on_device(spec.device_id):
@@ -206,7 +212,7 @@ class TrtInstance(ThreadedInstance):
         keys: dict[str, tuple[int, ...]] = {}
         for name, array in inputs.items():
             if name in self.shape_inputs:
-                self.host[name] = input_values(array, self.dtypes[name], batch)
+                self.host[name] = input_values(array, self.dtypes[name])
                 keys[name] = tuple(self.host[name].tolist())
             else:
                 keys[name] = tuple(array.shape)
@@ -229,10 +235,14 @@ class TrtInstance(ThreadedInstance):
         return results
 
     def _batch(self, inputs: dict[str, np.ndarray]) -> int | None:
-        """The batch size of a batching model (from an execution tensor), else None."""
+        """The batch size of a batching model, else None: a joined shape tensor's first
+        value, or the first dimension of an input joined along it."""
         if not self.batched:
             return None
-        tensor = next((a for n, a in inputs.items() if n not in self.shape_inputs), None)
+        for name in self.shape_inputs:
+            if name in inputs:
+                return int(inputs[name].reshape(-1)[0])
+        tensor = next((a for n, a in inputs.items() if n not in self.unbatched_inputs), None)
         return int(tensor.shape[0]) if tensor is not None and tensor.ndim else 1
 
     def _enqueue(

@@ -3,8 +3,9 @@
 A shape-tensor input lives in host memory and gives TensorRT *values* (the shapes the
 engine computes with), not data. For a batching model a request's shape tensor carries no
 batch dimension: it holds the values past the first, and the batch's total size is put
-before them (Triton's ShapeTensor). A batch therefore runs with one set of values: the
-dynamic batcher never batches requests whose shape tensors differ, and
+before them when the batch is joined (Triton's ShapeTensor;
+:class:`~despina_backend_trt.batching.EngineBatch`). A batch therefore runs with one set
+of values: the dynamic batcher never batches requests whose shape tensors differ, and
 :func:`group_by_values` splits any batch that another scheduler formed. A shape-tensor
 output (INT64, host memory) gives each request its values past the first, one row per
 batch item.
@@ -15,25 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from despina import InferenceRequest, Internal, InvalidArgument, RaggedBatch, mc
+from despina import InferenceRequest, Internal, InvalidArgument
 
 from despina_backend_trt.engine_info import Bounds
-
-
-class ShapeTensorBatch(RaggedBatch):
-    """Joins a batch of a batching model: execution tensors along the first dimension, a
-    shape tensor as the first request's (the batch's requests hold the same values)."""
-
-    def __init__(self, config: mc.ModelConfig, shape_inputs: Sequence[str]) -> None:
-        super().__init__(config)
-        self.shape_inputs = tuple(shape_inputs)
-
-    def join(self, requests: Sequence[InferenceRequest]) -> dict[str, np.ndarray]:
-        joined = super().join(requests)
-        for name in self.shape_inputs:
-            if name in joined:
-                joined[name] = requests[0].inputs[name]
-        return joined
 
 
 def group_by_values(
@@ -50,13 +35,11 @@ def group_by_values(
     return list(groups.values())
 
 
-def input_values(array: np.ndarray, dtype: np.dtype, batch: int | None) -> np.ndarray:
-    """The values TensorRT reads for a shape-tensor input: the request's, after ``batch``
-    when the model batches (None: it does not), C-contiguous host memory of ``dtype``."""
-    values = array.reshape(-1).astype(dtype)
-    if batch is not None:
-        values = np.concatenate([np.array([batch], dtype), values])
-    return np.ascontiguousarray(values)
+def input_values(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The values TensorRT reads for a joined shape-tensor input (led by the batch size
+    for a batching model, :class:`~despina_backend_trt.batching.EngineBatch`), as
+    C-contiguous host memory of ``dtype``."""
+    return np.ascontiguousarray(array.reshape(-1), dtype)
 
 
 def check_values(name: str, values: np.ndarray, bounds: Bounds) -> None:
