@@ -20,9 +20,9 @@ import random
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
+
+from run import wait_ready
 
 HERE = Path(__file__).resolve().parent
 PEERS = Path(os.environ.get("PEERS_HOME", HERE.parent.parent / "shared/tools/peers"))
@@ -44,17 +44,6 @@ def serve(tree: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     ]
     with log.open("w") as handle:
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=handle)
-
-
-def wait_ready(port: int) -> None:
-    for _ in range(300):
-        try:
-            url = f"http://127.0.0.1:{port}/v2/models/add_sub/ready"
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"the server on {port} did not become ready")
 
 
 def wrk(port: int, body: Path, content_type: str, header_length: str, conc: int) -> float:
@@ -91,8 +80,8 @@ def main() -> int:
     }
     rates: dict[tuple[str, int, str], list[float]] = {}
     try:
-        for port in ports.values():
-            wait_ready(port)
+        for name, process in servers.items():
+            wait_ready(ports[name], process)
         for number in range(args.rounds):
             for encoding, (body, content_type, header_length) in encodings.items():
                 for conc in CONCURRENCY:
