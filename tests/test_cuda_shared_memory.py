@@ -1,15 +1,21 @@
-"""CUDA shared memory on a GPU (issue 22), over HTTP and gRPC: a client process makes a
-device allocation, registers its CUDA IPC handle, infers a Python-backend add_sub with
-inputs and outputs in the region, and checks the results, status, bounds and unregister.
+"""CUDA shared memory (issue 22), over HTTP and gRPC: a client process makes a device
+allocation, registers its CUDA IPC handle, infers with inputs and outputs in the region,
+and checks the results, status, bounds and unregister. Two models: a Python-backend
+add_sub (host tensors: inputs copied to the host, outputs to the device) and the tests'
+GPU model "devtoy" (device tensors: inputs and outputs copied device to device).
 
 A CUDA IPC handle cannot be opened by the process that made it, so the client runs in a
-child process (this file run as a script) while the server runs in the test's. Skipped
-where cupy sees no CUDA device; it has not run on a GPU yet.
+child process (this file run as a script) while the server runs in the test's.
+
+Each case runs twice: on the TEST-ONLY cupy stand-in (``core/tests/standin_cuda``, "device"
+memory in host memory: it proves Despina's logic and bounds, not CUDA), and on a real GPU
+(marked ``gpu``, skipped where cupy sees no CUDA device; it has not run on a GPU yet).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,8 +24,6 @@ from typing import Any
 import numpy as np
 import pytest
 from despina.testing import ADD_SUB_MODEL_PY, RepositoryBuilder, RunningServer
-
-pytestmark = pytest.mark.gpu
 
 N = 16
 SIZE = N * 4  # one FP32 [16] tensor
@@ -36,30 +40,46 @@ instance_group [ {{ kind: KIND_CPU }} ]
 """
 
 
+@pytest.mark.parametrize("model", ["add_sub", "devtoy"])
+@pytest.mark.parametrize("cuda", ["standin", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_cuda_regions_over_http_and_grpc(
-    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
+    model_repository: RepositoryBuilder,
+    despina_server: Callable[..., RunningServer],
+    cuda: str,
+    model: str,
 ) -> None:
     pytest.importorskip("despina_backend_python")
     pytest.importorskip("despina_frontend_http")
     pytest.importorskip("despina_frontend_grpc")
+    import device_backend
+    from cuda_standin import installed
     from despina.cuda_memory import probe_cuda
 
-    support = probe_cuda()
-    if not support.available:
-        pytest.skip(f"no CUDA shared memory here: {support.reason}")
-    model_repository.add("add_sub", CONFIG, {"1/model.py": ADD_SUB_MODEL_PY})
-    running = despina_server(model_repository.root, args=["--allow-client-shm=true"])
-    done = subprocess.run(
-        [sys.executable, __file__, running.http_url, running.grpc_url],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    with installed() if cuda == "standin" else contextlib.nullcontext():
+        support = probe_cuda()
+        if not support.available:
+            pytest.skip(f"no CUDA shared memory here: {support.reason}")
+        model_repository.add("add_sub", CONFIG, {"1/model.py": ADD_SUB_MODEL_PY})
+        model_repository.add("devtoy", device_backend.devtoy_config(N), {"1/model.devtoy": ""})
+        device_backend.DevToyBackend.seen.clear()
+        running = despina_server(
+            model_repository.root, args=["--allow-client-shm=true"], plugins=[device_backend]
+        )
+        done = subprocess.run(
+            [sys.executable, __file__, running.http_url, running.grpc_url, model],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split() == ["http", "ok", "grpc", "ok"]
+    if model == "devtoy":  # the region's bytes reached the model on the device
+        assert {seen[:2] for seen in device_backend.DevToyBackend.seen} == {
+            ("DeviceArray", "DeviceArray")
+        }
 
 
-# The client: runs in a child process (python tests/test_cuda_shared_memory.py HTTP GRPC).
+# The client: runs in a child process (python tests/test_cuda_shared_memory.py HTTP GRPC MODEL).
 
 
 class DeviceRegion:
@@ -100,7 +120,7 @@ def _refused(call: Callable[[], Any], text: str) -> str:
     raise AssertionError(f"not refused: expected {text!r}")
 
 
-def _check_protocol(module: Any, url: str, region: DeviceRegion, name: str) -> None:
+def _check_protocol(module: Any, url: str, region: DeviceRegion, name: str, model: str) -> None:
     """Register, status, infer in the region, bounds, name clashes, unregister."""
     client = module.InferenceServerClient(url)
     grpc = module.__name__.endswith("grpc")
@@ -127,9 +147,9 @@ def _check_protocol(module: Any, url: str, region: DeviceRegion, name: str) -> N
         )
         client.register_cuda_shared_memory(name, region.b64, 0, REGION)
         got = status()
-        assert [(r["name"], int(r["device_id"]), int(r["byte_size"])) for r in got] == [
-            (name, 0, REGION)
-        ], got
+        # protobuf's JSON (gRPC) leaves out a device_id of 0
+        rows = [(r["name"], int(r.get("device_id", 0)), int(r["byte_size"])) for r in got]
+        assert rows == [(name, 0, REGION)], got
         _refused(
             lambda: client.register_cuda_shared_memory(name, region.b64, 0, REGION),
             "already in manager",
@@ -138,11 +158,11 @@ def _check_protocol(module: Any, url: str, region: DeviceRegion, name: str) -> N
         a, b = np.arange(N, dtype=np.float32), np.full(N, 3, np.float32)
         region.put(0, a)
         region.put(SIZE, b)
-        client.infer("add_sub", inputs(), outputs=outputs)
+        client.infer(model, inputs(), outputs=outputs)
         np.testing.assert_array_equal(region.get(2 * SIZE, N), a + b)
         np.testing.assert_array_equal(region.get(3 * SIZE, N), a - b)
         _refused(
-            lambda: client.infer("add_sub", inputs((0, 3 * SIZE + 4))),
+            lambda: client.infer(model, inputs((0, 3 * SIZE + 4))),
             f"Invalid offset + byte size for shared memory region: '{name}'",
         )
         client.unregister_system_shared_memory(name)  # the other kind: left alone
@@ -150,7 +170,7 @@ def _check_protocol(module: Any, url: str, region: DeviceRegion, name: str) -> N
         client.unregister_cuda_shared_memory(name)
         assert status() == []
         _refused(
-            lambda: client.infer("add_sub", inputs(), outputs=outputs),
+            lambda: client.infer(model, inputs(), outputs=outputs),
             f"Unable to find shared memory region: '{name}'",
         )
     finally:
@@ -158,18 +178,18 @@ def _check_protocol(module: Any, url: str, region: DeviceRegion, name: str) -> N
         client.close()
 
 
-def _client_main(http_url: str, grpc_url: str) -> None:
+def _client_main(http_url: str, grpc_url: str, model: str) -> None:
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
     region = DeviceRegion(REGION)
     try:
         for label, module, url in (("http", httpclient, http_url), ("grpc", grpcclient, grpc_url)):
-            _check_protocol(module, url, region, f"cuda_{label}")
+            _check_protocol(module, url, region, f"cuda_{label}", model)
             print(label, "ok", flush=True)
     finally:
         region.free()
 
 
 if __name__ == "__main__":
-    _client_main(sys.argv[1], sys.argv[2])
+    _client_main(sys.argv[1], sys.argv[2], sys.argv[3])

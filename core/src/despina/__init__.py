@@ -76,6 +76,9 @@ _EXPORTS: dict[str, str] = {
     "checked_element_count": "despina.tensors",
     "MAX_TENSOR_BYTES": "despina.tensors",
     "serialize_bytes": "despina.tensors",
+    "DeviceArray": "despina.device_arrays",
+    "is_on_device": "despina.device_arrays",
+    "to_host": "despina.device_arrays",
     "INTERNAL_KEY_PREFIX": "despina.shared_memory",
     "SharedMemoryRegistry": "despina.shared_memory",
     # model configuration
@@ -157,6 +160,11 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         CustomMetrics as CustomMetrics,
         Metric as Metric,
         MetricFamily as MetricFamily,
+    )
+    from despina.device_arrays import (
+        DeviceArray as DeviceArray,
+        is_on_device as is_on_device,
+        to_host as to_host,
     )
     from despina.devices import Gpu as Gpu, GpuInventory as GpuInventory
     from despina.digits import ascii_digits as ascii_digits

@@ -141,6 +141,10 @@ class ModelInstance(abc.ABC):
     #: models run them concurrently; a backend may also queue them to hide hand-off
     #: latency (calls still run one after another, in order).
     max_in_flight: int = 1
+    #: Whether :meth:`execute` takes inputs that are :class:`~despina.DeviceArray`\ s (on a
+    #: GPU: an ensemble step's or a BLS caller's device output, a CUDA shared-memory input).
+    #: False: the server copies them to host memory before they are queued.
+    device_inputs: bool = False
 
     @abc.abstractmethod
     async def execute(

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from despina.device_arrays import concatenate
 from despina.inference import InferenceRequest
 
 
@@ -27,7 +28,8 @@ def concat_inputs(requests: Sequence[InferenceRequest]) -> dict[str, np.ndarray]
     if len(requests) == 1:
         return dict(requests[0].inputs)
     names = requests[0].inputs.keys()
-    return {name: np.concatenate([r.inputs[name] for r in requests], axis=0) for name in names}
+    joined = {name: concatenate([r.inputs[name] for r in requests]) for name in names}
+    return joined  # type: ignore[return-value] # DeviceArrays only for device_inputs
 
 
 def split_outputs(

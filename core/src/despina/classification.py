@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from despina.config import ModelConfig
+from despina.device_arrays import to_host
 from despina.errors import InvalidArgument, NotFound
 from despina.inference import InferenceRequest, InferenceResponse
 from despina.paths import safe_join
@@ -83,4 +84,4 @@ def classify_outputs(
             continue
         label_file = next((o.label_filename for o in config.output if o.name == output.name), "")
         labels = read_labels(model_dir, label_file)
-        response.outputs[output.name] = top_k(array, k, config.max_batch_size > 0, labels)
+        response.outputs[output.name] = top_k(to_host(array), k, config.max_batch_size > 0, labels)

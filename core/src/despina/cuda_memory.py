@@ -5,10 +5,11 @@ imported only by :func:`probe_cuda` (once, at server start) and when a handle is
 importing this module, the core or any plugin loads no CUDA library. The allocation size
 comes from the driver (``cuMemGetAddressRange``, through ``libcuda`` itself).
 
-A :class:`CudaRegion` copies windows of the allocation to host memory (inputs) and host
-bytes into them (outputs), on a stream of its own that each copy waits for. A GPU backend
-may later take inputs without the host copy: :meth:`CudaRegion.pointer` is the place to
-hand out a device array. Nothing here has run on a GPU yet (this machine has none).
+A :class:`CudaRegion` copies windows of the allocation into new device arrays (inputs:
+:meth:`CudaRegion.read_device`) or to host memory, and device arrays or host bytes into
+them (outputs), on a stream of its own that each copy waits for. Nothing here has run on a
+GPU yet (no GPU was lent to this project): tests run it on a cupy stand-in that keeps
+"device" memory in host memory (``core/tests/standin_cuda``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from despina.device_arrays import DeviceArray
 from despina.errors import InvalidArgument, NotFound
 
 log = logging.getLogger("despina.cuda_memory")
@@ -134,15 +136,34 @@ class CudaRegion:
         """A host copy of ``size`` bytes from ``start`` (bounds checked by the caller)."""
         host = np.empty(size, dtype=np.uint8)
         if size:
-            self._copy(host.ctypes.data, self.pointer(start), size, to_host=True)
+            kind = self._runtime.memcpyDeviceToHost
+            self._copy(host.ctypes.data, self.pointer(start), size, kind)
         return host.data
 
-    def write(self, start: int, data: bytes | memoryview) -> None:
-        """Copy ``data`` to ``start`` (bounds checked by the caller); returns once the
-        bytes are on the device."""
+    def read_device(self, start: int, size: int, dtype: np.dtype[Any]) -> DeviceArray:
+        """A flat array of ``dtype`` on the region's device holding a copy of ``size`` bytes
+        from ``start`` (bounds checked by the caller; a multiple of the itemsize)."""
+        import cupy
+
+        with self._device:
+            array = DeviceArray(cupy.empty(size // dtype.itemsize, dtype=dtype))
+        if size:
+            self._copy(array.pointer, self.pointer(start), size, self._runtime.memcpyDeviceToDevice)
+        return array
+
+    def write(self, start: int, data: bytes | memoryview | DeviceArray) -> None:
+        """Copy ``data`` to ``start`` (bounds checked by the caller): host bytes, or a
+        DeviceArray device to device; returns once the bytes are in place."""
+        if isinstance(data, DeviceArray):
+            if data.nbytes:
+                kind = self._runtime.memcpyDeviceToDevice
+                data.data.device.synchronize()  # the producer's work, on any stream
+                self._copy(self.pointer(start), data.pointer, data.nbytes, kind)
+            return
         host = np.frombuffer(data, dtype=np.uint8)
         if host.size:
-            self._copy(self.pointer(start), host.ctypes.data, host.size, to_host=False)
+            kind = self._runtime.memcpyHostToDevice
+            self._copy(self.pointer(start), host.ctypes.data, host.size, kind)
 
     def close(self) -> None:
         """Close the IPC handle (after any copy in flight); idempotent."""
@@ -154,9 +175,9 @@ class CudaRegion:
                 self._runtime.streamDestroy(self._stream)
                 self._runtime.ipcCloseMemHandle(self._pointer)
 
-    def _copy(self, dst: int, src: int, size: int, to_host: bool) -> None:
+    def _copy(self, dst: int, src: int, size: int, kind: int) -> None:
+        """``cudaMemcpyAsync`` of ``kind`` on the region's stream, waited for."""
         runtime = self._runtime
-        kind = runtime.memcpyDeviceToHost if to_host else runtime.memcpyHostToDevice
         with self._lock:
             if self._closed:
                 raise NotFound(f"Unable to find shared memory region: '{self.name}'")
@@ -167,7 +188,14 @@ class CudaRegion:
 
 def _allocation_size(pointer: int) -> int | None:
     """Bytes of the allocation from ``pointer`` to its end, from the driver; None when
-    the driver cannot tell (logged)."""
+    the driver cannot tell (logged). The tests' cupy stand-in, which has no driver,
+    answers for itself (``despina_allocation_size``)."""
+    import cupy
+
+    standin = getattr(cupy, "despina_allocation_size", None)
+    if standin is not None:
+        told: int | None = standin(pointer)
+        return told
     try:
         driver = ctypes.CDLL("libcuda.so.1")
     except OSError as exc:

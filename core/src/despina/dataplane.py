@@ -303,6 +303,12 @@ class SchedulerServices:
         """The config of the READY version serving ``name``; NotFound / Unavailable."""
         return self._models.get(name, version).config
 
+    def takes_device_inputs(self, name: str, version: str = "") -> bool:
+        try:
+            return self._models.get(name, version).device_inputs
+        except DespinaError:
+            return False
+
     def known_models(self) -> set[str]:
         """Every model name in a repository or loaded."""
         return set(self._models.repository.model_names()) | set(self._models.entries)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from despina.device_arrays import to_host
 from despina.errors import DespinaError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -190,6 +191,11 @@ class InferenceRequest:
     timeout_us: int = 0
     correlation_id: int | str = 0
     flags: SequenceFlags = SequenceFlags.NONE
+    #: Whether the requester takes :class:`~despina.DeviceArray` outputs, so that a GPU
+    #: backend may answer without copying them to the host: an ensemble step whose
+    #: readers all take device inputs, a BLS call preferring GPU memory. False (frontends):
+    #: backends answer host arrays where they can (any DeviceArray is copied at the wire).
+    device_outputs: bool = False
     #: Set by the server when the request is accepted; backends send through it.
     stream: ResponseStream | None = field(default=None, repr=False)
     #: Monotonic nanoseconds when the server accepted the request.
@@ -220,15 +226,20 @@ class InferenceRequest:
     ) -> Iterator[tuple[str, np.ndarray, dict[str, Any]]]:
         """(name, array, the request's parameters for it) of each output of ``response``
         this request asked for (every one when it named none), in the response's order,
-        which is the model's, as Triton answers."""
+        which is the model's, as Triton answers. This is where outputs leave for the wire:
+        a :class:`~despina.DeviceArray` comes as a host copy, except an output the request
+        binds to a shared-memory region (``shared_memory_region``), which comes as it is
+        for :meth:`~despina.shared_memory.Window.write_array` to place."""
         if self.outputs is None:
             for name, array in response.outputs.items():
-                yield name, array, {}
+                yield name, to_host(array), {}
             return
         wanted = {o.name: o.parameters for o in self.outputs}
         for name, array in response.outputs.items():
             parameters = wanted.get(name)
             if parameters is not None:
+                if "shared_memory_region" not in parameters:
+                    array = to_host(array)
                 yield name, array, parameters
 
     def cancel(self) -> None:

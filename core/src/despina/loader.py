@@ -118,6 +118,12 @@ class ModelVersion:
         )
 
     @property
+    def device_inputs(self) -> bool:
+        """Whether every instance takes device inputs (an ensemble, with none, does: its
+        steps' models decide)."""
+        return all(i.device_inputs for i in self.instances)
+
+    @property
     def decoupled(self) -> bool:
         return bool(self.config.model_transaction_policy.decoupled)
 

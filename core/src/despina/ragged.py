@@ -15,6 +15,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from despina.batching import batch_sizes, split_outputs
+from despina.device_arrays import concatenate
 from despina.inference import InferenceRequest
 from despina.tensors import config_to_datatype, dtype_of
 
@@ -49,9 +50,9 @@ class RaggedBatch:
         for name in requests[0].inputs:
             parts = [r.inputs[name] for r in requests]
             if name in self.ragged:
-                joined[name] = np.concatenate([p.reshape(-1) for p in parts])
+                joined[name] = concatenate([p.reshape(-1) for p in parts])  # type: ignore[assignment]
             else:
-                joined[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                joined[name] = parts[0] if len(parts) == 1 else concatenate(parts)  # type: ignore[assignment]
         for entry in self.batch_inputs:
             value = batch_input(entry, requests)
             for target in entry.target_name:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from despina.device_arrays import DeviceArray, to_host
 from despina.digits import ascii_digits
 from despina.inference import InferenceRequest
 from despina.tensors import serialize_bytes
@@ -50,7 +51,7 @@ def cache_key(request: InferenceRequest, version: str) -> bytes:
     digest = hashlib.blake2b(digest_size=20)
     digest.update(f"{request.model_name}\0{version}\0".encode())
     for name in sorted(request.inputs):
-        array = request.inputs[name]
+        array = to_host(request.inputs[name])
         digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
         digest.update(
             serialize_bytes(array)
@@ -84,7 +85,7 @@ class ResponseCache:
         self, key: bytes, outputs: dict[str, np.ndarray], parameters: dict[str, object]
     ) -> None:
         """Keep a response (a private copy of its outputs) if it fits the budget."""
-        copies = {name: np.array(array, copy=True) for name, array in outputs.items()}
+        copies = {name: _host_copy(array) for name, array in outputs.items()}
         nbytes = sum(_size(a) for a in copies.values())
         if nbytes > self.capacity or key in self._entries:
             return
@@ -93,6 +94,11 @@ class ResponseCache:
             self.used -= evicted.nbytes
         self._entries[key] = CachedResponse(copies, dict(parameters), nbytes)
         self.used += nbytes
+
+
+def _host_copy(array: np.ndarray | DeviceArray) -> np.ndarray:
+    """A private host copy of an output (one copy for a DeviceArray too)."""
+    return array.to_host() if isinstance(array, DeviceArray) else np.array(array, copy=True)
 
 
 def _size(array: np.ndarray) -> int:

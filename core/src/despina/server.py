@@ -17,6 +17,7 @@ from typing import Any
 from despina import __version__
 from despina.custom_metrics import CustomMetrics
 from despina.dataplane import BackendServices, DataPlane, SchedulerServices
+from despina.device_arrays import host_inputs
 from despina.devices import GpuInventory, discover
 from despina.errors import DespinaError, Internal, Unavailable, Unsupported
 from despina.flags import parse_settings, plugin_modules
@@ -258,6 +259,8 @@ class Server:
                 "use the streaming API"
             )
         validate_request(request, model.signature)
+        if not model.device_inputs:
+            host_inputs(request.inputs)
         latency = model.stats.latency
         stream = (
             ResponseStream()

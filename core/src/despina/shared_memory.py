@@ -17,7 +17,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from despina.cuda_memory import IPC_HANDLE_SIZE, CudaRegion, CudaSupport, probe_cuda
+from despina.device_arrays import DeviceArray
 from despina.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
 
 #: Prefix of the shared-memory keys Despina creates for itself (e.g. the Python backend).
@@ -79,9 +82,26 @@ class Window:
         copy for a CUDA region."""
         return self.region.read(self.start, self.size)
 
-    def write(self, data: bytes | memoryview) -> None:
-        """Write ``data`` (at most :attr:`size` bytes, the caller checks) at the start."""
-        self.region.write(self.start, data)
+    def tensor(self, dtype: np.dtype[Any]) -> np.ndarray | DeviceArray:
+        """A copy of the range as a flat array of fixed-size ``dtype`` (the caller checked
+        that :attr:`size` is a multiple of its itemsize): a host array from a system region,
+        a DeviceArray on the region's device from a CUDA region (device to device, never
+        through host memory). A copy because the client may rewrite or unregister the
+        region while a model computes."""
+        if isinstance(self.region, CudaRegion):
+            return self.region.read_device(self.start, self.size, dtype)
+        return np.frombuffer(self.read(), dtype=dtype).copy()
+
+    def write(self, data: bytes | memoryview | DeviceArray) -> None:
+        """Write ``data`` (at most :attr:`size` bytes, the caller checks) at the start: a
+        DeviceArray device to device into a CUDA region, through one host copy into a
+        system region."""
+        if isinstance(self.region, CudaRegion):
+            self.region.write(self.start, data)
+        elif isinstance(data, DeviceArray):
+            self.region.write(self.start, data.to_host().reshape(-1).view(np.uint8).data)
+        else:
+            self.region.write(self.start, data)
 
 
 class SharedMemoryRegistry:

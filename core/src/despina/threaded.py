@@ -76,8 +76,9 @@ class ThreadedInstance(ModelInstance):
         if len(requests) > 1 and not self.batched:
             return [r for request in requests for r in await self.execute([request])]
         inputs = self._join(requests)
+        wanted, device = self.wanted(requests), _on_device(requests)
         try:
-            timed = await self.placement.run(self._run_marked, inputs, self.wanted(requests))
+            timed = await self.placement.run(self._run_marked, inputs, wanted, device)
         except DespinaError as error:
             if len(requests) > 1:
                 return [r for request in requests for r in await self.execute([request])]
@@ -93,8 +94,9 @@ class ThreadedInstance(ModelInstance):
         if len(requests) != 1:
             raise NeedsThread
         inputs = self._join(requests)
+        wanted, device = self.wanted(requests), _on_device(requests)
         try:
-            timed = self.placement.call_inline(self._run_marked, inputs, self.wanted(requests))
+            timed = self.placement.call_inline(self._run_marked, inputs, wanted, device)
         except DespinaError as error:
             return [InferenceResponse(error=error)]
         return self._responses(timed, requests)
@@ -106,16 +108,24 @@ class ThreadedInstance(ModelInstance):
         _marks.infer_start = time.monotonic_ns()
 
     @staticmethod
+    def outputs_may_stay_on_device() -> bool:
+        """Called by :meth:`run`: whether every request of the batch takes DeviceArray
+        outputs (:attr:`~despina.InferenceRequest.device_outputs`), so a GPU framework may
+        answer its outputs as DeviceArrays instead of host copies."""
+        return bool(_marks.device_outputs)
+
+    @staticmethod
     def mark_infer_end() -> None:
         """Called by :meth:`run` right after the framework call, before converting its
         outputs."""
         _marks.infer_end = time.monotonic_ns()
 
     def _run_marked(
-        self, inputs: dict[str, np.ndarray], outputs: list[str]
+        self, inputs: dict[str, np.ndarray], outputs: list[str], device_outputs: bool
     ) -> tuple[dict[str, np.ndarray], int, int]:
         """:meth:`run`, with its infer start and end (the call's bounds where unmarked)."""
         _marks.infer_start = _marks.infer_end = 0
+        _marks.device_outputs = device_outputs
         start = time.monotonic_ns()
         results = self.run(inputs, outputs)
         return results, _marks.infer_start or start, _marks.infer_end or time.monotonic_ns()
@@ -157,3 +167,8 @@ class ThreadedInstance(ModelInstance):
 
     async def close(self) -> None:
         await asyncio.to_thread(self.executor.shutdown)
+
+
+def _on_device(requests: Sequence[InferenceRequest]) -> bool:
+    """Whether every request takes DeviceArray outputs."""
+    return all(r.device_outputs for r in requests)

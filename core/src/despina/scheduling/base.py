@@ -70,6 +70,11 @@ class SchedulerHost(Protocol):
         """Every response of a request on any model (errors as ``error`` set)."""
         ...
 
+    def takes_device_inputs(self, name: str, version: str = "") -> bool:
+        """Whether the READY version serving ``name`` takes DeviceArray inputs (False
+        when none is ready)."""
+        ...
+
 
 @dataclass
 class ScheduledModel:

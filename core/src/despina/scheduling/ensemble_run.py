@@ -155,8 +155,23 @@ class EnsembleRun:
             timeout_us=parent.timeout_us,
             correlation_id=parent.correlation_id,
             flags=parent.flags,
+            device_outputs=self._stays_on_device(step),
             trace=parent.trace.child() if parent.trace is not None else None,
         )
+
+    def _stays_on_device(self, step: Step) -> bool:
+        """Whether ``step`` may answer DeviceArrays: every step reading its outputs takes
+        device inputs, and an output of the ensemble itself goes to a requester that
+        takes device outputs."""
+        for tensor in step.outputs.values():
+            if tensor in self.graph.outputs and not self.request.device_outputs:
+                return False
+            for reader in self.graph.steps:
+                if tensor in reader.inputs.values() and not self.host.takes_device_inputs(
+                    reader.model_name, reader.model_version
+                ):
+                    return False
+        return True
 
     def _answer(self, flow: Flow) -> None:
         if flow.answered or self.failed or not flow.has(self.graph.outputs):

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from despina.device_arrays import to_host
 from despina.tensors import datatype_of
 
 
@@ -193,7 +194,7 @@ class Trace:
         root.release()
 
     def _tensor(self, activity: str, name: str, array: Any) -> None:
-        array = np.asarray(array)
+        array = np.asarray(to_host(array))
         datatype = datatype_of(array)
         shape = ",".join(str(d) for d in array.shape)
         self.tensors.append((activity, name, tensor_text(array, datatype), shape, datatype))

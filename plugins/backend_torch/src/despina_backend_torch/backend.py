@@ -30,7 +30,7 @@ from despina import (
     threads_per_instance,
 )
 
-from despina_backend_torch.convert import to_numpy, to_torch
+from despina_backend_torch.convert import from_torch, to_torch
 from despina_backend_torch.loading import LoadedModel, load_model
 from despina_backend_torch.naming import input_positions, output_positions, pick_outputs
 from despina_backend_torch.settings import TorchSettings
@@ -141,6 +141,8 @@ class TorchInstance(ThreadedInstance):
         #: A KIND_GPU instance's own CUDA stream (Triton: one per instance), so instances
         #: on one GPU do not serialise on the default stream.
         self.stream = _cuda_stream(self.device) if on_gpu else None
+        #: A GPU instance takes DeviceArray inputs (torch reads them through DLPack).
+        self.device_inputs = on_gpu
         self.datatypes = {
             t.name: config_to_datatype(mc.DataType.Name(t.data_type))
             for t in [*config.input, *config.output]
@@ -184,12 +186,14 @@ class TorchInstance(ThreadedInstance):
         except Exception as exc:  # noqa: BLE001 - a model's forward() may raise anything
             raise Internal(f"PyTorch execute failure: {_summary(exc)}") from None
         picked = pick_outputs(result, outputs, self.positions)
+        on_device = self.stream is not None and self.outputs_may_stay_on_device()
         arrays = {
-            name: to_numpy(value, self.datatypes[name], name) for name, value in picked.items()
+            name: from_torch(value, self.datatypes[name], name, on_device)
+            for name, value in picked.items()
         }
         if self.settings.cache_cleaning and self.device.startswith("cuda"):
             torch.cuda.empty_cache()
-        return arrays
+        return arrays  # type: ignore[return-value] # DeviceArrays only where the batch takes them
 
 
 def _summary(exc: Exception) -> str:

@@ -1,4 +1,5 @@
-"""numpy <-> torch without copies (CPU), Triton datatypes <-> torch dtypes.
+"""numpy or DeviceArray <-> torch without copies where the memory is already where it must
+be, Triton datatypes <-> torch dtypes.
 
 BYTES tensors travel as Python lists of ``str`` (TorchScript's ``List[str]``), so they
 must be 1-D, as in Triton. BF16 crosses as its 16-bit pattern (numpy's ``ml_dtypes``).
@@ -10,7 +11,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from despina import Internal, InvalidArgument
+from despina import DeviceArray, Internal, InvalidArgument
 
 #: Triton datatype -> name of the torch dtype.
 TORCH_DTYPES = {
@@ -39,13 +40,15 @@ def datatype_of_torch(dtype: Any) -> str:
     return _DATATYPES[name]
 
 
-def to_torch(array: np.ndarray, datatype: str, device: str | None, name: str) -> Any:
-    """An input as torch takes it: a tensor sharing ``array``'s memory on CPU (copied to
-    a GPU device), or a list of ``str`` for BYTES."""
+def to_torch(array: np.ndarray | DeviceArray, datatype: str, device: str | None, name: str) -> Any:
+    """An input as torch takes it: a tensor sharing ``array``'s memory (a host array on
+    CPU, a DeviceArray on its GPU), copied to ``device`` where it is elsewhere; a list of
+    ``str`` for BYTES."""
     import torch
     import torch.utils.dlpack
 
     if datatype == "BYTES":
+        assert isinstance(array, np.ndarray)  # no device holds BYTES
         if array.ndim != 1:
             raise InvalidArgument(
                 f"input '{name}': PyTorch takes BYTES only as a 1-D list of strings, got shape "
@@ -57,16 +60,19 @@ def to_torch(array: np.ndarray, datatype: str, device: str | None, name: str) ->
             raise InvalidArgument(f"input '{name}': PyTorch strings must be UTF-8 text") from None
     # DLPack shares a read-only array's memory without the "not writable" warning that
     # torch.from_numpy gives (inference never writes its inputs).
-    if datatype == "BF16":
+    if datatype == "BF16" and isinstance(array, np.ndarray):
         tensor = torch.utils.dlpack.from_dlpack(array.view(np.int16)).view(torch.bfloat16)
     else:
         tensor = torch.utils.dlpack.from_dlpack(array)
     return tensor if device in (None, "cpu") else tensor.to(device)
 
 
-def to_numpy(value: Any, datatype: str, name: str) -> np.ndarray:
-    """An output as numpy (a view of the CPU tensor); Internal when its type is not the
-    config's ``datatype``."""
+def from_torch(
+    value: Any, datatype: str, name: str, on_device: bool = False
+) -> np.ndarray | DeviceArray:
+    """An output as numpy (a view of the CPU tensor), or, with ``on_device``, a GPU
+    tensor as a DeviceArray sharing its memory (where cupy is installed and has the
+    dtype: not BF16); Internal when its type is not the config's ``datatype``."""
     import torch
 
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
@@ -82,7 +88,13 @@ def to_numpy(value: Any, datatype: str, name: str) -> np.ndarray:
         raise Internal(f"output '{name}' has data type {got} but the config says {datatype}")
     tensor = value.detach()
     if tensor.device.type != "cpu":
+        if on_device and datatype != "BF16":
+            try:
+                return DeviceArray.from_dlpack(tensor)
+            except ImportError:  # no cupy: the host copy below
+                pass
         tensor = tensor.cpu()
     if datatype == "BF16":
-        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return tensor.numpy()
+        tensor = tensor.view(torch.int16)
+    host: np.ndarray = tensor.numpy()
+    return host.view(ml_dtypes.bfloat16) if datatype == "BF16" else host

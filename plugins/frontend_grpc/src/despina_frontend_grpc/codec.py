@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from despina import (
     DATATYPE_TO_DTYPE,
+    DeviceArray,
     InferenceRequest,
     InferenceResponse,
     Internal,
@@ -252,12 +253,12 @@ class RequestDecoder:
             raise InvalidArgument(
                 f"shared memory offset and byte size of input '{name}' must be integers"
             )
-        view = self.shm.window(region, offset, size).read()
-        try:
-            # Copied: the client may rewrite or unregister the region while we compute.
-            return self._from_buffer(name, datatype, dtype, shape, count, bytes(view))
-        finally:
-            view.release()
+        window = self.shm.window(region, offset, size)
+        if datatype == "BYTES":
+            return self._from_buffer(name, datatype, dtype, shape, count, window.read())
+        if size != count * dtype.itemsize:
+            self._size_mismatch(name, count * dtype.itemsize, size)
+        return window.tensor(dtype).reshape(shape)  # type: ignore[return-value]
 
     def _check_string_count(self, name: str, expected: int, got: int) -> None:
         where = f"for inference input '{name}' for model '{self.model}'"
@@ -298,22 +299,29 @@ def encode_response(
     raw: list[bytes] = []
     for name, array, parameters in request.selected_outputs(response):
         message.outputs.add(name=name, datatype=datatype_of(array), shape=array.shape)
-        data = raw_bytes(array)
         if SHM_REGION in parameters:
-            _write_shared_memory(shm, name, parameters, data)
-            data = b""
-        raw.append(data)
+            _write_shared_memory(shm, name, parameters, array)
+            raw.append(b"")
+        else:
+            raw.append(raw_bytes(array))
     message.raw_output_contents.extend(raw)
     return message
 
 
 def _write_shared_memory(
-    shm: SharedMemoryRegistry, name: str, parameters: Mapping[str, Any], data: bytes
+    shm: SharedMemoryRegistry,
+    name: str,
+    parameters: Mapping[str, Any],
+    array: np.ndarray | DeviceArray,
 ) -> None:
+    """Place an output in its region: a DeviceArray as it is (device to device into a CUDA
+    region), a host array as its wire bytes."""
+    data = array if isinstance(array, DeviceArray) else raw_bytes(array)
+    needed = data.nbytes if isinstance(data, DeviceArray) else len(data)
     size = int(parameters[SHM_SIZE])
-    if size < len(data):
+    if size < needed:
         raise Internal(
             f"shared memory size specified with the request for output '{name}' ({size} bytes) "
-            f"should be at least {len(data)} bytes to hold the results"
+            f"should be at least {needed} bytes to hold the results"
         )
     shm.window(str(parameters[SHM_REGION]), int(parameters.get(SHM_OFFSET, 0)), size).write(data)

@@ -275,10 +275,10 @@ def _decode_input(
         if not _is_int(byte_size) or not _is_int(region_offset):
             raise InvalidArgument(f"invalid shared memory parameters for input '{name}'")
         window = shm.window(str(region), region_offset, byte_size)
-        array = _from_buffer(window.read(), dtype, datatype, count, name, model)
-        # A copy: the model must not see the client rewrite the region mid-request, and a
-        # region can be unregistered while a model still holds its inputs.
-        return name, array.reshape(shape).copy(), offset
+        if dtype is _OBJECT:
+            return name, deserialize_bytes(window.read(), count).reshape(shape), offset
+        _check_size(byte_size, count * dtype.itemsize, name, model)
+        return name, window.tensor(dtype).reshape(shape), offset  # type: ignore[return-value]
     return name, tensor_from_json(data, dtype, datatype, shape, count, name), offset
 
 
@@ -299,15 +299,6 @@ def _check_size(got: int, expected: int, name: str, model: str) -> None:
             f"[request id: <id_unknown>] input byte size mismatch for input '{name}' for model "
             f"'{model}'. Expected {expected}, got {got}"
         )
-
-
-def _from_buffer(
-    view: memoryview, dtype: np.dtype[Any], datatype: str, count: int, name: str, model: str
-) -> np.ndarray:
-    if dtype is _OBJECT:
-        return deserialize_bytes(view, count)
-    _check_size(len(view), count * dtype.itemsize, name, model)
-    return np.frombuffer(view, dtype=dtype, count=count)
 
 
 #: numpy kind of a tensor's datatype -> (kinds of parsed JSON data it takes, Triton's text).

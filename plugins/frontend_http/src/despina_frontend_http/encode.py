@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import orjson
 from despina import (
+    DeviceArray,
     InferenceRequest,
     InferenceResponse,
     InvalidArgument,
@@ -57,16 +58,17 @@ def _output(
     entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
     region = params.get("shared_memory_region")
     if region is not None:
-        data = _raw(array, datatype)
+        data = array if isinstance(array, DeviceArray) else _raw(array, datatype)
+        needed = data.nbytes if isinstance(data, DeviceArray) else len(data)
         size = params.get("shared_memory_byte_size")
         offset = params.get("shared_memory_offset", 0)
         if not isinstance(size, int) or not isinstance(offset, int):
             raise InvalidArgument(f"invalid shared memory parameters for output '{name}'")
         window = shm.window(str(region), offset, size)
-        if len(data) > size:
+        if needed > size:
             raise InvalidArgument(
                 f"shared memory size specified with the request for output '{name}' "
-                f"({size} bytes) should be at least {len(data)} bytes to hold the results"
+                f"({size} bytes) should be at least {needed} bytes to hold the results"
             )
         window.write(data)
         return entry  # as Triton: no "data" and no parameters for an output in shared memory

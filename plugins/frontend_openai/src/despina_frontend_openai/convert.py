@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from despina import InferenceRequest, InferenceResponse
+from despina import InferenceRequest, InferenceResponse, to_host
 
 from despina_frontend_openai.catalog import Entry, Lora
 from despina_frontend_openai.errors import OpenAIError
@@ -149,7 +149,7 @@ def text_of(response: InferenceResponse) -> str:
 def count_of(response: InferenceResponse, name: str) -> int | None:
     """``num_input_tokens`` / ``num_output_tokens`` of the response, if it has it."""
     array = response.outputs.get(name)
-    return None if array is None or array.size == 0 else int(array.reshape(-1)[0])
+    return None if array is None or array.size == 0 else int(to_host(array).reshape(-1)[0])
 
 
 def logprobs_of(response: InferenceResponse) -> list[list[tuple[str, float]]]:

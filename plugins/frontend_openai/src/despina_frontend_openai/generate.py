@@ -9,6 +9,7 @@ from collections.abc import AsyncGenerator, Callable
 from despina import DespinaError, DisconnectWatch, FrontendHost, InferenceRequest, InferenceResponse
 
 from despina_frontend_openai.catalog import Entry, Lora
+from despina_frontend_openai.convert import count_of
 from despina_frontend_openai.errors import OpenAIError
 from despina_frontend_openai.metrics import Metrics
 
@@ -44,9 +45,9 @@ async def responses(
                 (now - (start if first else last)) * 1e3
             )
             first, last = False, now
-            count = response.outputs.get("num_output_tokens")
-            if count is not None and count.size:
-                metrics.tokens[name] += int(count.reshape(-1)[0])
+            count = count_of(response, "num_output_tokens")
+            if count is not None:
+                metrics.tokens[name] += count
             yield response
     finally:  # also on CancelledError and when the reader stops (a failed write)
         watch.close()
