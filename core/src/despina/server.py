@@ -261,6 +261,8 @@ class Server:
         validate_request(request, model.signature)
         if not model.device_inputs:
             host_inputs(request.inputs)
+        if request.outputs and not request.device_outputs:
+            request.device_outputs = self.shared_memory.all_cuda(request.outputs)
         latency = model.stats.latency
         stream = (
             ResponseStream()

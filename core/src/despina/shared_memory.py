@@ -14,14 +14,18 @@ import contextlib
 import mmap
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from despina.cuda_memory import IPC_HANDLE_SIZE, CudaRegion, CudaSupport, probe_cuda
 from despina.device_arrays import DeviceArray
 from despina.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
+
+if TYPE_CHECKING:
+    from despina.inference import RequestedOutput
 
 #: Prefix of the shared-memory keys Despina creates for itself (e.g. the Python backend).
 INTERNAL_KEY_PREFIX = "despina_internal"
@@ -220,6 +224,16 @@ class SharedMemoryRegistry:
         if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
             raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{name}'")
         return Window(region, offset, byte_size)
+
+    def all_cuda(self, outputs: Sequence[RequestedOutput]) -> bool:
+        """Whether every one of ``outputs`` is bound to a registered CUDA region (so a GPU
+        backend may answer them on the device, to be copied device to device)."""
+        with self._lock:
+            for output in outputs:
+                region = self._regions.get(str(output.parameters.get("shared_memory_region")))
+                if region is None or region.kind != "cuda":
+                    return False
+        return True
 
     def _check_allowed(self, name: str) -> None:
         if not self.allow_register:
