@@ -154,6 +154,23 @@ def test_plugins_and_help_import_no_ml_framework() -> None:
     assert result.stdout.strip() == "[]"
 
 
+def test_plugins_gpu_says_whether_device_tensors_are_usable() -> None:
+    """``despina plugins --gpu``: the GPUs, whether device tensors and CUDA shared memory
+    are usable here (cupy and a device, or why not), and each backend's answer; with the
+    cupy stand-in (host memory, TEST-ONLY) on the path, they are usable on its 2 devices."""
+    import json
+
+    from cuda_standin import STANDIN_DIR
+
+    plain = json.loads(_despina("plugins", "--gpu", "--json").stdout)["gpu"]
+    assert plain["cuda"].startswith(("usable on", "cupy "))  # a GPU machine, or why not
+    assert "schedulers" not in plain["backends"] and plain["backends"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([STANDIN_DIR, *sys.path])}
+    standin = _despina("plugins", "--gpu", env=env)
+    assert standin.returncode == 0, standin.stderr
+    assert "  device tensors and CUDA shared memory: usable on 2 CUDA device(s)" in standin.stdout
+
+
 def test_plugins_lists_distributions_and_capabilities() -> None:
     result = _despina("plugins")
     assert result.returncode == 0

@@ -17,6 +17,7 @@ from typing import Any
 
 from despina import __version__
 from despina.busy_poll import loop_factory
+from despina.cuda_memory import probe_cuda
 from despina.devices import DEFAULT_MIN_COMPUTE_CAPABILITY, discover
 from despina.flags import build_serve_parser
 from despina.plugins import Plugins, create_plugins
@@ -109,6 +110,7 @@ def cmd_plugins(argv: Sequence[str]) -> int:
         return 0
     if gpu is not None:
         print(gpu["devices"])
+        print(f"  device tensors and CUDA shared memory: {gpu['cuda']}")
         for name, support in gpu["backends"].items():
             print(f"  backend {name}: {support}")
     for row in rows:
@@ -122,8 +124,9 @@ def cmd_plugins(argv: Sequence[str]) -> int:
 
 
 def gpu_report(plugins: Plugins) -> dict[str, Any]:
-    """The GPU inventory (as ``despina serve`` finds it with default flags) and, per
-    installed backend, "can run on GPUs" or why not."""
+    """The GPU inventory (as ``despina serve`` finds it with default flags), whether this
+    process can hold device tensors and open CUDA IPC regions (cupy and a device: it
+    initialises CUDA), and, per installed backend, "can run on GPUs" or why not."""
     inventory = (
         plugins.hook.despina_gpu_inventory(min_compute_capability=DEFAULT_MIN_COMPUTE_CAPABILITY)
         or discover()
@@ -134,7 +137,9 @@ def gpu_report(plugins: Plugins) -> dict[str, Any]:
             backends[name] = cls.gpu_support() or "can run on GPUs"
         except Exception as exc:  # noqa: BLE001 - a broken framework is reported, not raised
             backends[name] = f"cannot tell: {type(exc).__name__}: {exc}"
-    return {"devices": inventory.describe(), "backends": backends}
+    cuda = probe_cuda()
+    usable = f"usable on {cuda.devices} CUDA device(s)" if cuda.available else cuda.reason
+    return {"devices": inventory.describe(), "cuda": usable, "backends": backends}
 
 
 USAGE = f"""usage: despina [--version] COMMAND [ARGS]
