@@ -18,7 +18,7 @@ numpy arrays: code that has not opted in never sees anything else.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -143,6 +143,14 @@ def to_host(array: np.ndarray | DeviceArray) -> np.ndarray:
     if type(array) is DeviceArray:
         return array.to_host()
     return array  # type: ignore[return-value]
+
+
+def holds_device_arrays(tensors: Mapping[str, Any]) -> bool:
+    """Whether any value of ``tensors`` is a DeviceArray (on every request: a plain loop)."""
+    for array in tensors.values():
+        if type(array) is DeviceArray:
+            return True
+    return False
 
 
 def host_inputs(inputs: MutableMapping[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from despina import __version__
 from despina.custom_metrics import CustomMetrics
 from despina.dataplane import BackendServices, DataPlane, SchedulerServices
-from despina.device_arrays import host_inputs
+from despina.device_arrays import holds_device_arrays, host_inputs
 from despina.devices import GpuInventory, discover
 from despina.errors import DespinaError, Internal, Unavailable, Unsupported
 from despina.flags import parse_settings, plugin_modules
@@ -259,7 +259,7 @@ class Server:
                 "use the streaming API"
             )
         validate_request(request, model.signature)
-        if not model.device_inputs:
+        if holds_device_arrays(request.inputs) and not model.device_inputs:
             host_inputs(request.inputs)
         if request.outputs and not request.device_outputs:
             request.device_outputs = self.shared_memory.all_cuda(request.outputs)

@@ -228,12 +228,12 @@ class SharedMemoryRegistry:
     def all_cuda(self, outputs: Sequence[RequestedOutput]) -> bool:
         """Whether every one of ``outputs`` is bound to a registered CUDA region (so a GPU
         backend may answer them on the device, to be copied device to device)."""
+        names = [output.parameters.get("shared_memory_region") for output in outputs]
+        if None in names:  # the common case, without the lock
+            return False
         with self._lock:
-            for output in outputs:
-                region = self._regions.get(str(output.parameters.get("shared_memory_region")))
-                if region is None or region.kind != "cuda":
-                    return False
-        return True
+            regions = [self._regions.get(str(name)) for name in names]
+        return all(region is not None and region.kind == "cuda" for region in regions)
 
     def _check_allowed(self, name: str) -> None:
         if not self.allow_register:
