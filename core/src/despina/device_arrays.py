@@ -146,11 +146,8 @@ def to_host(array: np.ndarray | DeviceArray) -> np.ndarray:
 
 
 def holds_device_arrays(tensors: Mapping[str, Any]) -> bool:
-    """Whether any value of ``tensors`` is a DeviceArray (on every request: a plain loop)."""
-    for array in tensors.values():
-        if type(array) is DeviceArray:
-            return True
-    return False
+    """Whether any value of ``tensors`` is a DeviceArray."""
+    return any(type(array) is DeviceArray for array in tensors.values())
 
 
 def host_inputs(inputs: MutableMapping[str, Any]) -> None:
