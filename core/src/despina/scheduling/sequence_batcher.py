@@ -30,6 +30,7 @@ import numpy as np
 
 from despina.backend import ModelInstance
 from despina.config import ModelConfig
+from despina.device_arrays import to_host
 from despina.inference import (
     InferenceRequest,
     InferenceResponse,
@@ -301,7 +302,8 @@ class _Execution(ModelInstance):
             value = response.outputs.get(spec.output_name)
             if value is None:
                 continue
-            slot.states[spec.input_name] = value
+            # the state comes back as an input: on the device only where inputs may be
+            slot.states[spec.input_name] = value if self.instance.device_inputs else to_host(value)
             if not spec.visible:
                 del response.outputs[spec.output_name]
 
