@@ -61,8 +61,9 @@ def despina_backends() -> list[type[Backend]]:
     return [DevToyBackend]
 
 
-def devtoy_config(dims: int = 4, extra: str = "") -> str:
-    """A devtoy model's config.pbtxt: FP32 inputs and outputs of ``[dims]``."""
+def devtoy_config(dims: int | str = 4, extra: str = "") -> str:
+    """A devtoy model's config.pbtxt: FP32 inputs and outputs of ``[dims]`` (e.g. 4 or
+    "1, 4")."""
     tensors = [
         f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ {dims} ] }}' for n in ("INPUT0", "INPUT1")
     ]

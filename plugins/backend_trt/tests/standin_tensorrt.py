@@ -26,6 +26,7 @@ A "plan" is :func:`plan` JSON: tensors, optimization profiles, one operation and
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import enum
@@ -492,6 +493,9 @@ class HostMemory:
         self.buffers: list[HostBuffer] = []
         #: device id -> streams made on it (one per instance).
         self.streams: dict[int, int] = {}
+        #: Copies made, by kind: "upload" / "download" (host), "copy_in" /
+        #: "download_device" (device to device, with DeviceArrays of the cupy stand-in).
+        self.copies: collections.Counter[str] = collections.Counter()
 
     def compute_capability(self, device_id: int) -> tuple[int, int]:
         return self.capability
@@ -510,13 +514,32 @@ class HostMemory:
 
     def upload(self, buffer: HostBuffer, array: np.ndarray, stream: HostStream) -> None:
         assert array.nbytes <= buffer.nbytes
+        self.copies["upload"] += 1
         ctypes.memmove(buffer.ptr, array.ctypes.data, array.nbytes)
 
     def download(
         self, buffer: HostBuffer, shape: tuple[int, ...], dtype: Any, stream: HostStream
     ) -> np.ndarray:
+        self.copies["download"] += 1
         out = np.empty(shape, dtype)
         ctypes.memmove(out.ctypes.data, buffer.ptr, out.nbytes)
+        return out
+
+    def copy_in(self, buffer: HostBuffer, source: Any, stream: HostStream) -> None:
+        """From a DeviceArray of the cupy stand-in, whose pointers are host addresses."""
+        assert source.nbytes <= buffer.nbytes
+        self.copies["copy_in"] += 1
+        ctypes.memmove(buffer.ptr, source.pointer, source.nbytes)
+
+    def download_device(
+        self, buffer: HostBuffer, shape: tuple[int, ...], dtype: Any, stream: HostStream
+    ) -> Any:
+        """Into a DeviceArray of the cupy stand-in (which must be installed)."""
+        from despina import DeviceArray
+
+        self.copies["download_device"] += 1
+        out = DeviceArray.from_host(np.empty(shape, dtype), device_id=0)
+        ctypes.memmove(out.pointer, buffer.ptr, out.nbytes)
         return out
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from despina import InferenceRequest, RaggedBatch, batch_sizes, mc
+from despina import InferenceRequest, RaggedBatch, batch_sizes, mc, to_host
 
 
 class EngineBatch(RaggedBatch):
@@ -39,6 +39,6 @@ class EngineBatch(RaggedBatch):
             total = sum(batch_sizes(requests))
             for name in self.shape_inputs:
                 if name in joined:
-                    values = requests[0].inputs[name].reshape(-1)
+                    values = to_host(requests[0].inputs[name]).reshape(-1)
                     joined[name] = np.concatenate([np.array([total], values.dtype), values])
         return joined

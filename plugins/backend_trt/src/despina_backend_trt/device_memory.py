@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
+    from despina import DeviceArray
 
 
 class DeviceStream(Protocol):
@@ -69,6 +70,22 @@ class DeviceMemory(Protocol):
         the stream is synchronized."""
         ...
 
+    def copy_in(self, buffer: DeviceBuffer, source: DeviceArray, stream: DeviceStream) -> None:
+        """Queue a device-to-device copy of ``source`` (its data ready: DeviceArray
+        producers wait for their work) into ``buffer`` on ``stream``."""
+        ...
+
+    def download_device(
+        self,
+        buffer: DeviceBuffer,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        stream: DeviceStream,
+    ) -> DeviceArray:
+        """A new DeviceArray on the current device filled from ``buffer`` by a copy
+        queued on ``stream``: valid once the stream is synchronized."""
+        ...
+
 
 class CupyMemory:
     """:class:`DeviceMemory` through cupy (buffers from cupy's memory pool)."""
@@ -112,6 +129,26 @@ class CupyMemory:
         if out.nbytes:
             buffer.memory.copy_to_host_async(out.ctypes.data, out.nbytes, stream.stream)
         return out
+
+    def copy_in(self, buffer: DeviceBuffer, source: DeviceArray, stream: DeviceStream) -> None:
+        assert isinstance(buffer, _CupyBuffer) and isinstance(stream, _CupyStream)
+        if source.nbytes:
+            buffer.memory.copy_from_device_async(source.data.data, source.nbytes, stream.stream)
+
+    def download_device(
+        self,
+        buffer: DeviceBuffer,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        stream: DeviceStream,
+    ) -> DeviceArray:
+        from despina import DeviceArray
+
+        assert isinstance(buffer, _CupyBuffer) and isinstance(stream, _CupyStream)
+        out = self.cupy.empty(shape, dtype)
+        if out.nbytes:
+            out.data.copy_from_device_async(buffer.memory, out.nbytes, stream.stream)
+        return DeviceArray(out)
 
 
 class _CupyStream:

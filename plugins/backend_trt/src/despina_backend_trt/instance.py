@@ -26,6 +26,7 @@ import numpy as np
 from despina import (
     DATATYPE_TO_DTYPE,
     ConfigError,
+    DeviceArray,
     InferenceRequest,
     InferenceResponse,
     InstanceSpec,
@@ -34,6 +35,7 @@ from despina import (
     ThreadedInstance,
     config_to_datatype,
     mc,
+    to_host,
 )
 
 from despina_backend_trt.batching import EngineBatch
@@ -125,7 +127,11 @@ def make_output_allocator(trt: Any, device_memory: DeviceMemory, device_id: int)
 
 class TrtInstance(ThreadedInstance):
     """Runs batches in its own thread on its own stream; one batch at a time. ``lock``:
-    the GPU's enqueue lock under ``DEVICE_BLOCKING`` (None: ``BLOCKING``)."""
+    the GPU's enqueue lock under ``DEVICE_BLOCKING`` (None: ``BLOCKING``). It takes device
+    inputs (copied device to device into its bindings) and answers device outputs where
+    the batch takes them (copied out of its bindings device to device)."""
+
+    device_inputs = True
 
     def __init__(
         self,
@@ -208,6 +214,9 @@ class TrtInstance(ThreadedInstance):
             return self._run(inputs, outputs)
 
     def _run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        for name in self.shape_inputs:  # TensorRT reads shape tensors' values on the host
+            if name in inputs:
+                inputs[name] = to_host(inputs[name])
         batch = self._batch(inputs)
         keys: dict[str, tuple[int, ...]] = {}
         for name, array in inputs.items():
@@ -217,17 +226,20 @@ class TrtInstance(ThreadedInstance):
             else:
                 keys[name] = tuple(array.shape)
         profile = choose_profile(self.profiles, keys)
+        download = (
+            self.memory.download_device
+            if self.outputs_may_stay_on_device()
+            else self.memory.download
+        )
         with self.lock or contextlib.nullcontext():
             shapes = self._enqueue(profile, inputs)
-            results = {}
+            results: dict[str, Any] = {}  # DeviceArrays only where the batch takes them
             for name in outputs:
                 if name in self.shape_outputs:
                     continue
                 allocated = name in self.allocated
                 buffer = self.allocator.buffers[name] if allocated else self.buffers[name]
-                results[name] = self.memory.download(
-                    buffer, shapes[name], self.dtypes[name], self.stream
-                )
+                results[name] = download(buffer, shapes[name], self.dtypes[name], self.stream)
         self.stream.synchronize()
         for name in outputs:
             if name in self.shape_outputs:
@@ -262,9 +274,13 @@ class TrtInstance(ThreadedInstance):
                     f"{profile.name}[{profile.index}] (min {list(low)}, max {list(high)}) of "
                     f"model '{self.model}'"
                 )
-            host = np.ascontiguousarray(array, dtype=self.dtypes[name])
-            buffer = self._buffer(name, host.nbytes)
-            self.memory.upload(buffer, host, self.stream)
+            if isinstance(array, DeviceArray):  # the core checked its dtype
+                buffer = self._buffer(name, array.nbytes)
+                self.memory.copy_in(buffer, array, self.stream)
+            else:
+                host = np.ascontiguousarray(array, dtype=self.dtypes[name])
+                buffer = self._buffer(name, host.nbytes)
+                self.memory.upload(buffer, host, self.stream)
             context.set_tensor_address(name, buffer.ptr)
         shapes: dict[str, tuple[int, ...]] = {}
         for tensor in self.info.outputs:
