@@ -38,6 +38,7 @@ class DevToyInstance(ModelInstance):
                 kinds = [type(request.inputs[n]).__name__ for n in ("INPUT0", "INPUT1")]
                 DevToyBackend.seen.append((*kinds, request.device_outputs))
                 outputs = {"OUTPUT0": DeviceArray(a + b), "OUTPUT1": DeviceArray(a - b)}
+                self.cupy.cuda.get_current_stream().synchronize()  # handed over ready
                 responses.append(InferenceResponse(outputs=outputs))  # type: ignore[arg-type]
         return responses
 

@@ -156,8 +156,7 @@ class CudaRegion:
         DeviceArray device to device; returns once the bytes are in place."""
         if isinstance(data, DeviceArray):
             if data.nbytes:
-                kind = self._runtime.memcpyDeviceToDevice
-                data.data.device.synchronize()  # the producer's work, on any stream
+                kind = self._runtime.memcpyDeviceToDevice  # its data is ready (DeviceArray)
                 self._copy(self.pointer(start), data.pointer, data.nbytes, kind)
             return
         host = np.frombuffer(data, dtype=np.uint8)

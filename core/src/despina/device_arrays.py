@@ -35,7 +35,9 @@ class DeviceArray:
     frameworks (``torch.from_dlpack``, ``cupy.asarray``), and :meth:`to_host`.
 
     Converting it to numpy implicitly (``np.asarray``) raises TypeError: a host copy is
-    always explicit."""
+    always explicit. Its data is ready when it is handed over: whoever makes one from
+    device work (a backend's output) waits for that work first, so a consumer may read it
+    on any stream."""
 
     __slots__ = ("data",)
 

@@ -188,7 +188,7 @@ class ndarray:
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         return _capsule(self)
 
-    def toDlpack(self) -> Any:  # noqa: N802 - cupy's name
+    def toDlpack(self) -> Any:
         return _capsule(self)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -266,7 +266,9 @@ def _capsule(array: ndarray) -> Any:
     shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
     strides = None
     if not array._view.flags.c_contiguous:
-        strides = (ctypes.c_int64 * array.ndim)(*(s // array.dtype.itemsize for s in array._view.strides))
+        strides = (ctypes.c_int64 * array.ndim)(
+            *(s // array.dtype.itemsize for s in array._view.strides)
+        )
     managed = _DLManagedTensor(
         data=array.data.ptr,
         device=_DLDevice(2, array._device),
@@ -500,6 +502,11 @@ _malloced: dict[int, _Allocation] = {}
 class cuda:
     Device = _Device
     Stream = _Stream
+
+    @staticmethod
+    def get_current_stream() -> _Stream:
+        return _Stream()
+
     runtime = _Runtime
     UnownedMemory = UnownedMemory
     MemoryPointer = MemoryPointer

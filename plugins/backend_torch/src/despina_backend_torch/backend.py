@@ -186,11 +186,14 @@ class TorchInstance(ThreadedInstance):
         except Exception as exc:  # noqa: BLE001 - a model's forward() may raise anything
             raise Internal(f"PyTorch execute failure: {_summary(exc)}") from None
         picked = pick_outputs(result, outputs, self.positions)
-        on_device = self.stream is not None and self.outputs_may_stay_on_device()
+        stream = self.stream
+        on_device = stream is not None and self.outputs_may_stay_on_device()
         arrays = {
             name: from_torch(value, self.datatypes[name], name, on_device)
             for name, value in picked.items()
         }
+        if stream is not None and on_device:  # DeviceArrays are handed over ready
+            stream.synchronize()
         if self.settings.cache_cleaning and self.device.startswith("cuda"):
             torch.cuda.empty_cache()
         return arrays  # type: ignore[return-value] # DeviceArrays only where the batch takes them
