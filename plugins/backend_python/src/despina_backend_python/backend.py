@@ -7,6 +7,9 @@ Execution mode, per model, from the config's ``parameters``::
 - ``process`` (default, as Triton): each instance runs ``model.py`` in its own child
   process; tensors cross through shared memory; a crashed instance is restarted.
 - ``in-process``: instances share one model object inside the server process.
+
+``FORCE_CPU_ONLY_INPUT_TENSORS`` (as Triton; default ``yes``): ``no`` lets inputs reach
+the model where they are, GPU tensors included (the instances take device inputs).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from despina_backend_python.server_runtime import ServerRuntime
 #: The config parameter choosing the execution mode.
 MODE_KEY = "DESPINA_EXECUTION_MODE"
 PROCESS, IN_PROCESS = "process", "in-process"
+#: Triton's parameter: "no" gives the model its inputs where they are (GPU or CPU).
+FORCE_CPU_KEY = "FORCE_CPU_ONLY_INPUT_TENSORS"
 
 
 class PythonBackend(Backend):
@@ -55,6 +60,15 @@ class PythonBackend(Backend):
                 f"'{PROCESS}' or '{IN_PROCESS}', got '{mode}'"
             )
         return mode
+
+    @property
+    def device_inputs(self) -> bool:
+        """Whether inputs may reach the model in GPU memory (``FORCE_CPU_ONLY_INPUT_TENSORS``
+        is "no"); ConfigError with Triton's text for a value other than yes/no."""
+        value = self.context.parameters.get(FORCE_CPU_KEY, "yes")
+        if value not in ("yes", "no"):
+            raise ConfigError(f"Incorrect value for {FORCE_CPU_KEY}: {value}'")  # sic, as Triton
+        return value == "no"
 
     def _runtime(self) -> ServerRuntime:
         ctx = self.context
@@ -85,23 +99,30 @@ class PythonBackend(Backend):
 
     async def load(self) -> None:
         self.shared: inprocess.SharedModel | None = None
+        device_inputs = self.device_inputs
         if self.mode == IN_PROCESS:
             first = instance_specs(self.context.config)[0]
-            shared = inprocess.SharedModel(self.context, self._runtime(), self.args_for(first))
+            shared = inprocess.SharedModel(
+                self.context, self._runtime(), self.args_for(first), device_inputs
+            )
             await shared.load()
             self.shared = shared
 
     async def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        instance: ModelInstance
         if self.shared is not None:
             cls = (
                 inprocess.AsyncInProcessInstance
                 if self.shared.is_async
                 else inprocess.InProcessInstance
             )
-            return cls(self.shared, spec)
-        from despina_backend_python.process import start_instance
+            instance = cls(self.shared, spec)
+        else:
+            from despina_backend_python.process import start_instance
 
-        return await start_instance(self, spec, self._runtime())
+            instance = await start_instance(self, spec, self._runtime())
+        instance.device_inputs = self.device_inputs
+        return instance
 
     async def unload(self) -> None:
         if self.shared is not None:

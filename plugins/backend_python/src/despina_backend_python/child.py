@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from despina import InferenceRequest as CoreRequest
 
-from despina_backend_python import channel, convert, wire
+from despina_backend_python import channel, convert, cuda_ipc, wire
 from despina_backend_python.pb.errors import TritonError, TritonModelException
 from despina_backend_python.pb.messages import InferenceResponse, ParentTrace
 from despina_backend_python.server_runtime import ServerRuntime
@@ -148,8 +148,17 @@ class ChildProcess(asyncio.Protocol):
         return future
 
     def _dispatch(self, message: dict[str, Any]) -> None:
+        try:
+            self._handle(message)
+        finally:  # read: the child may free the device tensors it sent (if any)
+            if (done := cuda_ipc.done_message(message)) is not None:
+                self.send(done)
+
+    def _handle(self, message: dict[str, Any]) -> None:
         op = message["op"]
-        if op == "executed":
+        if op == cuda_ipc.DONE_OP:
+            self.arena.exports.release(message["key"])
+        elif op == "executed":
             if "responses" in message:  # copied out now, in order (frees the ring)
                 message["unpacked"] = wire.unpack_responses(message, self.incoming)
             future = self.executions.pop(message["id"], None)
@@ -239,6 +248,7 @@ class ChildProcess(asyncio.Protocol):
         with contextlib.suppress(ProcessLookupError):
             await self.process.wait()
         cleanup(self.arena.stem[:-2])  # both directions of this child
+        self.arena.exports.release_all()  # device tensors it will never copy now
         for ring in (self.arena.ring, self.incoming):
             if ring is not None:
                 ring.close()

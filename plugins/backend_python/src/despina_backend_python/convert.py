@@ -2,7 +2,10 @@
 
 Arrays are never copied: a pb Tensor wraps the request's numpy array, and response
 arrays go to the server as they are (BYTES given as ``S``/``U`` arrays become object
-arrays of ``bytes`` in bulk).
+arrays of ``bytes`` in bulk). GPU tensors are cupy arrays in pb_utils (a DeviceTensor)
+and DeviceArrays in the server: the functions here wrap and unwrap them. A BLS
+response's tensors go where the request's ``preferred_memory`` asks
+(:func:`response_to_pb`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from despina import (
+    DeviceArray,
     InferenceRequest as CoreRequest,
     InferenceResponse as CoreResponse,
     RequestedOutput,
@@ -20,9 +24,9 @@ from despina import (
     errors,
 )
 
-from despina_backend_python.pb import messages as pb
-from despina_backend_python.pb.errors import TritonError
-from despina_backend_python.pb.tensor import Tensor
+from despina_backend_python.pb import device, messages as pb
+from despina_backend_python.pb.errors import TritonError, TritonModelException
+from despina_backend_python.pb.tensor import DeviceTensor, Tensor
 from despina_backend_python.pb.types import as_bytes_items, bytes_array
 
 #: Request parameters that belong to the protocol, not to the model (Triton drops them).
@@ -67,11 +71,60 @@ def model_parameters_json(parameters: dict[str, Any]) -> str:
     return json.dumps(kept, separators=(",", ":"))  # compact, as Triton writes it
 
 
-def output_array(array: np.ndarray) -> np.ndarray:
-    """A response array as the server carries it (BYTES as object arrays of bytes)."""
+def output_array(tensor: Tensor) -> np.ndarray:
+    """A response tensor's array as the server carries it (BYTES as object arrays of
+    bytes; a GPU tensor as a DeviceArray)."""
+    array = tensor._array
     if array.dtype.kind in "SU":
         return bytes_array(as_bytes_items(array), array.shape)
+    if type(tensor) is DeviceTensor:
+        return DeviceArray(array)  # type: ignore[return-value]  # a DeviceArray rides as one
     return array
+
+
+def bls_input_array(tensor: Tensor) -> np.ndarray:
+    """A BLS input tensor's array for the server (a GPU tensor as a DeviceArray)."""
+    if type(tensor) is DeviceTensor:
+        return DeviceArray(tensor._array)  # type: ignore[return-value]  # rides as one
+    return tensor._array
+
+
+def input_tensor(name: str, array: Any) -> Tensor:
+    """A pb tensor over a request input that may be a DeviceArray (models taking device
+    inputs)."""
+    if type(array) is DeviceArray:
+        return DeviceTensor._trusted(name, array.data)
+    return Tensor._trusted(name, array)
+
+
+def _placed(array: Any, preferred: pb.PreferredMemory | None) -> Any:
+    """A BLS output where ``preferred`` asks for it (as Triton's BLS allocator): None
+    keeps it where the model left it; CPU (or pinned) copies a device array to the host;
+    GPU puts it on ``preferred_device_id`` (BYTES stay on the host). Without cupy, GPU
+    means the host, as in a Triton build without GPU support."""
+    if preferred is None:
+        return array
+    on_device = type(array) is DeviceArray
+    if preferred.preferred_memory_type != pb.TRITONSERVER_MEMORY_GPU:
+        return array.to_host() if on_device else array
+    target = int(preferred.preferred_device_id)
+    if on_device:
+        return (
+            array
+            if array.device_id == target
+            else DeviceArray(device.to_device(array.data, target))
+        )
+    if array.dtype == np.object_ or not _has_cupy():
+        return array
+    return DeviceArray(device.to_device(array, target))
+
+
+def _has_cupy() -> bool:
+    try:
+        device.cupy()
+    except TritonModelException:
+        return False
+    return True
 
 
 def response_to_core(response: pb.InferenceResponse, wanted: list[str] | None) -> CoreResponse:
@@ -88,30 +141,37 @@ def response_to_core(response: pb.InferenceResponse, wanted: list[str] | None) -
     tensors = response.output_tensors()
     if wanted is not None:  # in the model's order, as Triton answers
         tensors = [t for t in tensors if t.name() in wanted]
-    outputs = {t.name(): output_array(t._array) for t in tensors}
+    outputs = {t.name(): output_array(t) for t in tensors}
     return CoreResponse(outputs=outputs, parameters=params)
 
 
-def response_to_pb(response: CoreResponse) -> pb.InferenceResponse:
-    """A server response (BLS result) for the model."""
+def response_to_pb(
+    response: CoreResponse, preferred: pb.PreferredMemory | None = None
+) -> pb.InferenceResponse:
+    """A server response (BLS result) for the model, its outputs where ``preferred``
+    asks (see :func:`_placed`)."""
     params = {k: v for k, v in response.parameters.items() if isinstance(v, bool | int | str)}
     if response.error is not None:
         return pb.InferenceResponse(error=error_to_pb(response.error), parameters=params)
-    tensors = [Tensor(name, array) for name, array in response.outputs.items()]
+    tensors = [
+        input_tensor(name, _placed(array, preferred)) for name, array in response.outputs.items()
+    ]
     return pb.InferenceResponse(output_tensors=tensors, parameters=params)
 
 
 def request_to_core(request: pb.InferenceRequest) -> CoreRequest:
     """A BLS request built by a model, for ``Server.infer``; built with
     ``trace=request.trace()`` of a traced request (either mode), it is traced as that
-    request's child."""
+    request's child. Its ``device_outputs`` follow ``preferred_memory`` (see
+    :func:`_placed`)."""
     version = request.model_version()
     flags = request.flags()
     parameters = json.loads(request.parameters())
     parent = request.trace()
+    memory = request._preferred_memory
     return CoreRequest(
         model_name=request.model_name(),
-        inputs={t.name(): t._array for t in request.inputs()},
+        inputs={t.name(): bls_input_array(t) for t in request.inputs()},
         model_version=str(version) if version >= 0 else "",
         id=request.request_id(),
         outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,
@@ -120,6 +180,8 @@ def request_to_core(request: pb.InferenceRequest) -> CoreRequest:
         correlation_id=request.correlation_id(),
         flags=SequenceFlags(flags & 3),
         trace=parent.child() if isinstance(parent, Trace) else None,
+        # a GPU backend may answer on the device unless the model asked for CPU outputs
+        device_outputs=memory is None or memory.preferred_memory_type == pb.TRITONSERVER_MEMORY_GPU,
     )
 
 

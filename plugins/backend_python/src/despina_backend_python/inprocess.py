@@ -91,8 +91,17 @@ class CoreResponder(Responder):
 class SharedModel:
     """The one model object of an in-process model version."""
 
-    def __init__(self, context: ModelContext, host: ServerRuntime, args: dict[str, str]) -> None:
+    def __init__(
+        self,
+        context: ModelContext,
+        host: ServerRuntime,
+        args: dict[str, str],
+        device_inputs: bool = False,
+    ) -> None:
+        """``device_inputs``: inputs may be DeviceArrays (they become GPU tensors)."""
         self.context = context
+        #: How a request's input becomes a pb tensor.
+        self.make_tensor = convert.input_tensor if device_inputs else Tensor._trusted
         self.host = host
         self.args = args
         self.decoupled = bool(context.config.model_transaction_policy.decoupled)
@@ -170,12 +179,13 @@ class SharedModel:
 
     def pb_requests(self, requests: Sequence[CoreRequest]) -> list[InferenceRequest]:
         ctx = self.context
+        make = self.make_tensor
         incoming = []
         for r in requests:
             fields = convert.request_fields(r, self.output_names)
             request = InferenceRequest.incoming(
                 CoreResponder(r, fields["outputs"], self.open, self.decoupled),
-                [Tensor._trusted(name, array) for name, array in r.inputs.items()],
+                [make(name, array) for name, array in r.inputs.items()],
                 model_name=ctx.name,
                 model_version=ctx.version,
                 **fields,

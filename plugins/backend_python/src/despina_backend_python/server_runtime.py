@@ -70,7 +70,7 @@ class ServerRuntime(Runtime):
             response = await self.host.bls_infer(self.model_name, convert.request_to_core(request))
         except DespinaError as exc:
             return InferenceResponse(error=convert.error_to_pb(exc))
-        return convert.response_to_pb(response)
+        return convert.response_to_pb(response, request._preferred_memory)
 
     def infer_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
         self._off_loop("exec(decoupled=True)")
@@ -98,7 +98,7 @@ class ServerRuntime(Runtime):
         try:
             async for response in self.host.bls_stream(self.model_name, core_request):
                 last_final = response.final
-                yield convert.response_to_pb(response)
+                yield convert.response_to_pb(response, request._preferred_memory)
         except DespinaError as exc:
             yield InferenceResponse(error=convert.error_to_pb(exc))
             return

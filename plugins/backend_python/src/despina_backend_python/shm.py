@@ -6,7 +6,8 @@ it reads the message, which frees the space. A message too large for the ring ge
 fresh segment of its own that the reader maps without copying (the name is unlinked at
 once; the memory goes with the last array). BYTES tensors travel as a ``uint32`` length
 array plus the joined data. Every name starts with the server's internal-key prefix, so
-clients can never register one as their own region. Server-independent.
+clients can never register one as their own region. Tensors in GPU memory (cupy arrays,
+or DeviceArrays) cross by CUDA IPC instead (:mod:`.cuda_ipc`). Server-independent.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from despina_backend_python import cuda_ipc
 from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.types import (
     WIRE_TO_DTYPE,
@@ -121,35 +123,45 @@ class Arena:
         self.stem = f"{prefix}_{tag}_"
         self.ring = ring
         self._counter = itertools.count()
+        #: The device tensors sent and not yet copied by the receiver.
+        self.exports = cuda_ipc.DeviceExports()
 
     def pack(self, tensors: list[tuple[str, np.ndarray]]) -> dict[str, Any]:
-        """Write ``tensors``; the message fields ``shm``, ``ring`` and ``tensors``."""
-        plan, size = _plan(tensors)
+        """Write ``tensors``; the message fields ``shm``, ``ring`` and ``tensors`` (host
+        tensors), and for device tensors ``cuda`` and ``ipc`` (:mod:`.cuda_ipc`)."""
+        plan, size, on_device = _plan(tensors)
         fields: dict[str, Any] = {"shm": None, "ring": None}
-        if size == 0:
-            fields["tensors"] = [desc for desc, _ in plan]
-            return fields
-        spot = (
-            self.ring.reserve(size)
-            if self.ring is not None and size <= RING_MESSAGE_LIMIT
-            else None
-        )
-        if spot is not None:
-            assert self.ring is not None
-            base, fields["ring"] = spot
-            mapping = self.ring.mapping
-        else:
-            base, fields["shm"] = 0, self.stem + str(next(self._counter))
-            mapping = _map(fields["shm"], size)
-        descs = [_shift(desc, base) for desc, _ in plan]
+        if on_device:
+            fields.update(self.exports.export(on_device))
         try:
-            for desc, (_, payload) in zip(descs, plan, strict=True):
-                _write(mapping, desc, payload)
-        finally:
-            if spot is None:
-                mapping.close()
-        fields["tensors"] = descs
-        return fields
+            if size == 0:
+                fields["tensors"] = [desc for desc, _ in plan]
+                return fields
+            spot = (
+                self.ring.reserve(size)
+                if self.ring is not None and size <= RING_MESSAGE_LIMIT
+                else None
+            )
+            if spot is not None:
+                assert self.ring is not None
+                base, fields["ring"] = spot
+                mapping = self.ring.mapping
+            else:
+                base, fields["shm"] = 0, self.stem + str(next(self._counter))
+                mapping = _map(fields["shm"], size)
+            descs = [_shift(desc, base) for desc, _ in plan]
+            try:
+                for desc, (_, payload) in zip(descs, plan, strict=True):
+                    _write(mapping, desc, payload)
+            finally:
+                if spot is None:
+                    mapping.close()
+            fields["tensors"] = descs
+            return fields
+        except BaseException:  # the message is not sent: nobody will copy the exports
+            if on_device:
+                self.exports.release(fields["ipc"])
+            raise
 
 
 def cleanup(stem: str) -> None:
@@ -159,10 +171,18 @@ def cleanup(stem: str) -> None:
             os.unlink(path)
 
 
-def _plan(tensors: list[tuple[str, np.ndarray]]) -> tuple[list[tuple[Descriptor, Any]], int]:
+def _plan(
+    tensors: list[tuple[str, np.ndarray]],
+) -> tuple[list[tuple[Descriptor, Any]], int, list[tuple[int, str, Any]]]:
+    """(descriptor and payload of each host tensor, their size, (position, name, array) of
+    each device tensor)."""
     plan: list[tuple[Descriptor, Any]] = []
+    on_device: list[tuple[int, str, Any]] = []
     offset = 0
     for name, array in tensors:
+        if not isinstance(array, np.ndarray):
+            on_device.append((len(plan) + len(on_device), name, array))
+            continue
         datatype = wire_datatype(array)
         shape = tuple(int(d) for d in array.shape)
         if datatype == "BYTES":
@@ -175,7 +195,7 @@ def _plan(tensors: list[tuple[str, np.ndarray]]) -> tuple[list[tuple[Descriptor,
         else:
             plan.append(((name, datatype, shape, offset, array.nbytes), array))
             offset = _aligned(offset + array.nbytes)
-    return plan, offset
+    return plan, offset, on_device
 
 
 def _shift(desc: Descriptor, base: int) -> Descriptor:
@@ -205,7 +225,11 @@ def _write(mapping: mmap.mmap, desc: Descriptor, payload: Any) -> None:
 
 def unpack(fields: dict[str, Any], ring: Ring | None = None) -> list[tuple[str, np.ndarray]]:
     """The tensors of a message written by :meth:`Arena.pack` (``ring``: the reader's
-    view of the sender's ring, released once the data is copied out)."""
+    view of the sender's ring, released once the data is copied out), device tensors
+    copied into this process's GPU memory as cupy arrays: the reader then owes the sender
+    :func:`~.cuda_ipc.done_message`."""
+    if fields.get("cuda"):
+        return _with_device(fields, ring)
     descs = fields["tensors"]
     if fields.get("ring") is not None:
         assert ring is not None
@@ -217,6 +241,15 @@ def unpack(fields: dict[str, Any], ring: Ring | None = None) -> list[tuple[str, 
         mapping = _map(fields["shm"])
         os.unlink(os.path.join(SHM_DIR, fields["shm"]))
     return [(desc[0], _read(mapping, desc, copy=False)) for desc in descs]
+
+
+def _with_device(fields: dict[str, Any], ring: Ring | None) -> list[tuple[str, np.ndarray]]:
+    """:func:`unpack` of a message with device tensors: the host ones, then the device
+    ones put back in their places."""
+    out = unpack({**fields, "cuda": None}, ring)
+    for position, name, array in cuda_ipc.import_tensors(fields["cuda"]):
+        out.insert(position, (name, array))
+    return out
 
 
 def _read(mapping: Any, desc: Descriptor, copy: bool) -> np.ndarray:

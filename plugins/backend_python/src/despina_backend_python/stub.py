@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from despina_backend_python import wire
+from despina_backend_python import cuda_ipc, wire
 from despina_backend_python.channel import BlockingChannel
 from despina_backend_python.loading import describe_exception, load_model_class
 from despina_backend_python.pb import runtime as pb_runtime
@@ -48,7 +48,6 @@ from despina_backend_python.pb.messages import (
     Responder,
 )
 from despina_backend_python.pb.model_config import ModelConfig
-from despina_backend_python.pb.tensor import Tensor
 from despina_backend_python.returned import (
     ReturnedError,
     check_returned,
@@ -264,7 +263,9 @@ class Stub:
         if message is None:
             os._exit(0)
         op = message["op"]
-        if op in ("reply", "stream", "stream_end"):
+        if op == cuda_ipc.DONE_OP:
+            self.arena.exports.release(message["key"])
+        elif op in ("reply", "stream", "stream_end"):
             self.runtime.route(message)
         elif op == "execute":
             # Poll for the next message only while the server had nothing else in flight
@@ -278,12 +279,15 @@ class Stub:
                 self.work.append((message["id"], requests))
         elif op == "finalize":
             self.work.append(None)
+        if (done := cuda_ipc.done_message(message)) is not None:
+            self.channel.send(done)  # its device tensors are copied: the server may free them
 
     def _requests(self, message: dict[str, Any]) -> list[InferenceRequest]:
         tensors = unpack(message, self.incoming)
+        make = wire.tensor_maker(message)
         requests, at = [], 0
         for fields in message["requests"]:
-            inputs = [Tensor._trusted(n, a) for n, a in tensors[at : at + fields["n"]]]
+            inputs = [make(n, a) for n, a in tensors[at : at + fields["n"]]]
             at += fields["n"]
             request = InferenceRequest.incoming(
                 ChildResponder(self, fields["token"]),

@@ -5,14 +5,26 @@ Server-independent (used by the child and by the server side).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from despina_backend_python.pb.errors import TritonError
-from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, ParentTrace
-from despina_backend_python.pb.tensor import Tensor
+from despina_backend_python.pb.messages import (
+    InferenceRequest,
+    InferenceResponse,
+    ParentTrace,
+    PreferredMemory,
+)
+from despina_backend_python.pb.tensor import Tensor, any_tensor
 from despina_backend_python.shm import Arena, Ring, unpack
+
+
+def tensor_maker(message: dict[str, Any]) -> Callable[[str, Any], Tensor]:
+    """How to wrap the unpacked arrays of ``message`` as pb tensors (any_tensor only
+    when it carried device tensors)."""
+    return any_tensor if message.get("cuda") else Tensor._trusted
 
 
 def pack_responses(arena: Arena, items: list[Any]) -> dict[str, Any]:
@@ -45,6 +57,7 @@ def unpack_responses(
 ) -> list[InferenceResponse | str | None]:
     """The responses of :func:`pack_responses` (the type name for invalid items)."""
     tensors = unpack(message, ring)
+    make = tensor_maker(message)
     out: list[InferenceResponse | str | None] = []
     at = 0
     for desc in message["responses"]:
@@ -54,7 +67,7 @@ def unpack_responses(
         if "invalid" in desc:
             out.append(desc["invalid"])
             continue
-        chunk = [Tensor._trusted(name, array) for name, array in tensors[at : at + desc["n"]]]
+        chunk = [make(name, array) for name, array in tensors[at : at + desc["n"]]]
         at += desc["n"]
         error = None if desc["error"] is None else TritonError(*desc["error"])
         out.append(InferenceResponse(chunk, error=error, parameters=desc["params"]))
@@ -73,6 +86,9 @@ def request_fields(request: InferenceRequest) -> dict[str, Any]:
         "params": request.parameters(),
         "timeout": request.timeout(),
         "trace": trace.token if isinstance(trace := request.trace(), ParentTrace) else None,
+        "memory": None
+        if (memory := request._preferred_memory) is None
+        else (int(memory.preferred_memory_type), int(memory.preferred_device_id)),
     }
 
 
@@ -86,7 +102,8 @@ def unpack_request(message: dict[str, Any], ring: Ring | None) -> InferenceReque
     """The BLS request of :func:`pack_request` (its trace: a :class:`ParentTrace` handle,
     for the server to resolve)."""
     fields = message["request"]
-    inputs = [Tensor._trusted(name, array) for name, array in unpack(message, ring)]
+    make = tensor_maker(message)
+    inputs = [make(name, array) for name, array in unpack(message, ring)]
     return InferenceRequest(
         model_name=fields["model"],
         inputs=inputs,
@@ -98,4 +115,5 @@ def unpack_request(message: dict[str, Any], ring: Ring | None) -> InferenceReque
         timeout=fields["timeout"],
         parameters=fields["params"],
         trace=None if fields.get("trace") is None else ParentTrace(fields["trace"]),
+        preferred_memory=None if fields["memory"] is None else PreferredMemory(*fields["memory"]),
     )

@@ -24,7 +24,9 @@ TRITONSERVER_MEMORY_GPU = 2
 
 
 class PreferredMemory:
-    """Where BLS outputs should live; only CPU memory exists here, so it is advisory."""
+    """Where the outputs of a BLS request should be: ``TRITONSERVER_MEMORY_CPU`` (host
+    memory) or ``TRITONSERVER_MEMORY_GPU`` on ``preferred_device_id``. A request without
+    one gets its outputs where the model left them (as Triton)."""
 
     def __init__(
         self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, preferred_device_id: int = 0

@@ -1,4 +1,6 @@
-"""``pb_utils.Tensor``: a named numpy array (CPU), with DLPack interchange."""
+"""``pb_utils.Tensor``: a named numpy array (CPU) or, as :class:`DeviceTensor`, a named
+cupy array (GPU: made by ``from_dlpack`` of a CUDA tensor, or given by the server), with
+DLPack interchange."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from despina_backend_python.pb import bf16_dlpack
+from despina_backend_python.pb import bf16_dlpack, device
 from despina_backend_python.pb.errors import TritonModelException, require
 from despina_backend_python.pb.types import BF16, wire_datatype
 
@@ -60,6 +62,13 @@ class Tensor:
     def is_cpu(self) -> bool:
         return True
 
+    def __dlpack__(self, stream: Any = None) -> Any:
+        """DLPack protocol: :meth:`to_dlpack` (so ``torch.from_dlpack(tensor)`` works)."""
+        return self.to_dlpack()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (device.DLPACK_CPU, 0)
+
     def to_dlpack(self) -> Any:
         """A DLPack capsule sharing this tensor's memory, or a copy's where it is
         read-only (a request's tensor in-process); not for BYTES tensors."""
@@ -74,11 +83,14 @@ class Tensor:
     @staticmethod
     def from_dlpack(name: str, dlpack: Any) -> Tensor:
         """A Tensor sharing the memory of a DLPack capsule or ``__dlpack__`` object
-        (C-contiguous, on the CPU)."""
+        (C-contiguous); one in CUDA memory stays there (a :class:`DeviceTensor`)."""
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         if dlpack is None:
             raise TritonModelException("from_dlpack() expects a DLPack capsule, got None")
+        gpu = device.cuda_device(dlpack)
+        if gpu is not None:
+            return DeviceTensor._trusted(name, device.from_dlpack(dlpack, gpu))
         source = dlpack if hasattr(dlpack, "__dlpack__") else _Capsule(dlpack)
         try:
             array = np.from_dlpack(source)
@@ -101,3 +113,37 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+
+
+class DeviceTensor(Tensor):
+    """A tensor in GPU memory: ``_array`` is a C-contiguous cupy array. ``as_numpy``
+    refuses (Triton's text); DLPack shares the device memory."""
+
+    __slots__ = ()
+
+    def as_numpy(self) -> np.ndarray:
+        raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
+
+    def is_cpu(self) -> bool:
+        return False
+
+    def to_dlpack(self) -> Any:
+        """A DLPack capsule of the device memory (it keeps the tensor's memory alive)."""
+        return self._array.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (device.DLPACK_CUDA, device.device_id(self._array))
+
+    def __repr__(self) -> str:
+        where = device.device_id(self._array)
+        return (
+            f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype}, gpu={where})"
+        )
+
+
+def any_tensor(name: str, array: Any) -> Tensor:
+    """A tensor over ``array`` the server or the channel built: a numpy array (Tensor) or
+    a cupy array (DeviceTensor)."""
+    if isinstance(array, np.ndarray):
+        return Tensor._trusted(name, array)
+    return DeviceTensor._trusted(name, array)
