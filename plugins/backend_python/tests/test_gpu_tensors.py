@@ -12,6 +12,7 @@ tests run the same models on real cupy and a GPU, and are skipped without one.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from .gpu_models import (
     NO_CUPY_IO,
     PAIR_IO,
     PROBE,
+    PROBE_IO,
     add_gpu_models,
     force_cpu,
 )
@@ -292,3 +294,46 @@ def test_force_cpu_only_and_bls_preferred_memory_on_gpu(
     running = _served(model_repository, despina_server, mode)
     check_force_cpu_only(running, http_client, grpc_client)
     check_bls_preferred_memory(running, http_client, grpc_client, device=min(real_cuda - 1, 1))
+
+
+def test_force_cpu_no_without_cupy_in_the_model_environment_standin(
+    monkeypatch: pytest.MonkeyPatch,
+    model_repository: RepositoryBuilder,
+    despina_server: Callable[..., RunningServer],
+    http_client: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """cupy stand-in in the server only (not on the model processes' path): a process-mode
+    model with FORCE_CPU_ONLY_INPUT_TENSORS "no" whose environment lacks cupy gets its
+    inputs on the host, with a warning, instead of failing on the first device input."""
+    import device_backend
+    from cuda_standin import STANDIN_DIR
+
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    monkeypatch.syspath_prepend(STANDIN_DIR)  # this process only: PYTHONPATH untouched
+    model_repository.add("dev", device_backend.devtoy_config(), {"1/model.devtoy": ""})
+    model_repository.add(
+        "probe_gpu",
+        config("probe_gpu", PROBE_IO, "process", force_cpu("no")),
+        {"1/model.py": PROBE},
+    )
+    model_repository.add(
+        "dev_to_probe",
+        ensemble(
+            [
+                step("dev", {"INPUT0": "X", "INPUT1": "Y"}, {"OUTPUT0": "s", "OUTPUT1": "d"}),
+                step("probe_gpu", {"INPUT0": "s", "INPUT1": "d"}, {"OUTPUT0": "P", "OUTPUT1": "G"}),
+            ],
+            ["X", "Y"],
+            ["P", "G"],
+        ),
+    )
+    running = despina_server(model_repository.root, plugins=[device_backend])
+    try:
+        assert not running.server.models.get("probe_gpu").device_inputs
+        result = http_client(running).infer("dev_to_probe", _inputs(httpclient, ("X", "Y")))
+        np.testing.assert_array_equal(result.as_numpy("P"), 2 * (A + B))
+        np.testing.assert_array_equal(result.as_numpy("G"), [0, 0])  # host inputs
+        assert "has no cupy" in caplog.text
+    finally:
+        sys.modules.pop("cupy", None)  # the stand-in leaves with its path

@@ -30,6 +30,7 @@ from google.protobuf import json_format
 
 from despina_backend_python import inprocess
 from despina_backend_python.loading import initialize_args
+from despina_backend_python.pb import device
 from despina_backend_python.server_runtime import ServerRuntime
 
 #: The config parameter choosing the execution mode.
@@ -121,6 +122,16 @@ class PythonBackend(Backend):
             from despina_backend_python.process import start_instance
 
             instance = await start_instance(self, spec, self._runtime())
+            if self.device_inputs and not instance.has_cupy:
+                self.context.logger.warning(
+                    "model '%s' instance '%s': %s is \"no\" but the model's environment "
+                    "has no cupy (%s), so its inputs are given in host memory",
+                    self.context.name,
+                    spec.name,
+                    FORCE_CPU_KEY,
+                    device.CUPY_HINT,
+                )
+                return instance
         instance.device_inputs = self.device_inputs
         return instance
 

@@ -57,7 +57,7 @@ def new_tag() -> str:
 
 async def start_instance(
     backend: PythonBackend, spec: InstanceSpec, host: ServerRuntime
-) -> ModelInstance:
+) -> ProcessInstance:
     """Start the child of ``spec``; raises Internal with ``initialize``'s error."""
     instance = ProcessInstance(backend, spec, host)
     await instance.start()
@@ -104,6 +104,7 @@ class ProcessInstance(ModelInstance):
         )
         self.child: ChildProcess | None = None
         self.is_async = False
+        self.has_cupy = False
         self._ids = itertools.count(1)
         self._tokens = itertools.count(1)
         self._back = asyncio.Event()
@@ -131,6 +132,8 @@ class ProcessInstance(ModelInstance):
             await child.stop(FINALIZE_TIMEOUT_S, finalize=False)
             raise Internal(answer.get("message", "the model process failed to start"))
         self.is_async = bool(answer["is_async"])
+        #: Whether the model's environment has cupy (it can read GPU tensors).
+        self.has_cupy = bool(answer["cupy"])
         self.child = child
         self._back.set()
 

@@ -21,6 +21,7 @@ Only numpy and this package are needed, so it also runs in other Python environm
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import itertools
 import json
@@ -256,7 +257,8 @@ class Stub:
         except BaseException as exc:  # noqa: BLE001 - reported to the server as the reason
             return {"op": "error", "message": describe_exception(exc)}
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
-        return {"op": "ready", "is_async": self.is_async, "pid": os.getpid()}
+        has_cupy = importlib.util.find_spec("cupy") is not None  # finds, never imports
+        return {"op": "ready", "is_async": self.is_async, "pid": os.getpid(), "cupy": has_cupy}
 
     def route(self, message: dict[str, Any] | None) -> None:
         """Handle one message of the server (None: the server went away, exit)."""
