@@ -78,6 +78,36 @@ def test_cuda_regions_over_http_and_grpc(
         assert set(device_backend.DevToyBackend.seen) == {("DeviceArray", "DeviceArray", True)}
 
 
+@pytest.mark.gpu
+def test_tritonclient_cuda_shared_memory_utilities(
+    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
+) -> None:
+    """What users write: ``tritonclient.utils.cuda_shared_memory`` (cuda-python underneath)
+    makes the regions, sets the inputs, gives the raw handles and reads the outputs, over
+    HTTP and gRPC, with the GPU model devtoy. Real GPU only (no stand-in for cuda-python)."""
+    pytest.importorskip("despina_frontend_http")
+    pytest.importorskip("despina_frontend_grpc")
+    import device_backend
+    from despina.cuda_memory import probe_cuda
+
+    support = probe_cuda()
+    if not support.available or getattr(sys.modules.get("cupy"), "DESPINA_STANDIN", False):
+        pytest.skip(f"no CUDA device here: {support.reason or 'cupy is the stand-in'}")
+    pytest.importorskip("cuda.bindings", reason="tritonclient's CUDA utilities need cuda-python")
+    model_repository.add("devtoy", device_backend.devtoy_config(N), {"1/model.devtoy": ""})
+    running = despina_server(
+        model_repository.root, args=["--allow-client-shm=true"], plugins=[device_backend]
+    )
+    done = subprocess.run(
+        [sys.executable, __file__, running.http_url, running.grpc_url, "utils"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["http", "ok", "grpc", "ok"]
+
+
 # The client: runs in a child process (python tests/test_cuda_shared_memory.py HTTP GRPC MODEL).
 
 
@@ -190,5 +220,42 @@ def _client_main(http_url: str, grpc_url: str, model: str) -> None:
         region.free()
 
 
+def _utils_main(http_url: str, grpc_url: str) -> None:
+    """Inputs in one region, outputs in another, all through tritonclient's utilities."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    a, b = np.arange(N, dtype=np.float32), np.full(N, 3, np.float32)
+    for label, module, url in (("http", httpclient, http_url), ("grpc", grpcclient, grpc_url)):
+        client = module.InferenceServerClient(url)
+        ins = cudashm.create_shared_memory_region(f"in_{label}", 2 * SIZE, 0)
+        outs = cudashm.create_shared_memory_region(f"out_{label}", 2 * SIZE, 0)
+        try:
+            cudashm.set_shared_memory_region(ins, [a, b])
+            for name, region in ((f"in_{label}", ins), (f"out_{label}", outs)):
+                client.register_cuda_shared_memory(
+                    name, cudashm.get_raw_handle(region), 0, 2 * SIZE
+                )
+            inputs = [module.InferInput(f"INPUT{i}", [N], "FP32") for i in range(2)]
+            outputs = [module.InferRequestedOutput(f"OUTPUT{i}") for i in range(2)]
+            for i in range(2):
+                inputs[i].set_shared_memory(f"in_{label}", SIZE, i * SIZE)
+                outputs[i].set_shared_memory(f"out_{label}", SIZE, i * SIZE)
+            client.infer("devtoy", inputs, outputs=outputs)
+            got = cudashm.get_contents_as_numpy(outs, "FP32", [2, N])
+            np.testing.assert_array_equal(got[0], a + b)
+            np.testing.assert_array_equal(got[1], a - b)
+            client.unregister_cuda_shared_memory()
+        finally:
+            cudashm.destroy_shared_memory_region(ins)
+            cudashm.destroy_shared_memory_region(outs)
+            client.close()
+        print(label, "ok", flush=True)
+
+
 if __name__ == "__main__":
-    _client_main(sys.argv[1], sys.argv[2], sys.argv[3])
+    if sys.argv[3] == "utils":
+        _utils_main(sys.argv[1], sys.argv[2])
+    else:
+        _client_main(sys.argv[1], sys.argv[2], sys.argv[3])
