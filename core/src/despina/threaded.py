@@ -112,7 +112,7 @@ class ThreadedInstance(ModelInstance):
         """Called by :meth:`run`: whether every request of the batch takes DeviceArray
         outputs (:attr:`~despina.InferenceRequest.device_outputs`), so a GPU framework may
         answer its outputs as DeviceArrays instead of host copies."""
-        return bool(_marks.device_outputs)
+        return bool(getattr(_marks, "device_outputs", False))  # False outside an execution
 
     @staticmethod
     def mark_infer_end() -> None:
