@@ -132,6 +132,8 @@ def test_a_reply_written_within_data_received_comes_from_the_loop() -> None:
         await steps(10)  # both callbacks assert they are never entered twice at once
         assert client.data() == b"PINGPING" and echo.data() == b"pingping"
 
+    run(body)
+
 
 def test_large_writes_come_in_chunks_and_pause_reading_holds_the_rest() -> None:
     async def body() -> None:
@@ -154,6 +156,8 @@ def test_large_writes_come_in_chunks_and_pause_reading_holds_the_rest() -> None:
             await steps()
             assert len(b.data()) == delivered  # one chunk, then paused again
         assert b.data() == payload
+
+    run(body)
 
 
 def test_write_flow_control_follows_what_the_peer_has_not_read() -> None:
