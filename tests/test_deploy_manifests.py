@@ -2,7 +2,9 @@
 object validates offline: core kinds against Kubernetes' OpenAPI schemas
 (``kubernetes-validate``, strict), the Prometheus-operator and KServe kinds against the
 fields of their published CRDs (tests/data/deploy_schemas, sources named in each file).
-The server arguments each manifest gives are parsed by Despina's own command line."""
+The server arguments each manifest gives are parsed by Despina's own command line, and the
+KServe runtime advertises exactly the model formats the default image (deploy/container)
+installs a backend for."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,17 @@ SCHEMAS = Path(__file__).with_name("data") / "deploy_schemas"
 #: Kubernetes version whose schemas the core kinds are checked against.
 KUBERNETES = "1.32.0"
 OVERLAYS = ("cpu", "gpu")
+PLUGINS = ROOT / "plugins"
+#: The KServe model format each backend plugin (its folder under plugins/) serves, and the
+#: package it needs at run time, which the image has only as a required dependency.
+KSERVE_FORMATS = {
+    "backend_onnx": ("onnx", "onnxruntime"),
+    "backend_torch": ("pytorch", "torch"),
+    "backend_openvino": ("openvino", "openvino"),
+    "backend_trt": ("tensorrt", "tensorrt"),
+}
+#: Backends with no KServe format of their own: their models come as `triton` repositories.
+TRITON_ONLY = {"backend_python"}
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")
@@ -134,7 +148,7 @@ def test_kserve_runtime_validates_and_despina_takes_its_arguments() -> None:
     validate(runtime)
     spec = runtime["spec"]
     formats = {f["name"] for f in spec["supportedModelFormats"]}
-    assert formats == {"onnx", "pytorch", "openvino", "triton"}
+    assert formats == {"onnx", "triton"}
     assert set(spec["protocolVersions"]) == {"v2", "grpc-v2"}
     (container,) = spec["containers"]
     assert container["command"] == ["despina", "serve"]
@@ -144,6 +158,49 @@ def test_kserve_runtime_validates_and_despina_takes_its_arguments() -> None:
     (service,) = load(DEPLOY / "kserve" / "inference-service.example.yaml")
     validate(service)
     assert service["spec"]["predictor"]["model"]["runtime"] == runtime["metadata"]["name"]
+
+
+def image_plugins() -> list[str]:
+    """The plugins the default image installs: the Containerfile's ``ARG PLUGINS``
+    default, which build.sh passes on unchanged unless ``$PLUGINS`` is set."""
+    containerfile = (DEPLOY / "container" / "Containerfile").read_text()
+    (default,) = re.findall(r'^ARG PLUGINS="([^"]*)"$', containerfile, re.M)
+    build = (DEPLOY / "container" / "build.sh").read_text()
+    assert "${PLUGINS:+--build-arg" in build and "PLUGINS:-" not in build
+    names = default.split()
+    for name in names:
+        assert (PLUGINS / name / "pyproject.toml").is_file(), f"no plugin {name!r}"
+    return names
+
+
+def required_packages(plugin: str) -> set[str]:
+    """The distribution names a plugin requires (not its extras)."""
+    project = tomllib.loads((PLUGINS / plugin / "pyproject.toml").read_text())["project"]
+    names = (re.match(r"[A-Za-z0-9._-]+", dep) for dep in project.get("dependencies", []))
+    return {m.group(0).lower().replace("_", "-") for m in names if m}
+
+
+def test_kserve_runtime_formats_are_what_the_default_image_serves() -> None:
+    """Every format the runtime advertises has its backend, with its framework, in the
+    image it runs (and none it could serve is left out): parsed from the Containerfile
+    and the plugins' pyproject.toml, so neither can change without the other."""
+    backends = {p.name for p in PLUGINS.iterdir() if p.name.startswith("backend_")}
+    unmapped = backends - KSERVE_FORMATS.keys() - TRITON_ONLY
+    assert not unmapped, f"say which KServe format these serve (or none): {sorted(unmapped)}"
+    plugins = image_plugins()
+    served = {"triton"} if {"frontend_http", "frontend_grpc"} <= set(plugins) else set()
+    for plugin in plugins:
+        if plugin in KSERVE_FORMATS:
+            kserve_format, framework = KSERVE_FORMATS[plugin]
+            if framework in required_packages(plugin):
+                served.add(kserve_format)
+    (runtime,) = load(DEPLOY / "kserve" / "cluster-serving-runtime.yaml")
+    advertised = {f["name"] for f in runtime["spec"]["supportedModelFormats"]}
+    assert advertised == served, (
+        f"the runtime advertises {sorted(advertised)}; the default image "
+        f"(PLUGINS={' '.join(plugins)!r}) serves {sorted(served)}"
+    )
+    assert runtime["spec"]["containers"][0]["image"].endswith(":cpu")  # VARIANT=cpu
 
 
 def test_a_misspelled_field_is_caught() -> None:
