@@ -1,10 +1,10 @@
 """Limits of the gRPC port a user may set: compressed messages inflate off the event loop
 (a compression bomb under a large ``--grpc-max-message-size`` holds up only its own call),
-``--grpc-max-concurrent-streams`` and ``--grpc-max-connections``."""
+``--grpc-max-concurrent-streams`` and ``--grpc-max-connections`` (more of it in
+test_connection_floods.py)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import zlib
@@ -189,45 +189,7 @@ def test_max_concurrent_streams_must_be_positive(serve: Serve) -> None:
 # --- --grpc-max-connections
 
 
-def infer_unavailable(running: RunningServer) -> InferenceServerException:
-    with (
-        grpcclient.InferenceServerClient(running.grpc_url) as triton,
-        pytest.raises(InferenceServerException) as refused,
-    ):
-        triton.infer("add_sub", add_sub_inputs(), client_timeout=10)
-    return refused.value
-
-
-def served_within(running: RunningServer, seconds: float) -> bool:
-    """Whether a new tritonclient is answered within ``seconds`` (retrying)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            with grpcclient.InferenceServerClient(running.grpc_url) as triton:
-                triton.infer("add_sub", add_sub_inputs(), client_timeout=5)
-            return True
-        except InferenceServerException:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.1)
-
-
-def test_max_connections_flag(serve: Serve, connect: Callable[..., RawClient]) -> None:
-    """A connection beyond ``--grpc-max-connections`` is closed at once, before any frame:
-    clients get UNAVAILABLE; once a connection closes, new ones are served again."""
-    running = serve("--grpc-max-connections=2")
-    first, _ = connect(running), connect(running)
-    assert running.grpc_port is not None
-    with socket.create_connection(("127.0.0.1", running.grpc_port), timeout=10) as third:
-        try:
-            third.sendall(http2.PREFACE + http2.settings_frame(()))
-            assert third.recv(1 << 16) == b""  # closed, no SETTINGS
-        except ConnectionResetError:
-            pass
-    error = infer_unavailable(running)
-    assert error.status() == "StatusCode.UNAVAILABLE", error
-    first.close()
-    assert served_within(running, 10)
+# (a connection beyond the limit: test_connection_floods.py)
 
 
 def test_max_connections_zero_is_unlimited(serve: Serve, connect: Callable[..., RawClient]) -> None:

@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from despina_frontend_grpc.h2_limits import MAX_CONCURRENT_STREAMS
 
 #: Connections served at once (default of ``--grpc-max-connections``); one accepted
-#: beyond it is closed at once.
+#: beyond it makes room (see :mod:`despina.transport.roster`) or is closed at once.
 MAX_CONNECTIONS = 1024
+#: Seconds a new connection has to send the connection preface (default of
+#: ``--grpc-handshake-timeout-secs``; over TLS, the TLS handshake gets as long again).
+HANDSHAKE_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -31,3 +34,5 @@ class ConnectionLimits:
     max_concurrent_streams: int = MAX_CONCURRENT_STREAMS
     #: Connections served at once by the server; 0: no limit.
     max_connections: int = MAX_CONNECTIONS
+    #: Seconds a connection has to send the preface; 0: no limit.
+    handshake_timeout: float = HANDSHAKE_TIMEOUT

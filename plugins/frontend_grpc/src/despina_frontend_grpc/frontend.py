@@ -53,6 +53,7 @@ def connection_limits(options: GrpcOptions) -> ConnectionLimits:
         max_connection_age_grace=seconds(options.max_connection_age_grace),
         max_concurrent_streams=options.max_concurrent_streams,
         max_connections=options.max_connections,
+        handshake_timeout=options.handshake_timeout_secs,
     )
 
 

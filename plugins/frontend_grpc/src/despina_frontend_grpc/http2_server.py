@@ -20,10 +20,15 @@ Three layers serve a connection:
   runs the connection's timers (keepalive, maximum age, the GOAWAY PING's timeout,
   lingering after the half-close).
 
-A connection past ``--grpc-max-connections`` is closed as soon as it is accepted, before
-any frame, as grpc.aio does (a GOAWAY would make grpc clients retry at once, in a tight
-loop; a closed connection makes them back off), and logged at most once per
-:data:`FLOOD_WINDOW`.
+Connections are counted by a :class:`~despina.transport.roster.Roster`: one that has not
+sent the connection preface within ``--grpc-handshake-timeout-secs`` is closed; at
+``--grpc-max-connections`` a new connection makes room (the oldest still without its
+preface is closed, else the longest-idle connection, one without calls, is drained:
+GOAWAY, and calls it sent meanwhile are served). When every connection has calls, the
+new one is closed as soon as it is accepted, before any frame, as grpc.aio does (a GOAWAY
+would make grpc clients retry at once, in a tight loop; a closed connection makes them
+back off). Running out of descriptors pauses accepting briefly
+(:class:`~despina.transport.listen.Listener`).
 
 Graceful shutdown (:meth:`Http2GrpcServer.drain` as the server stops, and at
 ``--grpc-max-connection-age``) sends the engine's first GOAWAY with its PING; the second
@@ -40,11 +45,11 @@ import ssl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from despina import stop_listening
+from despina.transport.listen import Listener, listen, stop_listening
+from despina.transport.roster import Roster
 
 from despina_frontend_grpc.connection_limits import ConnectionLimits
 from despina_frontend_grpc.grpc_calls import INFLATE_THREADS, GrpcCalls, Route
-from despina_frontend_grpc.h2_limits import FLOOD_WINDOW
 
 log = logging.getLogger("despina.frontend.grpc")
 
@@ -69,6 +74,10 @@ class Connection(asyncio.Protocol):
         self.timers: list[asyncio.TimerHandle] = []
         self.keepalive_timer: asyncio.TimerHandle | None = None
         self.ping_ack_timer: asyncio.TimerHandle | None = None
+        #: The loop's time when the client last sent something (the roster's measure).
+        self.heard = self.loop.time()
+        #: The client's connection preface came (the roster heard of it).
+        self.handshaken = False
 
     # --- asyncio.Protocol
 
@@ -76,10 +85,9 @@ class Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         limits = self.limits
-        if limits.max_connections and len(self.server.connections) >= limits.max_connections:
+        if not self.server.roster.admit(self):
             self.engine.closing = True
             transport.close()
-            self.server.connection_refused()
             return
         self.server.connections.add(self)
         self.engine.start()
@@ -92,7 +100,11 @@ class Connection(asyncio.Protocol):
         self._flush()
 
     def data_received(self, data: bytes) -> None:
+        self.heard = self.loop.time()
         error = self.engine.receive(data)
+        if not self.handshaken and self.engine.preface_seen:
+            self.handshaken = True
+            self.server.roster.handshaken(self)
         if error is not None:
             log.warning("gRPC connection closed: %s", error)
             self._close()
@@ -101,6 +113,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.engine.closing = True
         self.server.connections.discard(self)
+        self.server.roster.leave(self)
         for timer in (*self.timers, self.keepalive_timer, self.ping_ack_timer):
             if timer is not None:
                 timer.cancel()
@@ -112,6 +125,29 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.calls.resume_writing()
+
+    # --- the roster's questions
+
+    def idle(self) -> bool:
+        """No call, no partial frame read, nothing left to write, not shutting down."""
+        engine = self.engine
+        return not (
+            engine.streams
+            or engine.buffer
+            or engine.continuing
+            or engine.draining
+            or engine.closing
+            or self.transport is None
+            or self.transport.get_write_buffer_size()
+        )
+
+    def evict(self) -> None:
+        """Make room: close at once without the preface, else drain (GOAWAY; calls
+        the client opened meanwhile are served)."""
+        if self.engine.preface_seen:
+            self.drain()
+        else:
+            self._close()
 
     # --- output
 
@@ -210,13 +246,14 @@ class Http2GrpcServer:
         self.restrictions = restrictions
         self.ssl_context = ssl_context
         self.connections: set[Connection] = set()
-        self.listener: asyncio.Server | None = None
+        self.roster: Roster[Connection] = Roster(
+            "gRPC", "--grpc-max-connections", limits.max_connections, limits.handshake_timeout, log
+        )
+        self.listener: Listener | None = None
         #: Set by :meth:`drain`: a connection made after it drains at once.
         self.draining = False
         self._idle = asyncio.Event()
         self._inflater: ThreadPoolExecutor | None = None
-        self._refused = 0
-        self._refused_logged = float("-inf")
 
     def inflater(self) -> ThreadPoolExecutor:
         """The threads that inflate large compressed messages (started on first use)."""
@@ -238,31 +275,17 @@ class Http2GrpcServer:
 
     async def start(self, host: str, port: int, reuse_port: bool) -> int:
         """Bind and listen; the bound port. OSError when the address cannot be bound."""
-        loop = asyncio.get_running_loop()
-        self.listener = await loop.create_server(
+        self.listener = await listen(
             lambda: Connection(self),
-            host.strip("[]") or None,
+            host.strip("[]"),
             port,
-            ssl=self.ssl_context,
-            reuse_port=reuse_port or None,
+            reuse_port=reuse_port,
             backlog=1024,
+            ssl_context=self.ssl_context,
+            ssl_handshake_timeout=self.limits.handshake_timeout or None,
+            make_room=self.roster.make_room,
         )
         return int(self.listener.sockets[0].getsockname()[1])
-
-    def connection_refused(self) -> None:
-        """Count a connection closed for ``--grpc-max-connections``; log the count at
-        most once per :data:`FLOOD_WINDOW`."""
-        self._refused += 1
-        now = asyncio.get_running_loop().time()
-        if now - self._refused_logged >= FLOOD_WINDOW:
-            log.warning(
-                "gRPC connections refused: %d since the last report, %d open "
-                "(--grpc-max-connections=%d)",
-                self._refused,
-                len(self.connections),
-                self.limits.max_connections,
-            )
-            self._refused, self._refused_logged = 0, now
 
     def connection_closed(self) -> None:
         if not self.connections:
@@ -272,6 +295,7 @@ class Http2GrpcServer:
         """Stop listening; every connection begins its graceful shutdown
         (:meth:`Connection.drain`), and so does one accepted just before, as it is made."""
         self.draining = True
+        self.roster.close()
         if self.listener is not None:
             stop_listening(self.listener, lambda: Connection(self), self.ssl_context)
         for connection in list(self.connections):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from despina import Restriction, StashKey, parse_restricted, triton_bool
 
-from despina_frontend_grpc.connection_limits import MAX_CONNECTIONS
+from despina_frontend_grpc.connection_limits import HANDSHAKE_TIMEOUT, MAX_CONNECTIONS
 from despina_frontend_grpc.h2_limits import MAX_CONCURRENT_STREAMS
 
 #: grpc's own default would cap requests at 4 MiB; Triton accepts messages up to 2 GiB.
@@ -188,8 +188,19 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=MAX_CONNECTIONS,
         metavar="INT",
-        help="connections served at once; one more is closed as soon as it is accepted; "
+        help="connections served at once; one more makes room (the oldest connection "
+        "without its HTTP/2 preface is closed, else the longest-idle one without calls gets "
+        "GOAWAY), or is closed as soon as it is accepted when every connection has calls; "
         "0 = no limit (Despina; default: 1024)",
+    )
+    add(
+        "--grpc-handshake-timeout-secs",
+        type=float,
+        default=HANDSHAKE_TIMEOUT,
+        metavar="SECONDS",
+        help="a connection that has not sent the HTTP/2 connection preface within this time "
+        "is closed (over TLS, the TLS handshake gets as long again); 0 = no limit "
+        f"(Despina; default: {HANDSHAKE_TIMEOUT:g})",
     )
 
 
@@ -230,6 +241,8 @@ class GrpcOptions:
     max_concurrent_streams: int = MAX_CONCURRENT_STREAMS
     #: ``--grpc-max-connections``: 0 for no limit.
     max_connections: int = MAX_CONNECTIONS
+    #: ``--grpc-handshake-timeout-secs``: 0 for no limit.
+    handshake_timeout_secs: float = HANDSHAKE_TIMEOUT
 
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> GrpcOptions:
@@ -262,11 +275,14 @@ class GrpcOptions:
             max_message_size=int(flags.grpc_max_message_size),
             max_concurrent_streams=int(flags.grpc_max_concurrent_streams),
             max_connections=int(flags.grpc_max_connections),
+            handshake_timeout_secs=float(flags.grpc_handshake_timeout_secs),
         )
         if options.max_concurrent_streams < 1:
             raise ValueError("--grpc-max-concurrent-streams must be at least 1")
         if options.max_connections < 0:
             raise ValueError("--grpc-max-connections must be 0 (no limit) or more")
+        if not options.handshake_timeout_secs >= 0:
+            raise ValueError("--grpc-handshake-timeout-secs must be 0 (no limit) or more")
         if options.allow_grpc and options.tls:
             if not (options.server_cert and options.server_key):
                 raise ValueError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
