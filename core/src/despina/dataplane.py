@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from despina.inference import ResponseStream
     from despina.loader import ModelVersion
     from despina.models import ModelManager
+    from despina.plugins import Plugins
     from despina.ports import FrontendHost
     from despina.runtime_settings import LogSettings
     from despina.settings import CoreSettings, Stash
@@ -50,6 +51,7 @@ class Core(Protocol):
     tracer: Tracer
     gpus: GpuInventory
     dataplane: FrontendHost
+    plugins: Plugins
     id: str
     version: str
 
@@ -225,6 +227,15 @@ class DataPlane:
     def cuda_shm_unregister(self, name: str = "") -> None:
         """Unregister one CUDA region, or every one when ``name`` is empty."""
         self.shared_memory.unregister(name, kind="cuda")
+
+    # plugins' contributions to frontends
+    def plugin_contributions(self, hook_name: str, **kwargs: Any) -> list[tuple[Any, str]]:
+        """What the plugins' ``hook_name`` implementations return, each item with
+        "<plugin> (<distribution>)"; a hook that raises is recorded as failed."""
+        return [
+            (item, f"{origin.name} ({origin.distribution})")
+            for item, origin in self._server.plugins.contributions(hook_name, **kwargs)
+        ]
 
     # runtime settings
     def log_settings(self, changes: Mapping[str, Any] | None = None) -> dict[str, Any]:

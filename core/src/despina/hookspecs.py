@@ -130,6 +130,20 @@ def despina_metrics_exporters() -> list[type[Any]]:
 
 
 @hookspec
+def despina_http_routes(host: FrontendHost) -> list[Any]:
+    """Return routes to serve on the HTTP frontend's port, beside the v2 routes.
+
+    Called once per HTTP listener (``despina serve``'s port, a Ray Serve replica...) as
+    it starts; ``host`` is the server's :class:`despina.ports.FrontendHost`. Each item is
+    a ``despina_frontend_http.Route`` (method, path pattern, async handler taking a
+    ``despina_frontend_http.Request``, restricted-API group); declared here so that a
+    plugin needs no import of the HTTP frontend to implement it. A route whose method
+    and pattern an earlier route has is an error naming both plugins.
+    """
+    raise NotImplementedError
+
+
+@hookspec
 def despina_server_started(server: FrontendHost) -> None:
     """Called once after the models loaded and every frontend started; ``server`` is
     the server's :class:`despina.ports.FrontendHost` (its data plane)."""

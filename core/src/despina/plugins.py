@@ -8,6 +8,7 @@ plugins claiming one name is an error naming both distributions.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -118,6 +119,19 @@ class Plugins:
                 self.failures.append(failure)
                 log.warning("%s; continuing without it", failure.describe())
             return []
+
+    def contributions(self, hook_name: str, **kwargs: Any) -> list[tuple[Any, PluginOrigin]]:
+        """Every item the plugins' ``hook_name`` implementations return (each a list),
+        with the plugin it came from, in call order; a hook that raises is recorded as
+        its plugin's failure and gives none."""
+        caller = getattr(self.hook, hook_name)
+        items: list[tuple[Any, PluginOrigin]] = []
+        for impl in reversed(caller.get_hookimpls()):  # pluggy's call order
+            given = {name: kwargs[name] for name in impl.argnames}
+            call = functools.partial(impl.function, **given)
+            origin = self.origin_of(impl.plugin)
+            items += [(item, origin) for item in self._provided(impl.plugin, call, hook_name)]
+        return items
 
     def failure_for(self, name: str) -> PluginFailure | None:
         """The import failure of the entry point called ``name``, if any."""

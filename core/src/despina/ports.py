@@ -116,6 +116,12 @@ class FrontendHost(Protocol):
         self, model: str = "", changes: Mapping[str, Any] | None = None
     ) -> dict[str, list[str]]: ...
 
+    def plugin_contributions(self, hook_name: str, **kwargs: Any) -> list[tuple[Any, str]]:
+        """What the plugins' ``hook_name`` implementations return (lists, concatenated),
+        each item with its plugin's name and distribution, for a frontend's own hooks
+        (``despina_http_routes``); a hook that raises is reported and gives none."""
+        ...
+
 
 class MetricsHost(Protocol):
     """What a metrics exporter reads at scrape time (no per-request work)."""

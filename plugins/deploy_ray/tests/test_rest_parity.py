@@ -1,7 +1,8 @@
-"""A replica's REST routes answer as ``despina serve``'s HTTP frontend: the same requests
-go to a real server's HTTP port and to :class:`~despina_deploy_ray.rest.RestRoutes` over
-that server's data plane (no Ray: the cluster tests cover Ray's proxies), and the status,
-content type and (inflated) body must be equal."""
+"""A replica's REST adapter answers as ``despina serve``'s HTTP frontend: the same requests
+go to a real server's HTTP port and to :class:`~despina_deploy_ray.rest.RestRoutes` (the
+HTTP frontend's router adapted to a replica) over that server's data plane (no Ray: the
+cluster tests cover Ray's proxies), and the status, content type and (inflated) body must
+be equal; the routes that would change one replica are refused."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import toy_backend
 from despina.testing import RepositoryBuilder, RunningServer
+from despina_frontend_http import StreamResponse
 from toy_backend import toy_config
 
 pytest.importorskip("ray")
@@ -131,10 +133,10 @@ def replied(
 
     async def answer() -> Answer:
         reply = await routes.handle(method, path, starlette.Headers(headers), chunks())
-        if isinstance(reply, rest.StreamReply):
+        if isinstance(reply, StreamResponse):
             data = b"".join([chunk async for chunk in reply.chunks])
         else:
-            data = reply.body
+            data = reply.joined()
         return _answer(reply.status, starlette.Headers(reply.headers), data)
 
     return running.call(answer())
@@ -161,3 +163,33 @@ def test_replica_routes_answer_as_despina_serve(
 ) -> None:
     expected = served(running, method, path, headers, body)
     assert replied(routes, running, method, path, headers, body) == expected
+
+
+def test_replica_serves_every_route_of_despina_serve(running: RunningServer, routes: Any) -> None:
+    """The adapter's router holds the HTTP frontend's route table, none added or lost."""
+    frontend = next(f for f in running.server.frontends if f.name == "http")
+    served_routes = frontend._front.router.routes
+    assert [(r.method, r.pattern, r.api) for r in routes.router.routes] == [
+        (r.method, r.pattern, r.api) for r in served_routes
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("/v2/repository/models/toy/load", "MODEL_CONTROL"),
+        ("/v2/repository/models/toy/unload", "MODEL_CONTROL"),
+        ("/v2/systemsharedmemory/region/r/register", "SHARED_MEMORY"),
+        ("/v2/cudasharedmemory/unregister", "SHARED_MEMORY"),
+        ("/v2/logging", "SETTINGS"),
+        ("/v2/models/toy/trace/setting", "SETTINGS"),
+    ],
+)
+def test_routes_changing_one_replica_are_refused(
+    running: RunningServer, routes: Any, path: str, text: str
+) -> None:
+    from despina_deploy_ray import replicated
+
+    status, kind, body = replied(routes, running, "POST", path, {}, b"{}")
+    assert (status, kind) == (409, "application/json")
+    assert json.loads(body) == {"error": getattr(replicated, text)}

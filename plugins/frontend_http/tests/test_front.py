@@ -1,5 +1,5 @@
 """Raw HTTP/1.1 on the port: pipelining, chunked bodies, 100-continue, limits, keep-alive,
-malformed requests, disconnects, relayed responses, binary tensors, compression, restricted
+malformed requests, disconnects, routed responses, binary tensors, compression, restricted
 APIs, percent-encoded paths, many connections."""
 
 from __future__ import annotations
@@ -19,13 +19,10 @@ from typing import Any
 import http_test_backend
 import numpy as np
 import pytest
-from aiohttp import web
 from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.hookspecs import hookimpl
 from despina.inference import InferenceRequest, InferenceResponse
 from despina.testing import RepositoryBuilder, RunningServer
-
-from .helpers import front_of
 
 #: Seconds any single socket operation may take before the test fails.
 TIMEOUT = 10.0
@@ -318,7 +315,7 @@ def test_keep_alive_and_connection_close(serve: Callable[..., RunningServer], co
     running = serve()
     keep = {"Connection": "keep-alive"}
     conn = connect(running)
-    for _ in range(2):  # HTTP/1.0 with keep-alive: the front's answer and a relayed one
+    for _ in range(2):  # HTTP/1.0 with keep-alive: the front's answer and a routed one
         conn.send(request("POST", INFER, add_sub_json([1], [1]), keep, version="1.0"))
         reply = conn.reply()
         assert_add_sub(reply, [1], [1])
@@ -421,7 +418,7 @@ def test_client_gone_mid_inference(
     assert_add_sub(connect(running).send(infer([1], [2])).reply(), [1], [2])
 
 
-RELAYED = [
+ROUTED = [
     ("GET", "/v2/models/add_sub/config"),
     ("GET", "/v2"),
     ("GET", "/v2/models/add_sub"),
@@ -432,12 +429,12 @@ RELAYED = [
 ]
 
 
-def test_relayed_requests_share_a_connection(
+def test_routed_requests_share_a_connection(
     serve: Callable[..., RunningServer], connect: Any
 ) -> None:
     conn = connect(serve())
     replies = []
-    for method, path in RELAYED:
+    for method, path in ROUTED:
         replies.append(conn.send(request(method, path)).reply(head_only=method == "HEAD"))
         assert_add_sub(conn.send(infer([2], [1])).reply(), [2], [1])
     config, meta, model, stats, unknown, head, bad_version = replies
@@ -453,32 +450,35 @@ def test_relayed_requests_share_a_connection(
     assert bad_version.status == 404 and "add_sub" in bad_version.json()["error"]
 
 
-def test_relayed_responses_are_byte_exact(
-    serve: Callable[..., RunningServer], connect: Any
-) -> None:
-    """The front relays the aiohttp application's answers byte for byte: as it answers on
-    a port of its own (``Date`` aside)."""
-    running = serve()
-    runner = front_of(running).runner
-
-    async def own_port() -> int:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return int(runner.addresses[0][1])
-
-    direct = connect(running, running.call(own_port()))
-    conn = connect(running)
-
-    def without_date(reply: Reply) -> bytes:
-        return b"".join(
-            line for line in reply.raw.splitlines(True) if not line.startswith(b"Date:")
-        )
-
-    for method, path in RELAYED:
-        message = request(method, path)
-        expected = direct.send(message).reply(head_only=method == "HEAD")
-        relayed = conn.send(message).reply(head_only=method == "HEAD")
-        assert without_date(relayed) == without_date(expected)
+def test_routed_responses_are_exact(serve: Callable[..., RunningServer], connect: Any) -> None:
+    """The router's answers, byte for byte, as Triton frames them (no Server or Date
+    header): an empty 200, JSON errors, a HEAD answered with its head only, and a
+    server-sent-event stream chunked."""
+    conn = connect(serve())
+    expected = {
+        ("GET", "/v2/health/ready"): b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        ("GET", "/v2/no/such/path"): (
+            b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 21\r\n\r\n{"error":"Not Found"}'
+        ),
+        ("HEAD", "/v2/health/ready"): (
+            b"HTTP/1.1 405 Method Not Allowed\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 30\r\n\r\n"
+        ),
+        ("DELETE", "/v2/models/add_sub/ready"): (
+            b"HTTP/1.1 405 Method Not Allowed\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 30\r\n\r\n{"error":"Method Not Allowed"}'
+        ),
+    }
+    for (method, path), raw in expected.items():
+        assert conn.send(request(method, path)).reply(head_only=method == "HEAD").raw == raw
+    body = b'{"INPUT0": [1], "INPUT1": [1]}'
+    stream = conn.send(request("POST", "/v2/models/add_sub/generate_stream", body)).reply()
+    assert stream.raw.startswith(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    assert stream.body.startswith(b'data: {"OUTPUT0":2.0,') and stream.body.endswith(b"\n\n")
     assert conn.buffer == b""
 
 
@@ -550,10 +550,10 @@ def test_compressed_request_bodies(serve: Callable[..., RunningServer], connect:
     np.testing.assert_array_equal(outputs["OUTPUT0"], a + b)
 
 
-def test_large_relayed_response_to_a_slow_reader(
+def test_large_routed_response_to_a_slow_reader(
     serve: Callable[..., RunningServer], connect: Any
 ) -> None:
-    """A gzip body is relayed to aiohttp; its 32 MiB binary answer reaches a client that
+    """A gzip body goes through the router; its 32 MiB binary answer reaches a client that
     starts reading late, intact, and the connection serves on."""
     conn = connect(serve())
     a = np.arange(4 * 1024 * 1024, dtype=np.float32)

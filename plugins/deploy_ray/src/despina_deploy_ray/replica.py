@@ -14,12 +14,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from despina import Server
+from despina_frontend_http import StreamResponse
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from despina_deploy_ray.grpc_service import CallContext, GrpcCalls
-from despina_deploy_ray.rest import RestRoutes, StreamReply
+from despina_deploy_ray.rest import RestRoutes
 
 #: The listeners a replica must not open: Ray Serve's proxies face the clients.
 NO_LISTENERS = ("--allow-http=false", "--allow-grpc=false", "--allow-metrics=false")
@@ -53,13 +54,15 @@ class DespinaReplica:
 
     async def __call__(self, request: Request) -> Response:
         """A v2 REST request from Ray Serve's HTTP proxy."""
-        reply = await self.rest.handle(
-            request.method, request.url.path, request.headers, request.stream()
+        raw_path = request.scope.get("raw_path")
+        path = raw_path.decode("latin-1") if raw_path else request.url.path
+        answer = await self.rest.handle(
+            request.method, path, request.headers, request.stream(), request.url.query
         )
-        headers = {**reply.headers, REPLICA_HEADER: self.replica_id}
-        if isinstance(reply, StreamReply):
-            return StreamingResponse(reply.chunks, status_code=reply.status, headers=headers)
-        return Response(reply.body, status_code=reply.status, headers=headers)
+        headers = {**answer.headers, REPLICA_HEADER: self.replica_id}
+        if isinstance(answer, StreamResponse):
+            return StreamingResponse(answer.chunks, status_code=answer.status, headers=headers)
+        return Response(answer.joined(), status_code=answer.status, headers=headers)
 
     def check_health(self) -> None:
         """Ray Serve's replica health check: raises unless the server is ready."""

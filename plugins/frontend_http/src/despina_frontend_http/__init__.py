@@ -1,1 +1,31 @@
-"""Despina's HTTP/REST frontend (KServe v2 + Triton extensions) on aiohttp."""
+"""Despina's HTTP/REST frontend (KServe v2 + Triton extensions) on its own HTTP/1.1 front.
+
+The public API, for hosts serving the v2 routes from their own HTTP server and for
+plugins adding routes (the ``despina_http_routes`` hook): a framework-free router
+(:mod:`despina_frontend_http.router`) and the route table (:mod:`despina_frontend_http.v2`).
+Every other module is internal.
+"""
+
+from despina_frontend_http.body import PayloadTooLarge, read_limited
+from despina_frontend_http.context import Context
+from despina_frontend_http.responses import Response, error_response, json_response
+from despina_frontend_http.router import Handler, Request, Route, Router, StreamResponse
+from despina_frontend_http.v2 import ROUTES_HOOK, plugin_routes, serving_router, v2_routes
+
+__all__ = [
+    "ROUTES_HOOK",
+    "Context",
+    "Handler",
+    "PayloadTooLarge",
+    "Request",
+    "Response",
+    "Route",
+    "Router",
+    "StreamResponse",
+    "error_response",
+    "json_response",
+    "plugin_routes",
+    "read_limited",
+    "serving_router",
+    "v2_routes",
+]

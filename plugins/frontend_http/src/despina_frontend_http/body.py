@@ -1,26 +1,27 @@
-"""Reading request bodies within a size limit, and compressing response bodies.
+"""Request bodies within ``--http-max-input-size`` (inflated when they have a
+``Content-Encoding``: gzip, deflate; identity is the body as is), and compressed
+response bodies.
 
-The front bounds what it receives by ``--http-max-input-size`` (a chunk announcing more
-is refused before its bytes come) and relays a body to the aiohttp application with a
-``Content-Length``. aiohttp decompresses ``Content-Encoding`` bodies incrementally
-(bounded chunks), and :func:`read_body` stops as soon as the decompressed body passes its
-limit, so a compressed body cannot grow past it in memory either.
+The front bounds what it receives by the limit before a body is whole; a body whose
+inflated size passes the limit is refused with the 413 as soon as it does, before more is
+inflated. An encoding that cannot be decoded, or data that is not valid, is the 400
+"failed to read the request body: ..." (the text Despina answered when aiohttp inflated).
 """
 
 from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Mapping, Sequence
 from concurrent.futures import Executor
 
-from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestPayloadError
 from despina import DespinaError, InvalidArgument
 
 #: Bodies larger than this are (de)compressed in the executor, off the event loop.
 OFFLOAD_BYTES = 256 * 1024
+#: Output of one inflate step: a small compressed chunk never becomes much more than this
+#: in memory before the limit is checked.
+INFLATE_STEP = 1 << 18
 
 
 class PayloadTooLarge(DespinaError):
@@ -38,29 +39,77 @@ def too_large(limit: int) -> PayloadTooLarge:
     )
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole (decompressed) body; PayloadTooLarge past ``limit`` bytes, read so far only."""
-    length = request.content_length
-    if length is not None and length > limit and "Content-Encoding" not in request.headers:
-        raise too_large(limit)
-    content = request.content
-    try:
-        first = await content.readany()
-        size = len(first)
+def _undecodable(encoding: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"failed to read the request body: 400, message:\n  Can not decode content-encoding: "
+        f"{encoding}"
+    )
+
+
+class _Inflater:
+    """gzip or deflate (zlib-wrapped or raw, as HTTP clients send it), step by step."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._inflater: zlib._Decompress | None = (
+            zlib.decompressobj(wbits=31) if encoding == "gzip" else None
+        )
+
+    def inflate(self, chunk: bytes, limit: int, size: int) -> list[bytes]:
+        """The pieces ``chunk`` inflates to; PayloadTooLarge once ``size`` plus them pass
+        ``limit``."""
+        if self._inflater is None:  # deflate: a zlib header, else raw deflate
+            raw = not chunk or (chunk[0] & 0x0F) != 8
+            self._inflater = zlib.decompressobj(wbits=-15 if raw else 15)
+        pieces: list[bytes] = []
+        data: bytes = chunk
+        try:
+            while data:
+                piece = self._inflater.decompress(data, INFLATE_STEP)
+                size += len(piece)
+                if size > limit:
+                    raise too_large(limit)
+                pieces.append(piece)
+                data = self._inflater.unconsumed_tail
+        except zlib.error:
+            raise _undecodable(self.encoding) from None
+        return pieces
+
+    def finish(self) -> None:
+        """InvalidArgument when the compressed data ended before its end."""
+        if self._inflater is not None and not self._inflater.eof:
+            raise _undecodable(self.encoding)
+
+
+def read_body(body: bytes, headers: Mapping[str, str], limit: int) -> bytes:
+    """``body`` inflated per ``headers``' Content-Encoding (lower-cased names);
+    PayloadTooLarge past ``limit`` bytes, inflated so far only."""
+    coding = headers.get("content-encoding", "identity").strip().lower() or "identity"
+    if coding == "identity":
+        if len(body) > limit:
+            raise too_large(limit)
+        return body
+    if coding not in ("gzip", "deflate"):
+        raise _undecodable(coding)
+    if not body:
+        return body
+    inflater = _Inflater(coding)
+    pieces = inflater.inflate(body, limit, 0)
+    inflater.finish()
+    return b"".join(pieces)
+
+
+async def read_limited(chunks: AsyncIterable[bytes], limit: int) -> bytes:
+    """The bytes of ``chunks`` joined; PayloadTooLarge as soon as they pass ``limit`` (for
+    a host reading a body from its own server)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
         if size > limit:
             raise too_large(limit)
-        if not first or content.at_eof():
-            return first
-        chunks = [first]
-        while chunk := await content.readany():
-            size += len(chunk)
-            if size > limit:
-                raise too_large(limit)
-            chunks.append(chunk)
-    except (HttpProcessingError, RequestPayloadError) as exc:
-        detail = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
-        raise InvalidArgument(f"failed to read the request body: {detail.strip()}") from None
-    return b"".join(chunks)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def accepted_encoding(header: str | None) -> str | None:

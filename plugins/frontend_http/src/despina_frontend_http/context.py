@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from aiohttp import web
-
 from despina_frontend_http.decode import HeaderLayouts
+from despina_frontend_http.options import HTTP_OPTIONS
 from despina_frontend_http.plugin import (
     DEFAULT_MAX_HEADER_SIZE,
     DEFAULT_MAX_JSON_DEPTH,
@@ -20,12 +18,6 @@ from despina_frontend_http.restricted import Restrictions
 
 if TYPE_CHECKING:
     from despina import FrontendHost
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-#: (method, path, restricted-API group, handler)
-Route = tuple[str, str, str, Handler]
-#: Every path, a percent-decoded newline included (aiohttp's ``.*`` stops at one).
-ANY_PATH = r"/{tail:[\s\S]*}"
 
 
 @dataclass
@@ -45,6 +37,26 @@ class Context:
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     max_outputs: int = DEFAULT_MAX_OUTPUTS
+
+    @classmethod
+    def from_options(cls, host: FrontendHost) -> Context:
+        """The context of ``host``'s ``--http-*`` options, with a thread pool of
+        ``--http-thread-count`` threads for (de)compressing large bodies (whoever made
+        it shuts it down)."""
+        options = host.stash[HTTP_OPTIONS]
+        pattern = options.header_forward_pattern
+        return cls(
+            host=host,
+            max_input_size=options.max_input_size,
+            executor=ThreadPoolExecutor(
+                max_workers=options.thread_count, thread_name_prefix="despina-http"
+            ),
+            restrictions=Restrictions(options.restrictions),
+            forward=re.compile(pattern, re.IGNORECASE) if pattern else None,
+            max_header_size=options.max_header_size,
+            max_json_depth=options.max_json_depth,
+            max_outputs=options.max_outputs,
+        )
 
 
 def versioned(path: str) -> list[str]:

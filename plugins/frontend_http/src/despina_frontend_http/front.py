@@ -1,14 +1,13 @@
 """The HTTP/1.1 front: the HTTP port's listener.
 
-aiohttp's request machinery costs ~70 µs of the event loop per request on the 2-core
-development host, more than the whole inference path of a small model. The front parses
-every connection with httptools (llhttp) and serves the endpoint that carries the load,
-``POST /v2/models/{m}[/versions/{v}]/infer`` without ``Content-Encoding``, itself through
-:func:`~despina_frontend_http.routes_infer.start_infer`. Every other request is handed,
-re-framed with a ``Content-Length``, to the aiohttp application's request handler over an
-in-memory connection (:mod:`~despina_frontend_http.memory_pipe`: no socket, no system
-call), which sees the client's address and TLS status; its response is relayed byte for
-byte. So every endpoint keeps one implementation, and the hot one skips aiohttp.
+The front parses every connection with httptools (llhttp) and answers each request
+through its :class:`~despina_frontend_http.router.Router` (the v2 routes and the plugins'),
+writing a :class:`~despina_frontend_http.router.StreamResponse` chunked as it comes. The
+endpoint that carries the load, ``POST /v2/models/{m}[/versions/{v}]/infer`` without
+``Content-Encoding`` or ``Accept-Encoding``, is the router's infer route taken on a fast
+path: recognised by :func:`infer_target` and answered through
+:func:`~despina_frontend_http.routes_infer.start_infer` without building a
+:class:`~despina_frontend_http.router.Request`.
 
 A connection's HTTP/1.1 rules (parsing, the head and body limits with their 431/413/400
 refusals, keep-alive, answers in request order, the refuse-then-linger close, the drain)
@@ -24,7 +23,7 @@ parser's callback; when its model ran it within ``submit`` (a cheap model, see
 its response stream's end callback (:class:`AnswerDue`): no task either way. A task
 answers the requests that came meanwhile. A connection's requests are answered in order
 (pipelining works); reading pauses while requests wait; a relayed response is read from
-aiohttp only as fast as the client takes it. A client that disconnects cancels its
+a stream only as fast as the client takes it. A client that disconnects cancels its
 running inference at once. A request refused before its body is read (413, 400) gets its
 answer, then the connection stops writing and drops what the client still sends until it
 closes, or :data:`LINGER_S` pass.
@@ -42,20 +41,18 @@ import asyncio
 import re
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-import httptools
-from aiohttp import web
 from despina import stop_listening
 
-from despina_frontend_http import memory_pipe
 from despina_frontend_http.body import too_large
 from despina_frontend_http.context import Context
 from despina_frontend_http.h1_engine import H1Engine, Incoming, Limits
 from despina_frontend_http.limits import head_too_large
 from despina_frontend_http.responses import failure
+from despina_frontend_http.router import Request, Router, StreamResponse
 from despina_frontend_http.routes_infer import (
     Started,
     encode_outcome,
@@ -75,14 +72,12 @@ LINGER_S = 5.0
 DRAIN_IDLE_S = 0.5
 #: Seconds the stop waits for draining connections to close before cutting them.
 CLOSE_WAIT_S = 5.0
-#: The inference path; anything else (and non-digit versions) goes to aiohttp.
+#: The inference route's paths (:func:`~despina_frontend_http.routes_infer.routes`) as the
+#: fast path recognises them; anything else (and non-digit versions) goes to the router.
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
 #: Request targets already parsed by :func:`infer_target` (clients repeat one or a few).
 _TARGETS: dict[bytes, tuple[str, str] | None] = {}
 _TARGETS_KEPT = 256
-#: What the application's side of a link tells of its client's connection (``peername``
-#: for ``request.remote``, ``sslcontext`` for ``request.secure``...).
-CLIENT_INFO = ("peername", "sockname", "sslcontext", "ssl_object", "peercert", "cipher")
 #: Loop steps from a socket's accept to its protocol's ``connection_made`` (asyncio's
 #: accept task, then the transport's scheduled callback), with one to spare.
 ACCEPT_STEPS = 3
@@ -100,11 +95,6 @@ def infer_target(url: bytes) -> tuple[str, str] | None:
     if len(_TARGETS) < _TARGETS_KEPT:
         _TARGETS[url] = target
     return target
-
-
-_HOP_BY_HOP = frozenset({b"content-length", b"transfer-encoding", b"expect"})
-#: What a draining connection's last relayed request drops: it goes as ``Connection: close``.
-_CLOSING_HOP_BY_HOP = _HOP_BY_HOP | {b"connection", b"keep-alive"}
 
 
 class AnswerDue:
@@ -131,7 +121,8 @@ class FrontConnection(asyncio.Protocol):
         self.ctx = front.ctx
         self.engine = H1Engine(self, front.limits, front.ctx.host.tracer)
         self.transport: asyncio.Transport | None = None
-        self.link: AppLink | None = None
+        #: The client's address (host, port), when the transport tells it.
+        self.peer: tuple[str, int] | None = None
         self.writable: asyncio.Event | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
 
@@ -140,6 +131,8 @@ class FrontConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = (peer[0], peer[1]) if isinstance(peer, tuple) else None
         if len(self.front.connections) >= self.front.max_connections:
             self.engine.closed = True  # over --http-max-connections: nothing read, closed now
             transport.close()
@@ -156,24 +149,18 @@ class FrontConnection(asyncio.Protocol):
         self.front.connections.discard(self)
         if self.idle_timer is not None:
             self.idle_timer.cancel()
-        if self.link is not None:
-            self.link.close()
         if self.writable is not None:
             self.writable.set()
 
     def pause_writing(self) -> None:
         self.writable = asyncio.Event()
         self.engine.write_blocked = True
-        if self.link is not None:
-            self.link.pause()
 
     def resume_writing(self) -> None:
         self.engine.write_blocked = False
         if self.writable is not None:
             self.writable.set()
             self.writable = None
-        if self.link is not None:
-            self.link.resume()
 
     # --- the engine's Handler: I/O
 
@@ -259,7 +246,7 @@ class FrontConnection(asyncio.Protocol):
             return False
         target = infer_target(incoming.url) if incoming.method == b"POST" else None
         if target is None or "content-encoding" in incoming.headers:
-            return await self._relay(incoming)
+            return await self._route(incoming)
         await self._infer(incoming, *target)
         return self.engine.stays_open(incoming)
 
@@ -326,115 +313,82 @@ class FrontConnection(asyncio.Protocol):
             self._write_response(incoming, 200, response_headers, parts)
         trace_sent(started)
 
-    async def _relay(self, incoming: Incoming) -> bool:
-        """Have the aiohttp application answer; its bytes go to the client as they come."""
-        if self.link is None or self.link.closed:
-            self.link = self.front.open_link(self)
-        return await self.link.exchange(incoming)
+    async def _route(self, incoming: Incoming) -> bool:
+        """Answer through the router; whether the connection stays open."""
+        answer = await self.front.router.handle(self._request(incoming))
+        if isinstance(answer, StreamResponse):
+            await self._write_stream(incoming, answer)
+            return self.engine.stays_open(incoming) and not self.engine.ends_stream(incoming, None)
+        parts = answer.parts
+        if incoming.method == b"HEAD":  # the head says what GET would answer; no body
+            self._write_head(incoming, answer.status, answer.headers, sum(len(p) for p in parts))
+        else:
+            self._write_response(incoming, answer.status, answer.headers, parts)
+        return self.engine.stays_open(incoming)
+
+    def _request(self, incoming: Incoming) -> Request:
+        """The router's view of ``incoming``."""
+        target = incoming.url.decode("utf-8", "replace").partition("#")[0]
+        path, _, query = target.partition("?")
+        return Request(
+            incoming.method.decode("latin-1"),
+            path,
+            incoming.headers,
+            b"".join(incoming.body),
+            query,
+            self.peer,
+            self.front.ssl_context is not None,
+            connected=self.connected,
+            received_ns=incoming.begin_ns,
+        )
+
+    def connected(self) -> bool:
+        """Whether the client is still connected."""
+        return self.transport is not None and not self.transport.is_closing()
 
     # --- writing
 
-    def write(self, data: bytes) -> None:
-        """Relayed bytes, unless the connection is closing."""
-        if self.transport is not None and not self.engine.closed:
-            self.transport.write(data)
-
     def _write_response(
-        self, incoming: Incoming, status: int, headers: dict[str, str], parts: list[Any]
+        self, incoming: Incoming, status: int, headers: Mapping[str, str], parts: Sequence[Any]
     ) -> None:
         if self.transport is None or self.engine.closed:
             return
         head = self.engine.head(incoming, status, headers, sum(len(p) for p in parts))
         self.transport.writelines([head, *parts])
 
+    def _write_head(
+        self, incoming: Incoming, status: int, headers: Mapping[str, str], length: int | None
+    ) -> None:
+        if self.transport is not None and not self.engine.closed:
+            self.transport.write(self.engine.head(incoming, status, headers, length))
 
-class AppLink(asyncio.Protocol):
-    """One front connection's connection to the in-process aiohttp application."""
-
-    def __init__(self, client: FrontConnection) -> None:
-        self.client = client
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.done: asyncio.Future[bool] | None = None
-        self.head_only = False
-        self.closed = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.client.write(data)
-        if self.client.writable is not None:  # a slow client holds the relay back
-            self.pause()
+    async def _write_stream(self, incoming: Incoming, answer: StreamResponse) -> None:
+        """Write ``answer``'s chunks as they come (chunked, or until the close for
+        HTTP/1.0), no faster than the client reads; closes them when the client goes."""
+        chunked = incoming.version != "1.0"
+        chunks = answer.chunks
         try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            self._finish(False)
-            self.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.client.front.links.discard(self)
-        self._finish(False)
-
-    def on_headers_complete(self) -> None:
-        if self.head_only:  # a response to HEAD has no body, whatever its headers say
-            self._finish(self.parser.should_keep_alive())
-
-    def on_message_complete(self) -> None:
-        self._finish(self.parser.should_keep_alive())
-
-    def _finish(self, keep_alive: bool) -> None:
-        if self.done is not None and not self.done.done():
-            self.done.set_result(keep_alive)
-
-    async def exchange(self, incoming: Incoming) -> bool:
-        """Send one request; True when its response ended and both sides stay open. The
-        last request of a draining connection goes as ``Connection: close``, so that the
-        application's answer says so."""
-        assert self.transport is not None
-        self.done = asyncio.get_running_loop().create_future()
-        self.head_only = incoming.method == b"HEAD"
-        self.parser = httptools.HttpResponseParser(self)
-        body = b"".join(incoming.body)
-        closing = self.client.engine.drained()
-        skipped = _CLOSING_HOP_BY_HOP if closing else _HOP_BY_HOP
-        head = [b"%s %s HTTP/%s\r\n" % (incoming.method, incoming.url, incoming.version.encode())]
-        head += [
-            name + b": " + value + b"\r\n"
-            for name, value in incoming.raw_headers
-            if name.lower() not in skipped
-        ]
-        if closing:
-            head.append(b"Connection: close\r\n")
-        head.append(b"Content-Length: %d\r\n\r\n" % len(body))
-        self.transport.writelines([*head, body])
-        keep_alive = await self.done
-        if not keep_alive:
-            self.close()
-        return keep_alive and incoming.keep_alive
-
-    def pause(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.pause_reading()
-
-    def resume(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+            self._write_head(incoming, answer.status, answer.headers, None)
+            async for chunk in chunks:
+                if self.transport is None or self.engine.closed:
+                    return
+                if chunk:
+                    framed = [b"%x\r\n" % len(chunk), chunk, b"\r\n"] if chunked else [chunk]
+                    self.transport.writelines(framed)
+                if self.writable is not None:  # the client reads slower than events come
+                    await self.writable.wait()
+            if chunked and self.transport is not None and not self.engine.closed:
+                self.transport.write(b"0\r\n\r\n")
+        finally:
+            await chunks.aclose()
 
 
 class Front:
-    """The listener, and the aiohttp application it relays to."""
+    """The listener, answering through ``router``."""
 
-    def __init__(self, ctx: Context, app: web.Application, max_connections: int = 1 << 62) -> None:
+    def __init__(self, ctx: Context, router: Router, max_connections: int = 1 << 62) -> None:
         self.ctx = ctx
-        self.app = app
+        self.router = router
         #: ``--http-max-connections``: a connection beyond it is closed at once.
         self.max_connections = max_connections
         #: Every connection's limits, and the texts refusing a request over them.
@@ -445,8 +399,6 @@ class Front:
             str(too_large(ctx.max_input_size)),
         )
         self.connections: set[FrontConnection] = set()
-        self.links: set[AppLink] = set()
-        self.runner: web.AppRunner | None = None
         self.listener: asyncio.Server | None = None
         self.ssl_context: ssl.SSLContext | None = None
         #: Set by :meth:`drain`: a connection made after it drains at once.
@@ -455,10 +407,7 @@ class Front:
     async def start(
         self, host: str, port: int, reuse_port: bool, ssl_context: ssl.SSLContext | None = None
     ) -> int:
-        """Set the application up, then listen (over TLS with ``ssl_context``); the bound
-        port (OSError)."""
-        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
-        await self.runner.setup()
+        """Listen (over TLS with ``ssl_context``); the bound port (OSError)."""
         self.ssl_context = ssl_context
         loop = asyncio.get_running_loop()
         try:
@@ -475,17 +424,6 @@ class Front:
             raise
         return int(self.listener.sockets[0].getsockname()[1])
 
-    def open_link(self, client: FrontConnection) -> AppLink:
-        """A new in-memory connection from ``client`` to the application's request
-        handler, which sees the client's address and TLS status (:data:`CLIENT_INFO`)."""
-        assert self.runner is not None and self.runner.server is not None
-        assert client.transport is not None
-        info = {key: client.transport.get_extra_info(key) for key in CLIENT_INFO}
-        link = AppLink(client)
-        memory_pipe.connect(link, self.runner.server(), b_extra=info)
-        self.links.add(link)
-        return link
-
     def drain(self) -> None:
         """Stop listening; every connection drains (:meth:`H1Engine.drain`), and so
         does one accepted just before, as it is made."""
@@ -497,21 +435,17 @@ class Front:
 
     async def stop(self) -> None:
         """:meth:`drain` unless draining; wait for the connections to close, then close
-        those still open after CLOSE_WAIT_S, and the application."""
+        those still open after CLOSE_WAIT_S."""
         if not self.stopping:
             self.drain()
         for _ in range(ACCEPT_STEPS):  # a socket accepted just before reaches connection_made
             await asyncio.sleep(0)
         deadline = time.monotonic() + CLOSE_WAIT_S
-        while self.connections or self.links:  # a closed link's last callback runs too
+        while self.connections:
             if time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.05)
-        for transport in [c.transport for c in self.connections] + [
-            link.transport for link in self.links
-        ]:
+        for transport in [c.transport for c in self.connections]:
             if transport is not None:  # still open: answering too long, or never read
                 transport.abort()
         await asyncio.sleep(0)  # their connection_lost runs before the loop may stop
-        if self.runner is not None:
-            await self.runner.cleanup()

@@ -1,55 +1,23 @@
 """The HTTP/REST frontend on the Despina server's event loop: Despina's HTTP/1.1 front
-(:mod:`~despina_frontend_http.front`) on the port, relaying what it does not answer
-itself to the aiohttp application built here."""
+(:mod:`~despina_frontend_http.front`) on the port, answering through the router of the v2
+routes and the plugins' (:func:`~despina_frontend_http.v2.serving_router`)."""
 
 from __future__ import annotations
 
 import logging
-import re
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, ClassVar
 
-from aiohttp import web
-
-from despina_frontend_http import (
-    routes_admin,
-    routes_generate,
-    routes_infer,
-    routes_meta,
-    routes_shm,
-)
 from despina_frontend_http.context import Context
 from despina_frontend_http.front import Front
 from despina_frontend_http.options import HTTP_OPTIONS, HttpOptions
-from despina_frontend_http.responses import endpoint
-from despina_frontend_http.restricted import Restrictions
+from despina_frontend_http.v2 import serving_router
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     from despina import FrontendHost
 
 log = logging.getLogger("despina.http")
-
-
-def build_app(context: Context) -> web.Application:
-    """The aiohttp application with every endpoint (also usable without a socket). Its
-    parser bounds each head line by ``--http-max-header-size`` (the front bounds their
-    sum), so that no line the front let through is refused by aiohttp's own default."""
-    limit = context.max_header_size
-    app = web.Application(
-        client_max_size=context.max_input_size,
-        handler_args={"max_line_size": limit, "max_field_size": limit},
-    )
-    table = [
-        *routes_infer.routes(context),
-        *routes_generate.routes(context),
-        *routes_meta.routes(context),
-        *routes_admin.routes(context),
-        *routes_shm.routes(context),
-        *routes_meta.fallback(context),
-    ]
-    for method, path, group, handler in table:
-        app.router.add_route(method, path, endpoint(group, context.restrictions)(handler))
-    return app
 
 
 def _service(options: HttpOptions) -> str:
@@ -77,26 +45,14 @@ class HttpFrontend:
         options = self.host.stash[HTTP_OPTIONS]
         if not options.allow_http:
             return
-        pattern = options.header_forward_pattern
-        self._executor = ThreadPoolExecutor(
-            max_workers=options.thread_count, thread_name_prefix="despina-http"
-        )
-        context = Context(
-            host=self.host,
-            max_input_size=options.max_input_size,
-            executor=self._executor,
-            restrictions=Restrictions(options.restrictions),
-            forward=re.compile(pattern, re.IGNORECASE) if pattern else None,
-            max_header_size=options.max_header_size,
-            max_json_depth=options.max_json_depth,
-            max_outputs=options.max_outputs,
-        )
-        front = Front(context, build_app(context), options.max_connections)
+        context = Context.from_options(self.host)
+        self._executor = context.executor
         try:
+            front = Front(context, serving_router(context), options.max_connections)
             self.port = await front.start(
                 options.address, options.port, options.reuse_port, options.ssl_context
             )
-        except OSError:
+        except BaseException:
             self._executor.shutdown(wait=False)
             raise
         self._front = front
@@ -112,7 +68,7 @@ class HttpFrontend:
 
     async def stop(self) -> None:
         """Drain unless draining; once the connections closed (those still open after
-        :data:`~despina_frontend_http.front.CLOSE_WAIT_S` are cut), close the application."""
+        :data:`~despina_frontend_http.front.CLOSE_WAIT_S` are cut), release the threads."""
         if self._front is not None:
             await self._front.stop()
             self._front = None

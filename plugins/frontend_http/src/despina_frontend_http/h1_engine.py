@@ -32,7 +32,7 @@ from __future__ import annotations
 import collections
 import http
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -273,19 +273,35 @@ class H1Engine:
             self._wait_idle()
         return False
 
-    def head(self, incoming: Incoming, status: int, headers: dict[str, str], length: int) -> bytes:
+    def head(
+        self, incoming: Incoming, status: int, headers: Mapping[str, str], length: int | None
+    ) -> bytes:
         """The head of the answer to ``incoming``: its HTTP version, ``headers``, a
         ``Content-Length``, and ``Connection: close`` when the connection closes after it
-        (always after 413 and 431), ``Connection: keep-alive`` for HTTP/1.0 otherwise."""
+        (always after 413 and 431), ``Connection: keep-alive`` for HTTP/1.0 otherwise.
+        A ``length`` of None is a body of unknown length: ``Transfer-Encoding: chunked``
+        for HTTP/1.1; for HTTP/1.0 its end is the connection's (``Connection: close``)."""
         lines = [f"HTTP/{incoming.version} {status} {_PHRASES[status]}\r\n"]
         lines += [f"{key}: {value}\r\n" for key, value in headers.items()]
-        lines.append(f"Content-Length: {length}\r\n")
-        if status in (413, 431) or not self.stays_open(incoming):
+        if length is not None:
+            lines.append(f"Content-Length: {length}\r\n")
+        elif incoming.version != "1.0":
+            lines.append("Transfer-Encoding: chunked\r\n")
+        if (
+            status in (413, 431)
+            or not self.stays_open(incoming)
+            or self.ends_stream(incoming, length)
+        ):
             lines.append("Connection: close\r\n")
         elif incoming.version == "1.0":
             lines.append("Connection: keep-alive\r\n")
         lines.append("\r\n")
         return "".join(lines).encode("latin-1")
+
+    def ends_stream(self, incoming: Incoming, length: int | None) -> bool:
+        """Whether an answer of ``length`` (None: unknown) ends with the connection: one of
+        unknown length to HTTP/1.0 (which has no chunked encoding)."""
+        return length is None and incoming.version == "1.0"
 
     def send_error(self, incoming: Incoming, status: int, message: str) -> None:
         """Answer ``incoming`` with Triton's error body ``{"error": message}``."""

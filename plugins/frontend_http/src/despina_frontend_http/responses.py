@@ -1,42 +1,56 @@
-"""Response helpers and the endpoint wrapper: Triton's ``{"error": ...}`` JSON for every
-failure, and the ``--http-restricted-api`` check before the handler runs."""
+"""Responses and their helpers: Triton's ``{"error": ...}`` JSON for every failure, and
+request bodies read as JSON objects."""
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiohttp import web
 from despina import DespinaError, InvalidArgument
 
 from despina_frontend_http.limits import check_json_depth
 from despina_frontend_http.plugin import DEFAULT_MAX_JSON_DEPTH
-from despina_frontend_http.restricted import Restrictions
 
 log = logging.getLogger("despina.http")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 JSON = "application/json"
-_JSON_HEADERS = {"Content-Type": JSON}
+JSON_HEADERS = {"Content-Type": JSON}
 
 
-def json_response(data: Any, status: int = 200) -> web.Response:
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A whole response. ``body`` is bytes, or buffers written one after the other (a
+    binary inference answer: its JSON header, then its tensors, unjoined)."""
+
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes | Sequence[bytes | memoryview] = b""
+
+    @property
+    def parts(self) -> Sequence[bytes | memoryview]:
+        """The body as buffers."""
+        return (self.body,) if isinstance(self.body, bytes) else self.body
+
+    def joined(self) -> bytes:
+        """The body as one bytes object."""
+        return self.body if isinstance(self.body, bytes) else b"".join(self.body)
+
+
+def json_response(data: Any, status: int = 200) -> Response:
     """``data`` as a JSON body (orjson)."""
-    return web.Response(body=orjson.dumps(data), status=status, headers=_JSON_HEADERS)
+    return Response(status, JSON_HEADERS, orjson.dumps(data))
 
 
-def error_response(status: int, message: str) -> web.Response:
+def error_response(status: int, message: str) -> Response:
     """Triton's error body ``{"error": message}``."""
     return json_response({"error": message}, status)
 
 
-def ok() -> web.Response:
-    """200 with an empty body (health, load, unload, register, ...)."""
-    return web.Response(status=200)
+#: 200 with an empty body (health, load, unload, register, ...).
+OK = Response()
 
 
 def json_body(
@@ -65,23 +79,3 @@ def failure(exc: Exception, where: str) -> tuple[int, str]:
         return exc.http_status, str(exc)
     log.error("HTTP handler %s failed", where, exc_info=exc)
     return 500, "internal server error"
-
-
-def endpoint(group: str, restrictions: Restrictions) -> Callable[[Handler], Handler]:
-    """Wrap a handler: restricted-API check, then DespinaError -> Triton's error JSON."""
-
-    def wrap(handler: Handler) -> Handler:
-        @functools.wraps(handler)
-        async def run(request: web.Request) -> web.StreamResponse:
-            try:
-                if restrictions.rules:
-                    restrictions.check(group, request.headers)
-                return await handler(request)
-            except web.HTTPException:
-                raise
-            except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
-                return error_response(*failure(exc, handler.__name__))
-
-        return run
-
-    return wrap

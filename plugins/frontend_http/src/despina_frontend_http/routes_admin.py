@@ -6,12 +6,12 @@ import base64
 import binascii
 from typing import Any
 
-from aiohttp import web
 from despina import InvalidArgument
 
 from despina_frontend_http.body import read_body
-from despina_frontend_http.context import Context, Route
-from despina_frontend_http.responses import json_body, json_response, ok
+from despina_frontend_http.context import Context
+from despina_frontend_http.responses import OK, Response, json_body, json_response
+from despina_frontend_http.router import Request, Route
 
 #: Body limit of the control endpoints other than load (which carries model files).
 SMALL_BODY = 1 << 20
@@ -20,59 +20,59 @@ SMALL_BODY = 1 << 20
 def routes(ctx: Context) -> list[Route]:
     host = ctx.host
 
-    async def body_of(request: web.Request, limit: int = SMALL_BODY) -> dict[str, Any]:
-        body = await read_body(request, min(limit, ctx.max_input_size))
+    def body_of(request: Request, limit: int = SMALL_BODY) -> dict[str, Any]:
+        body = read_body(request.body, request.headers, min(limit, ctx.max_input_size))
         return json_body(body, max_depth=ctx.max_json_depth)
 
-    async def index(request: web.Request) -> web.StreamResponse:
-        options = await body_of(request)
+    async def index(request: Request) -> Response:
+        options = body_of(request)
         ready = options.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidArgument("Unable to parse 'ready': expected a boolean")
         return json_response(host.repository_index(ready_only=ready))
 
-    async def load(request: web.Request) -> web.StreamResponse:
-        name = request.match_info["model"]
-        params = _parameters(await body_of(request, ctx.max_input_size))
+    async def load(request: Request) -> Response:
+        name = request.params["model"]
+        params = _parameters(body_of(request, ctx.max_input_size))
         config = params.pop("config", None)
         if config is not None and not isinstance(config, str):
             raise InvalidArgument("Unable to parse 'config': expected a JSON string")
         await host.load(name, config, _file_overrides(params))
-        return ok()
+        return OK
 
-    async def unload(request: web.Request) -> web.StreamResponse:
-        name = request.match_info["model"]
-        params = _parameters(await body_of(request))
+    async def unload(request: Request) -> Response:
+        name = request.params["model"]
+        params = _parameters(body_of(request))
         dependents = params.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise InvalidArgument("Unable to parse 'unload_dependents': expected a boolean")
         await host.unload(name, unload_dependents=dependents)
-        return ok()
+        return OK
 
-    async def logging_get(request: web.Request) -> web.StreamResponse:
+    async def logging_get(request: Request) -> Response:
         return json_response(host.log_settings())
 
-    async def logging_set(request: web.Request) -> web.StreamResponse:
-        return json_response(host.log_settings(await body_of(request)))
+    async def logging_set(request: Request) -> Response:
+        return json_response(host.log_settings(body_of(request)))
 
-    async def trace_get(request: web.Request) -> web.StreamResponse:
-        return json_response(trace_json(host.trace_settings(request.match_info.get("model", ""))))
+    async def trace_get(request: Request) -> Response:
+        return json_response(trace_json(host.trace_settings(request.params.get("model", ""))))
 
-    async def trace_set(request: web.Request) -> web.StreamResponse:
-        model = request.match_info.get("model", "")
-        changes = await body_of(request)
+    async def trace_set(request: Request) -> Response:
+        model = request.params.get("model", "")
+        changes = body_of(request)
         return json_response(trace_json(host.trace_settings(model, changes)))
 
     return [
-        ("POST", "/v2/repository/index", "model-repository", index),
-        ("POST", "/v2/repository/models/{model}/load", "model-repository", load),
-        ("POST", "/v2/repository/models/{model}/unload", "model-repository", unload),
-        ("GET", "/v2/logging", "logging", logging_get),
-        ("POST", "/v2/logging", "logging", logging_set),
-        ("GET", "/v2/trace/setting", "trace", trace_get),
-        ("POST", "/v2/trace/setting", "trace", trace_set),
-        ("GET", "/v2/models/{model}/trace/setting", "trace", trace_get),
-        ("POST", "/v2/models/{model}/trace/setting", "trace", trace_set),
+        Route("POST", "/v2/repository/index", index, "model-repository"),
+        Route("POST", "/v2/repository/models/{model}/load", load, "model-repository", True),
+        Route("POST", "/v2/repository/models/{model}/unload", unload, "model-repository", True),
+        Route("GET", "/v2/logging", logging_get, "logging"),
+        Route("POST", "/v2/logging", logging_set, "logging", True),
+        Route("GET", "/v2/trace/setting", trace_get, "trace"),
+        Route("POST", "/v2/trace/setting", trace_set, "trace", True),
+        Route("GET", "/v2/models/{model}/trace/setting", trace_get, "trace"),
+        Route("POST", "/v2/models/{model}/trace/setting", trace_set, "trace", True),
     ]
 
 

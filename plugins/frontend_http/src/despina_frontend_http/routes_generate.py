@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 
-from aiohttp import web
 from despina import (
     DespinaError,
     DisconnectWatch,
@@ -23,7 +22,7 @@ from despina import (
 )
 
 from despina_frontend_http.body import read_body
-from despina_frontend_http.context import Context, Route, versioned
+from despina_frontend_http.context import Context, versioned
 from despina_frontend_http.generate import (
     NOT_ONE_RESPONSE,
     error_body,
@@ -31,17 +30,18 @@ from despina_frontend_http.generate import (
     generate_request,
     input_shapes,
 )
-from despina_frontend_http.routes_infer import JSON_HEADERS, connected
+from despina_frontend_http.responses import JSON_HEADERS, Response
+from despina_frontend_http.router import Request, Route, StreamResponse
 
 EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}
 
 
 async def _responses(
-    ctx: Context, request: InferenceRequest, http: web.Request
+    ctx: Context, request: InferenceRequest, http: Request
 ) -> AsyncGenerator[InferenceResponse, None]:
     """The model's responses to ``request``, cancelled when ``http``'s client goes away or
     the consumer stops early."""
-    watch = DisconnectWatch(request, lambda: connected(http))
+    watch = DisconnectWatch(request, http.connected)
     try:
         async for response in ctx.host.infer_stream(request):
             yield response
@@ -66,15 +66,15 @@ def sse_event(request: InferenceRequest, response: InferenceResponse) -> bytes:
 def routes(ctx: Context) -> list[Route]:
     limit = ctx.max_input_size
 
-    async def parse(http: web.Request) -> InferenceRequest:
-        info = http.match_info
-        name, version = info["model"], info.get("version", "")
+    def parse(http: Request) -> InferenceRequest:
+        params = http.params
+        name, version = params["model"], params.get("version", "")
         shapes = input_shapes(ctx.host.model_metadata(name, version))
-        body = await read_body(http, limit)
+        body = read_body(http.body, http.headers, limit)
         return generate_request(body, name, version, shapes, ctx.max_json_depth)
 
-    async def generate(http: web.Request) -> web.StreamResponse:
-        request = await parse(http)
+    async def generate(http: Request) -> Response:
+        request = parse(http)
         responses = _responses(ctx, request, http)
         try:
             answers = [r async for r in responses]
@@ -84,32 +84,33 @@ def routes(ctx: Context) -> list[Route]:
             raise InvalidArgument(NOT_ONE_RESPONSE)
         if answers[0].error is not None:
             raise answers[0].error
-        return web.Response(body=generate_body(request, answers[0]), headers=JSON_HEADERS)
+        return Response(200, JSON_HEADERS, generate_body(request, answers[0]))
 
-    async def generate_stream(http: web.Request) -> web.StreamResponse:
-        request = await parse(http)
-        stream: web.StreamResponse | None = None
+    async def generate_stream(http: Request) -> StreamResponse:
+        request = parse(http)
         responses = _responses(ctx, request, http)
         try:
-            async for response in responses:
-                event = sse_event(request, response)
-                if stream is None:
-                    error = response.error
-                    status = 200 if error is None else error.http_status
-                    stream = web.StreamResponse(status=status, headers=EVENT_STREAM_HEADERS)
-                    await stream.prepare(http)
-                await stream.write(event)
-        except ConnectionError:  # the client is gone: nothing left to answer
-            return stream or web.StreamResponse()
-        finally:
-            await responses.aclose()  # cancels the request unless it ended
-        if stream is None:
-            stream = web.StreamResponse(headers=EVENT_STREAM_HEADERS)
-            await stream.prepare(http)
-        await stream.write_eof()
-        return stream
+            first = await anext(responses, None)
+        except BaseException:
+            await responses.aclose()
+            raise
+        status = 200 if first is None or first.error is None else first.error.http_status
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            try:
+                if first is not None:
+                    yield sse_event(request, first)
+                async for response in responses:
+                    yield sse_event(request, response)
+            finally:
+                await responses.aclose()  # cancels the request unless it ended
+
+        return StreamResponse(status, EVENT_STREAM_HEADERS, events())
 
     return [
-        *(("POST", path, "inference", generate) for path in versioned("/generate")),
-        *(("POST", path, "inference", generate_stream) for path in versioned("/generate_stream")),
+        *(Route("POST", path, generate, "inference") for path in versioned("/generate")),
+        *(
+            Route("POST", path, generate_stream, "inference")
+            for path in versioned("/generate_stream")
+        ),
     ]

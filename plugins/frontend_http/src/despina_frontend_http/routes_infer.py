@@ -1,8 +1,9 @@
 """``POST /v2/models/{m}[/versions/{v}]/infer``: the inference endpoint.
 
 :func:`start_infer` (decode and submit) and :func:`finish_infer` (wait and encode) are the
-protocol-independent part; the front (:mod:`despina_frontend_http.front`) and the aiohttp
-handler here (compressed request bodies the front relays) use them.
+protocol-independent part: the front's fast path (:mod:`despina_frontend_http.front`)
+answers with them directly, the route here (compressed bodies or answers, requests
+waiting their turn, hosts other than the front) through the router.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any, NamedTuple
 
-from aiohttp import web
 from despina import (
     DisconnectWatch,
     InferenceRequest,
@@ -23,13 +23,11 @@ from despina import (
 )
 
 from despina_frontend_http.body import accepted_encoding, compress, read_body
-from despina_frontend_http.context import Context, Route, versioned
+from despina_frontend_http.context import Context, versioned
 from despina_frontend_http.decode import decode_request
 from despina_frontend_http.encode import encode_response
-
-#: Binary responses with more bytes than this are written buffer by buffer (no join).
-STREAM_BYTES = 1 << 20
-JSON_HEADERS = {"Content-Type": "application/json"}
+from despina_frontend_http.responses import JSON_HEADERS, Response
+from despina_frontend_http.router import Request, Route
 
 
 class Started(NamedTuple):
@@ -155,56 +153,30 @@ async def response_parts(
     return headers, parts
 
 
-async def respond(
-    request: web.Request, executor: Executor, header: bytes, blobs: Sequence[Any]
-) -> web.StreamResponse:
-    """The aiohttp response for encoded parts; large bodies are written part by part."""
-    headers, parts = await response_parts(
-        header, blobs, request.headers.get("Accept-Encoding"), executor
-    )
-    if len(parts) == 1:
-        return web.Response(body=parts[0], headers=headers)
-    total = sum(len(p) for p in parts)
-    if total < STREAM_BYTES:
-        return web.Response(body=b"".join(parts), headers=headers)
-    stream = web.StreamResponse(headers=headers)
-    stream.content_length = total
-    await stream.prepare(request)
-    for part in parts:
-        await stream.write(part)
-    await stream.write_eof()
-    return stream
-
-
-def connected(request: web.Request) -> bool:
-    """True while the client of ``request`` is still connected."""
-    transport = request.transport
-    return transport is not None and not transport.is_closing()
-
-
 def routes(ctx: Context) -> list[Route]:
     limit = ctx.max_input_size
 
-    async def infer(request: web.Request) -> web.StreamResponse:
-        info = request.match_info
-        name = info["model"]
-        version = info.get("version", "")
-        body = await read_body(request, limit)
+    async def infer(request: Request) -> Response:
+        params = request.params
         headers = request.headers
         started = start_infer(
             ctx,
-            name,
-            version,
-            body,
-            headers.get("Inference-Header-Content-Length"),
+            params["model"],
+            params.get("version", ""),
+            read_body(request.body, headers, limit),
+            headers.get("inference-header-content-length"),
             forwarded_headers(ctx, headers),
             headers,
+            request.received_ns,
         )
-        header, blobs = await finish_infer(ctx, started, lambda: connected(request))
+        header, blobs = await finish_infer(ctx, started, request.connected)
         trace_sending(started)
         try:
-            return await respond(request, ctx.executor, header, blobs)
+            response_headers, parts = await response_parts(
+                header, blobs, headers.get("accept-encoding"), ctx.executor
+            )
         finally:
             trace_sent(started)
+        return Response(200, response_headers, parts)
 
-    return [("POST", path, "inference", infer) for path in versioned("/infer")]
+    return [Route("POST", path, infer, "inference") for path in versioned("/infer")]

@@ -2,72 +2,61 @@
 
 from __future__ import annotations
 
-from aiohttp import web
 from despina import to_json_dict
 
-from despina_frontend_http.context import ANY_PATH, Context, Route, versioned
-from despina_frontend_http.responses import error_response, json_response, ok
+from despina_frontend_http.context import Context, versioned
+from despina_frontend_http.responses import OK, Response, error_response, json_response
+from despina_frontend_http.router import Request, Route
+
+#: A health answer while the server or model is not: 400 with an empty body.
+NOT_READY = Response(400)
 
 
 def routes(ctx: Context) -> list[Route]:
     host = ctx.host
 
-    async def live(request: web.Request) -> web.StreamResponse:
-        return ok() if host.live else web.Response(status=400)
+    async def live(request: Request) -> Response:
+        return OK if host.live else NOT_READY
 
-    async def ready(request: web.Request) -> web.StreamResponse:
-        return ok() if host.ready else web.Response(status=400)
+    async def ready(request: Request) -> Response:
+        return OK if host.ready else NOT_READY
 
-    async def metadata(request: web.Request) -> web.StreamResponse:
+    async def metadata(request: Request) -> Response:
         return json_response(host.server_metadata())
 
-    async def model_metadata(request: web.Request) -> web.StreamResponse:
-        info = request.match_info
+    async def model_metadata(request: Request) -> Response:
+        info = request.params
         return json_response(host.model_metadata(info["model"], info.get("version", "")))
 
-    async def model_ready(request: web.Request) -> web.StreamResponse:
-        info = request.match_info
+    async def model_ready(request: Request) -> Response:
+        info = request.params
         if host.model_ready(info["model"], info.get("version", "")):
-            return ok()
+            return OK
         return error_response(400, "Model version not ready")
 
-    async def model_config(request: web.Request) -> web.StreamResponse:
-        info = request.match_info
+    async def model_config(request: Request) -> Response:
+        info = request.params
         return json_response(
             to_json_dict(host.model_config(info["model"], info.get("version", "")))
         )
 
-    async def stats(request: web.Request) -> web.StreamResponse:
-        info = request.match_info
+    async def stats(request: Request) -> Response:
+        info = request.params
         model_stats = host.statistics(info.get("model", ""), info.get("version", ""))
         return json_response({"model_stats": model_stats})
 
     table: list[Route] = [
-        ("GET", "/v2/health/live", "health", live),
-        ("GET", "/v2/health/ready", "health", ready),
-        ("GET", "/v2", "metadata", metadata),
-        ("GET", "/v2/models/stats", "statistics", stats),
+        Route("GET", "/v2/health/live", live, "health"),
+        Route("GET", "/v2/health/ready", ready, "health"),
+        Route("GET", "/v2", metadata, "metadata"),
+        Route("GET", "/v2/models/stats", stats, "statistics"),
     ]
     for path in versioned(""):
-        table.append(("GET", path, "metadata", model_metadata))
+        table.append(Route("GET", path, model_metadata, "metadata"))
     for path in versioned("/ready"):
-        table.append(("GET", path, "health", model_ready))
+        table.append(Route("GET", path, model_ready, "health"))
     for path in versioned("/config"):
-        table.append(("GET", path, "model-config", model_config))
+        table.append(Route("GET", path, model_config, "model-config"))
     for path in versioned("/stats"):
-        table.append(("GET", path, "statistics", stats))
+        table.append(Route("GET", path, stats, "statistics"))
     return table
-
-
-def fallback(ctx: Context) -> list[Route]:
-    """Last route: a known path with a method it does not serve is Triton's 405
-    ``{"error": "Method Not Allowed"}``; anything else its 404 ``{"error": "Not Found"}``."""
-
-    async def unmatched(request: web.Request) -> web.StreamResponse:
-        for resource in request.app.router.resources():
-            match, allowed = await resource.resolve(request)
-            if match is None and allowed:
-                return error_response(405, "Method Not Allowed")
-        return error_response(404, "Not Found")
-
-    return [("*", ANY_PATH, "", unmatched)]

@@ -6,12 +6,12 @@ from __future__ import annotations
 from base64 import b64decode
 from typing import Any, TypeGuard
 
-from aiohttp import web
 from despina import InvalidArgument
 
 from despina_frontend_http.body import read_body
-from despina_frontend_http.context import Context, Route
-from despina_frontend_http.responses import json_body, json_response, ok
+from despina_frontend_http.context import Context
+from despina_frontend_http.responses import OK, Response, json_body, json_response
+from despina_frontend_http.router import Request, Route
 
 SYSTEM = "/v2/systemsharedmemory"
 CUDA = "/v2/cudasharedmemory"
@@ -20,12 +20,12 @@ CUDA = "/v2/cudasharedmemory"
 def routes(ctx: Context) -> list[Route]:
     host = ctx.host
 
-    async def status(request: web.Request) -> web.StreamResponse:
-        return json_response(host.system_shm_status(request.match_info.get("region", "")))
+    async def status(request: Request) -> Response:
+        return json_response(host.system_shm_status(request.params.get("region", "")))
 
-    async def register(request: web.Request) -> web.StreamResponse:
-        region = request.match_info["region"]
-        raw = await read_body(request, 65536)
+    async def register(request: Request) -> Response:
+        region = request.params["region"]
+        raw = read_body(request.body, request.headers, 65536)
         body = json_body(raw, allow_empty=False, max_depth=ctx.max_json_depth)
         key, offset, size = body.get("key"), body.get("offset", 0), body.get("byte_size")
         if not isinstance(key, str) or not _is_int(offset) or not _is_int(size):
@@ -34,18 +34,18 @@ def routes(ctx: Context) -> list[Route]:
                 "'offset' and 'byte_size' (integers)"
             )
         host.system_shm_register(region, key, offset, size)
-        return ok()
+        return OK
 
-    async def unregister(request: web.Request) -> web.StreamResponse:
-        host.system_shm_unregister(request.match_info.get("region", ""))
-        return ok()
+    async def unregister(request: Request) -> Response:
+        host.system_shm_unregister(request.params.get("region", ""))
+        return OK
 
-    async def cuda_status(request: web.Request) -> web.StreamResponse:
-        return json_response(host.cuda_shm_status(request.match_info.get("region", "")))
+    async def cuda_status(request: Request) -> Response:
+        return json_response(host.cuda_shm_status(request.params.get("region", "")))
 
-    async def cuda_register(request: web.Request) -> web.StreamResponse:
-        region = request.match_info["region"]
-        raw = await read_body(request, 65536)
+    async def cuda_register(request: Request) -> Response:
+        region = request.params["region"]
+        raw = read_body(request.body, request.headers, 65536)
         body = json_body(raw, allow_empty=False, max_depth=ctx.max_json_depth)
         if "raw_handle" not in body:
             raise InvalidArgument("Shared memory register request has no 'raw_handle' field")
@@ -64,24 +64,24 @@ def routes(ctx: Context) -> list[Route]:
                 "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
             ) from None
         host.cuda_shm_register(region, raw_handle, device, size)
-        return ok()
+        return OK
 
-    async def cuda_unregister(request: web.Request) -> web.StreamResponse:
-        host.cuda_shm_unregister(request.match_info.get("region", ""))
-        return ok()
+    async def cuda_unregister(request: Request) -> Response:
+        host.cuda_shm_unregister(request.params.get("region", ""))
+        return OK
 
     group = "shared-memory"
     return [
-        ("GET", f"{SYSTEM}/status", group, status),
-        ("GET", f"{SYSTEM}/region/{{region}}/status", group, status),
-        ("POST", f"{SYSTEM}/region/{{region}}/register", group, register),
-        ("POST", f"{SYSTEM}/unregister", group, unregister),
-        ("POST", f"{SYSTEM}/region/{{region}}/unregister", group, unregister),
-        ("GET", f"{CUDA}/status", group, cuda_status),
-        ("GET", f"{CUDA}/region/{{region}}/status", group, cuda_status),
-        ("POST", f"{CUDA}/region/{{region}}/register", group, cuda_register),
-        ("POST", f"{CUDA}/unregister", group, cuda_unregister),
-        ("POST", f"{CUDA}/region/{{region}}/unregister", group, cuda_unregister),
+        Route("GET", f"{SYSTEM}/status", status, group),
+        Route("GET", f"{SYSTEM}/region/{{region}}/status", status, group),
+        Route("POST", f"{SYSTEM}/region/{{region}}/register", register, group, True),
+        Route("POST", f"{SYSTEM}/unregister", unregister, group, True),
+        Route("POST", f"{SYSTEM}/region/{{region}}/unregister", unregister, group, True),
+        Route("GET", f"{CUDA}/status", cuda_status, group),
+        Route("GET", f"{CUDA}/region/{{region}}/status", cuda_status, group),
+        Route("POST", f"{CUDA}/region/{{region}}/register", cuda_register, group, True),
+        Route("POST", f"{CUDA}/unregister", cuda_unregister, group, True),
+        Route("POST", f"{CUDA}/region/{{region}}/unregister", cuda_unregister, group, True),
     ]
 
 
