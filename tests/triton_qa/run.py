@@ -5,8 +5,8 @@ Usage (``make triton-qa TRITON_SERVER_REPO=...`` runs the first form)::
     python tests/triton_qa/run.py --triton-repo PATH [--python-backend-repo PATH]
         [--suite NAME ...] [--server-cmd "despina serve"] [--keep]
 
-``PATH`` is a local copy of github.com/triton-inference-server/server (tag v2.51.0 is
-what the counts in the README were taken with); nothing is fetched. Each sub-suite is
+``PATH`` is a local copy of github.com/triton-inference-server/server (tag v2.51.0, the
+Triton Despina is compared with; docs/testing.md describes the runner); nothing is fetched. Each sub-suite is
 laid out as its ``test.sh`` lays it out (the same models from ``qa/python_models``, the
 same config edits, the same server flags), the server is started on Triton's default
 ports 8000/8001/8002 (the test files hard-code them), and the unchanged test files run
