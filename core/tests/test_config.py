@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from despina import config as cfg, instance_groups
+from despina.config_pipeline import normalize
 from despina.errors import ConfigError
 
 VALID = """
@@ -50,8 +51,8 @@ def test_enum_number_out_of_range_is_a_config_error() -> None:
 
 def test_json_form_uses_field_names_and_numbers_for_int64() -> None:
     config = cfg.parse_text(VALID)
-    cfg.normalize(config, "m")
-    instance_groups.complete(config, gpus=[], gpu_support=None)
+    normalize(config)
+    config.instance_group.extend(instance_groups.complete(config, gpus=[], gpu_support=None))
     data = cfg.to_json_dict(config)
     assert data["input"][0]["dims"] == [-1, 4]
     assert data["input"][0]["data_type"] == "TYPE_FP32"
@@ -65,15 +66,14 @@ def test_json_form_uses_field_names_and_numbers_for_int64() -> None:
 
 def test_normalize_fills_triton_defaults() -> None:
     config = cfg.parse_text('backend: "onnxruntime"')
-    cfg.normalize(config, "net")
-    assert config.name == "net"
+    normalize(config)
     assert config.platform == "onnxruntime_onnx"
     assert config.version_policy.latest.num_versions == 1
 
 
 def test_normalize_fills_batching_and_pinned_memory_defaults_as_triton() -> None:
     config = cfg.parse_text("max_batch_size: 8 dynamic_batching { }")
-    cfg.normalize(config, "net")
+    normalize(config)
     assert list(config.dynamic_batching.preferred_batch_size) == [8]
     optimization = cfg.to_json_dict(config)["optimization"]
     assert optimization["input_pinned_memory"] == {"enable": True}
@@ -83,13 +83,25 @@ def test_normalize_fills_batching_and_pinned_memory_defaults_as_triton() -> None
         "max_batch_size: 8 dynamic_batching { preferred_batch_size: [ 2, 4 ] } "
         "optimization { input_pinned_memory { enable: false } }"
     )
-    cfg.normalize(config, "net")
+    normalize(config)
     assert list(config.dynamic_batching.preferred_batch_size) == [2, 4]
     assert config.optimization.input_pinned_memory.enable is False
     assert config.optimization.output_pinned_memory.enable is True
     ensemble = cfg.parse_text('platform: "ensemble"')
-    cfg.normalize(ensemble, "ens")
+    normalize(ensemble)
     assert not ensemble.HasField("optimization")
+
+
+def test_normalize_fills_the_sequence_batchers_defaults_as_triton() -> None:
+    config = cfg.parse_text("max_batch_size: 4 sequence_batching { oldest { } }")
+    normalize(config)
+    assert config.sequence_batching.max_sequence_idle_microseconds == 1_000_000
+    assert list(config.sequence_batching.oldest.preferred_batch_size) == [4]
+    given = "max_sequence_idle_microseconds: 5 oldest { preferred_batch_size: [ 2 ] }"
+    config = cfg.parse_text(f"max_batch_size: 4 sequence_batching {{ {given} }}")
+    normalize(config)
+    assert config.sequence_batching.max_sequence_idle_microseconds == 5
+    assert list(config.sequence_batching.oldest.preferred_batch_size) == [2]
 
 
 @pytest.mark.parametrize(
@@ -112,7 +124,8 @@ def test_normalize_fills_batching_and_pinned_memory_defaults_as_triton() -> None
 )
 def test_invalid_configs_are_refused_with_a_reason(text: str, message: str) -> None:
     config = cfg.parse_text(text)
-    cfg.normalize(config, "m")
+    config.name = config.name or "m"
+    normalize(config)
     with pytest.raises(ConfigError, match=message):
         cfg.validate(config, "m")
 

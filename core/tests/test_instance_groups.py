@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from despina import config as cfg, instance_groups as ig
+from despina.config_pipeline import normalize
 from despina.errors import ConfigError
 
 CPU_ONLY = "the installed torch 2.13.0+cpu is a CPU-only build"
@@ -14,8 +15,10 @@ def completed(
     text: str, backend: str = "python", gpus: tuple[int, ...] = (0, 1), support: str | None = None
 ) -> cfg.mc.ModelConfig:
     config = cfg.parse_text(f'name: "m" backend: "{backend}" {text}')
-    cfg.normalize(config, "m")
-    ig.complete(config, gpus, support)
+    normalize(config)
+    groups = ig.complete(config, gpus, support)
+    del config.instance_group[:]
+    config.instance_group.extend(groups)
     ig.check(config, gpus, support, 7.5)
     return config
 

@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "instance_specs": "despina.instance_groups",
     "Gpu": "despina.devices",
     "GpuInventory": "despina.devices",
-    "ModelVersion": "despina.loader",
+    "ModelVersion": "despina.model_versions",
     "RaggedBatch": "despina.ragged",
     "batch_sizes": "despina.batching",
     "TensorSpec": "despina.signatures",
@@ -191,7 +191,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         SequenceFlags as SequenceFlags,
     )
     from despina.instance_groups import instance_specs as instance_specs
-    from despina.loader import ModelVersion as ModelVersion
+    from despina.model_versions import ModelVersion as ModelVersion
     from despina.paths import check_model_name as check_model_name, safe_join as safe_join
     from despina.placement import (
         CallPlacement as CallPlacement,

@@ -4,14 +4,17 @@
 Lifecycle, driven by the model manager:
 
 1. ``Backend(context)`` — once per model version, cheap (no framework work yet).
-2. ``await backend.auto_complete()`` — only when auto-complete is enabled; fills missing
-   parts of ``context.config`` (inputs, outputs, max_batch_size) from the model file.
+2. ``await backend.auto_complete()`` — only when auto-complete is enabled, on a backend
+   the config pipeline (:mod:`despina.config_pipeline`) makes for it; fills missing parts
+   of ``context.config``, the pipeline's draft (inputs, outputs, max_batch_size), from
+   the model file.
 3. ``await backend.load()`` — load shared state (weights) once for all instances.
 4. ``await backend.create_instance(spec)`` — once per instance (``count`` x groups).
 5. ``await instance.execute(requests)`` — many times, from the scheduler.
 6. ``await instance.close()`` for every instance, then ``await backend.unload()``.
 
 Any exception from steps 2 to 4 makes the model UNAVAILABLE with the exception's text as reason.
+From step 3 on, ``context.config`` is the model's frozen config: read it, never write it.
 """
 
 from __future__ import annotations
@@ -207,7 +210,8 @@ class Backend(abc.ABC):
         self.context = context
 
     async def auto_complete(self) -> None:  # noqa: B027 - optional hook
-        """Fill what ``self.context.config`` lacks from the model file (in place)."""
+        """Fill what ``self.context.config`` lacks from the model file, in place: the one
+        time a backend may write to a config (the pipeline's draft, before it is frozen)."""
 
     async def load(self) -> None:  # noqa: B027 - optional hook
         """Load what all instances share (weights); called once before instances."""

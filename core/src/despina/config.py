@@ -2,9 +2,9 @@
 
 The schema is Triton's own protobuf (the generated module shipped in ``tritonclient``);
 ``config.pbtxt`` is parsed with protobuf's text format, so an unknown field or bad value
-is an error naming the file, line and field. :func:`normalize` fills Triton's defaults
-once a backend has auto-completed the config, and :func:`validate` checks what Triton
-checks before a model loads.
+is an error naming the file, line and field. :func:`check_file_names` and :func:`validate`
+check what Triton checks before a model loads; :mod:`despina.config_pipeline` runs them,
+in order with the steps that complete a config.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ __all__ = [
     "backend_name",
     "config_json",
     "mc",
-    "normalize",
     "parameters_of",
     "parse_json",
     "parse_text",
@@ -190,30 +189,6 @@ def backend_name(config: mc.ModelConfig) -> str:
     if config.backend:
         return str(config.backend)
     return PLATFORM_TO_BACKEND.get(config.platform, "")
-
-
-def normalize(config: mc.ModelConfig, model_name: str) -> None:
-    """Fill Triton's defaults in place: name, platform, version policy, the dynamic
-    batcher's preferred batch size (``max_batch_size``), pinned memory on (not for
-    ensembles). Instance groups: :func:`despina.instance_groups.complete`."""
-    if not config.name:
-        config.name = model_name
-    if config.backend in BACKEND_TO_PLATFORM and not config.platform:
-        config.platform = BACKEND_TO_PLATFORM[config.backend]
-    if not config.HasField("version_policy"):
-        config.version_policy.latest.num_versions = 1
-    if config.HasField("dynamic_batching") and config.max_batch_size > 0:
-        preferred = config.dynamic_batching.preferred_batch_size
-        if not preferred:
-            preferred.append(config.max_batch_size)
-    if config.platform == ENSEMBLE_PLATFORM:
-        return
-    optimization = config.optimization
-    for field in ("input_pinned_memory", "output_pinned_memory"):
-        if not optimization.HasField(field):
-            getattr(optimization, field).enable = True
-    if config.HasField("dynamic_batching") and config.max_batch_size == 0:
-        config.ClearField("dynamic_batching")
 
 
 def check_file_names(config: mc.ModelConfig, model_name: str) -> None:

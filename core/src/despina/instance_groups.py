@@ -1,7 +1,7 @@
 """Instance groups as Triton completes and checks them, and the instances they make.
 
-:func:`complete` fills what a config leaves out (Triton's ``NormalizeInstanceGroup``): the
-default group for a config with none, names ``<model>_<index>``, ``KIND_AUTO`` resolved,
+:func:`complete` returns the groups with what a config leaves out filled (Triton's
+``NormalizeInstanceGroup``): the default group for a config with none, names ``<model>_<index>``, ``KIND_AUTO`` resolved,
 counts, and every supported GPU for a ``KIND_GPU`` group that lists none. Unlike Triton,
 ``KIND_AUTO`` (and the default group) become ``KIND_GPU`` only where the model's backend
 can run on a GPU with what is installed (:meth:`despina.backend.Backend.gpu_support`):
@@ -31,16 +31,20 @@ KIND_GPU = mc.ModelInstanceGroup.KIND_GPU
 KIND_MODEL = mc.ModelInstanceGroup.KIND_MODEL
 
 
-def complete(config: mc.ModelConfig, gpus: Sequence[int], gpu_support: str | None) -> None:
-    """Fill the instance groups of a non-ensemble ``config`` in place.
+def complete(
+    config: mc.ModelConfig, gpus: Sequence[int], gpu_support: str | None
+) -> list[mc.ModelInstanceGroup]:
+    """The completed instance groups of a non-ensemble ``config`` (new messages; the
+    config is not changed: :mod:`despina.config_pipeline` writes them into its draft).
 
     ``gpus``: the CUDA ordinals of the supported GPUs; ``gpu_support``: None when the
     backend can run on them, else why not (then nothing is placed on a GPU by default).
     """
     usable = list(gpus) if gpu_support is None else []
-    if not config.instance_group:
-        config.instance_group.add(name=config.name, kind=KIND_AUTO)  # Triton's default group
-    for index, group in enumerate(config.instance_group):
+    groups = [_copy(group) for group in config.instance_group]
+    if not groups:
+        groups.append(mc.ModelInstanceGroup(name=config.name, kind=KIND_AUTO))  # Triton's
+    for index, group in enumerate(groups):
         if not group.name:
             group.name = f"{config.name}_{index}"
         if group.kind == KIND_AUTO:
@@ -52,6 +56,13 @@ def complete(config: mc.ModelConfig, gpus: Sequence[int], gpu_support: str | Non
             group.count = 1  # Triton: 2 for onnxruntime on CPU (see the README)
         if group.kind == KIND_GPU and not group.gpus:
             group.gpus.extend(usable)
+    return groups
+
+
+def _copy(group: mc.ModelInstanceGroup) -> mc.ModelInstanceGroup:
+    copied = mc.ModelInstanceGroup()
+    copied.CopyFrom(group)
+    return copied
 
 
 def check(

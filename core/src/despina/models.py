@@ -27,25 +27,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from despina import config as cfg
-from despina.agents import run_agents
+from despina.config_pipeline import PreparedConfig, prepare
 from despina.digits import ascii_digits
 from despina.errors import DespinaError, InvalidArgument, NotFound, Unavailable
-from despina.loader import (
-    ModelState,
-    ModelVersion,
-    describe,
-    load_failure_text,
-    load_version,
-    prepare_config,
-    unload_version,
-    version_config,
-    without_paths,
-)
+from despina.loader import load_version, unload_version
+from despina.model_versions import ModelState, ModelVersion, describe, load_failure_text
 from despina.paths import check_model_name, quote, safe_join
-from despina.repository import ModelRepository, available_versions, select_versions
+from despina.redact import without_paths
+from despina.repository import ModelRepository, select_versions
 
 if TYPE_CHECKING:
-    from despina.loader import LoadHost
+    from despina.load_host import LoadHost
 
 log = logging.getLogger("despina.models")
 
@@ -64,7 +56,8 @@ class ModelEntry:
         self.versions: dict[int, ModelVersion] = {}
         self.state = ModelState.LOADING
         self.reason = ""
-        self.config: cfg.ModelConfig | None = None
+        #: The model's prepared config, once the config pipeline accepted it.
+        self.prepared: PreparedConfig | None = None
         self.temp_dir: Path | None = None
         #: Loaded by name (start-up list, a load request), not for an ensemble that uses it.
         self.explicit = True
@@ -141,7 +134,8 @@ class ModelManager:
                     raise InvalidArgument(load_failure_text(name, failed))
             except DespinaError as exc:
                 log.error("failed to load '%s': %s", name, exc)
-                without_paths(self.server, entry.model_dir or Path(name), exc)
+                roots = self.repository.roots
+                without_paths(exc, entry.model_dir or Path(name), roots)
                 entry.state, entry.reason = ModelState.UNAVAILABLE, str(exc)
                 if keep_old:
                     log.warning("'%s' keeps serving its previous versions", name)
@@ -189,8 +183,8 @@ class ModelManager:
         """The models ``name`` uses: its ensemble's composing models and its BLS callees."""
         entry = self.entries.get(name)
         used = set(self._calls.get(name, ()))
-        if entry is not None and entry.config is not None:
-            used.update(_composing_models(entry.config))
+        if entry is not None and entry.prepared is not None:
+            used.update(_composing_models(entry.prepared.config))
         return used
 
     def _unloads_with(self, name: str, user: str, through_bls: bool) -> bool:
@@ -351,28 +345,18 @@ class ModelManager:
     async def _load_entry(self, entry: ModelEntry, config_json: str | bytes | None) -> None:
         assert entry.model_dir is not None
         name = entry.name
-        if config_json is not None:
-            config = cfg.parse_json(config_json, f"config of '{name}'")
-        else:
-            config, _ = cfg.read_model_config(entry.model_dir)
-        entry.model_dir = await run_agents(self.server.registry.agents, config, entry.model_dir)
-        versions = available_versions(entry.model_dir)
-        backend_cls = await prepare_config(self.server, config, entry.model_dir, versions)
-        entry.config = config
-        ensemble = config.platform == cfg.ENSEMBLE_PLATFORM
-        if ensemble:
-            versions = versions or [1]
-        selected = select_versions(config, versions)
+        prepared = await prepare(self.server, entry.model_dir, config_json)
+        entry.model_dir, entry.prepared = prepared.model_dir, prepared
+        ensemble = prepared.config.platform == cfg.ENSEMBLE_PLATFORM
+        versions = list(prepared.versions) or ([1] if ensemble else [])
+        selected = select_versions(prepared.config, versions)
         if not selected:
             raise Unavailable(f"failed to load '{name}', no version is available")
-        entry.versions = {v: ModelVersion(name, v, version_config(config)) for v in selected}
+        entry.versions = {v: ModelVersion(name, v, prepared.config) for v in selected}
         token = _LOADING_FOR.set(name if ensemble else None)
         try:
             await asyncio.gather(
-                *(
-                    load_version(self.server, backend_cls, entry.model_dir, v)
-                    for v in entry.versions.values()
-                )
+                *(load_version(self.server, prepared, v) for v in entry.versions.values())
             )
         finally:
             _LOADING_FOR.reset(token)
@@ -386,6 +370,12 @@ class ModelManager:
                 if v.state is ModelState.READY
             )
         )
+        if entry.prepared is not None and entry.prepared.changed():
+            log.error(
+                "model '%s': its config was written to after it was prepared; configs are "
+                "read-only once loaded (a backend or scheduler broke the contract)",
+                entry.name,
+            )
         if entry.temp_dir is not None:
             shutil.rmtree(entry.temp_dir, ignore_errors=True)
             entry.temp_dir = None

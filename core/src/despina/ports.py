@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from despina.custom_metrics import CustomMetrics
     from despina.devices import GpuInventory
     from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
-    from despina.loader import ModelVersion
+    from despina.model_versions import ModelVersion
     from despina.settings import Stash
     from despina.shared_memory import SharedMemoryRegistry
     from despina.tracing.tracer import Tracer

@@ -58,8 +58,6 @@ from despina.scheduling.sequence_controls import SequenceControls, state_specs
 
 log = logging.getLogger("despina.scheduling")
 
-#: Triton's default ``max_sequence_idle_microseconds``.
-DEFAULT_IDLE_US = 1_000_000
 #: How often the reaper looks again at an idle sequence still waiting in the backlog or
 #: executing (a sequence is not idle while one of its requests runs).
 BACKLOG_RECHECK_S = 0.05
@@ -100,7 +98,6 @@ class SequenceBatchScheduler(Scheduler):
         self.controls = SequenceControls(config)
         self.states = state_specs(config, model.model_dir)
         self.input_names = [i.name for i in config.input]
-        _fill_defaults(config)
         self.idle_s = int(batching.max_sequence_idle_microseconds) / 1e6
         policy: Policy
         slot_count = max(1, int(config.max_batch_size))
@@ -354,17 +351,6 @@ class SequenceBatchScheduler(Scheduler):
         for request in queued:
             if request is not None:
                 reject(self.model, request, stopping_error(self.model))
-
-
-def _fill_defaults(config: ModelConfig) -> None:
-    """Triton's normalisation, visible in the served config: the default idle time, and
-    ``max_batch_size`` as the Oldest strategy's preferred batch size when none is given."""
-    batching = config.sequence_batching
-    if not batching.max_sequence_idle_microseconds:
-        batching.max_sequence_idle_microseconds = DEFAULT_IDLE_US
-    oldest = batching.WhichOneof("strategy_choice") == "oldest"
-    if oldest and not batching.oldest.preferred_batch_size and config.max_batch_size > 0:
-        batching.oldest.preferred_batch_size.append(config.max_batch_size)
 
 
 def _validate(config: ModelConfig) -> None:
