@@ -1,19 +1,18 @@
-"""Latency of the HTTP front's relayed requests, Unix-socket relay (before) vs in-memory
-pipe (after), on one keep-alive connection per server, requests alternated between them.
+"""Latency of the HTTP port's requests in two revisions of Despina, on one keep-alive
+connection per server, requests alternated between them.
 
-Two trees are served with the same venv: ``before`` is ``git archive HEAD`` and ``after``
-the same with the front's files of this working tree copied over (so nothing else that
-is being edited in the tree differs). Each is a ``despina serve`` process (the in-process
-``bench`` add_sub backend, ``bench/model_repository``) with the tree's sources first on
-``PYTHONPATH``. Requests, each timed from its first byte sent to its answer's last byte
-read: ``GET /v2/health/ready``, ``GET /v2/models/add_sub`` (metadata), ``POST
-.../infer`` with a gzip body (relayed), and the plain ``POST .../infer`` (the front's own
-path, unchanged: a control). Every step sends one request of each kind to both servers,
-in an order alternating step by step. Each server's CPU time (user + system, from
-``/proc``) over the timed window is reported per step too. ``--same`` serves HEAD as both
-(an A/A run: the noise floor).
+Two trees are served with the same venv: ``before`` and ``after`` are ``git archive`` of
+two revisions (default: HEAD's parent and HEAD), so nothing being edited in the working
+tree differs. Each is a ``despina serve`` process (the in-process ``bench`` add_sub
+backend, ``bench/model_repository``) with the tree's sources first on ``PYTHONPATH``.
+Requests, each timed from its first byte sent to its answer's last byte read: ``GET
+/v2/health/ready``, ``GET /v2/models/add_sub`` (metadata), ``POST .../infer`` with a gzip
+body, and the plain ``POST .../infer`` (the front's fast path). Every step sends one
+request of each kind to both servers, in an order alternating step by step. Each
+server's CPU time (user + system, from ``/proc``) over the timed window is reported per
+step too. ``--same`` serves ``before`` as both (an A/A run: the noise floor).
 
-    .venv/bin/python bench/relay_latency.py [--seconds 6] [--same]
+    .venv/bin/python bench/relay_latency.py [--before REV] [--after REV] [--seconds 6] [--same]
 """
 
 from __future__ import annotations
@@ -32,11 +31,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The files of the change measured, copied over HEAD to make the ``after`` tree.
-CHANGED = [
-    "plugins/frontend_http/src/despina_frontend_http/front.py",
-    "plugins/frontend_http/src/despina_frontend_http/memory_pipe.py",
-]
 TREES = Path("/tmp/relay_latency")
 _BODY = json.dumps(
     {
@@ -58,20 +52,17 @@ REQUESTS = {
 }
 
 
-def make_trees(same: bool) -> dict[str, Path]:
-    """``before`` (HEAD) and ``after`` (HEAD + :data:`CHANGED` from the working tree,
-    unless ``same``)."""
+def make_trees(before: str, after: str) -> dict[str, Path]:
+    """``before`` and ``after``: the trees of two revisions."""
     shutil.rmtree(TREES, ignore_errors=True)
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "HEAD"], check=True, capture_output=True
-    ).stdout
-    trees = {name: TREES / name for name in ("before", "after")}
-    for tree in trees.values():
-        tree.mkdir(parents=True)
+    trees = {"before": TREES / "before", "after": TREES / "after"}
+    for name, revision in (("before", before), ("after", after)):
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", revision], check=True, capture_output=True
+        ).stdout
+        trees[name].mkdir(parents=True)
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(tree, filter="data")
-    for path in [] if same else CHANGED:
-        shutil.copy(ROOT / path, trees["after"] / path)
+            tar.extractall(trees[name], filter="data")
     return trees
 
 
@@ -156,9 +147,11 @@ def percentile(values: list[float], fraction: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--same", action="store_true", help="HEAD as both (A/A)")
+    parser.add_argument("--before", default="HEAD~1", help="revision served as before")
+    parser.add_argument("--after", default="HEAD", help="revision served as after")
+    parser.add_argument("--same", action="store_true", help="before as both (A/A)")
     options = parser.parse_args()
-    trees = make_trees(options.same)
+    trees = make_trees(options.before, options.before if options.same else options.after)
     servers = {name: start(tree, TREES / f"{name}.log") for name, tree in trees.items()}
     try:
         clients = {name: Client(port) for name, (_, port) in servers.items()}
