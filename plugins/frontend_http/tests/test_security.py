@@ -9,7 +9,6 @@ import http.client
 import json
 import socket
 import ssl
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -221,36 +220,7 @@ def test_head_within_the_limit_is_served(serve: Callable[..., RunningServer]) ->
         client.infer("add_sub", inputs, headers=headers)
 
 
-# --- connections
-
-
-def test_connections_over_the_limit_are_closed_at_once(
-    serve: Callable[..., RunningServer],
-) -> None:
-    running = serve("--http-max-connections=2")
-    request = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
-    kept = [socket.create_connection(("127.0.0.1", running.http_port), 10) for _ in range(2)]
-    try:
-        for sock in kept:  # both are open and served
-            sock.sendall(request)
-            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-        with socket.create_connection(("127.0.0.1", running.http_port), 10) as extra:
-            try:
-                extra.sendall(request)
-                assert extra.recv(4096) == b""
-            except ConnectionResetError:
-                pass
-    finally:
-        for sock in kept:
-            sock.close()
-    for _ in range(50):  # the closed ones are counted out
-        with httpclient.InferenceServerClient(running.http_url) as client:
-            try:
-                infer_ok(client)
-                return
-            except Exception:  # noqa: BLE001 - the server may not have seen the close yet
-                time.sleep(0.1)
-    pytest.fail("the server did not accept connections again")
+# --- connections: test_connection_floods.py
 
 
 # --- JSON depth and outputs

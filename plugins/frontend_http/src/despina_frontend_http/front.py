@@ -28,6 +28,14 @@ running inference at once. A request refused before its body is read (413, 400) 
 answer, then the connection stops writing and drops what the client still sends until it
 closes, or :data:`LINGER_S` pass.
 
+Connections are counted by a :class:`~despina.transport.roster.Roster`: one that has not
+sent a whole request head within ``--http-handshake-timeout-secs`` is closed; at
+``--http-max-connections`` a new connection makes room (the oldest without a request yet
+is closed, else the longest-idle keep-alive connection drains as below: a request its
+client sends meanwhile is answered). When every connection is busy, the new one is
+closed at once. Running out of descriptors pauses accepting briefly
+(:class:`~despina.transport.listen.Listener`).
+
 Stopping (:meth:`Front.drain`, as the server begins to stop): the listener closes; on each
 connection the answer that leaves nothing read unanswered says ``Connection: close``, and
 the connection closes after it in the same staged way. An idle connection stays open
@@ -38,6 +46,7 @@ closes: a request is answered or never sent, not cut by the close.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import ssl
 import time
@@ -45,7 +54,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from despina import stop_listening
+from despina.transport.listen import Listener, listen, stop_listening
+from despina.transport.roster import Roster
 
 from despina_frontend_http.body import too_large
 from despina_frontend_http.context import Context
@@ -125,6 +135,10 @@ class FrontConnection(asyncio.Protocol):
         self.peer: tuple[str, int] | None = None
         self.writable: asyncio.Event | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
+        #: The loop's time when the client last sent something (the roster's measure).
+        self.heard = asyncio.get_running_loop().time()
+        #: A request head came (the roster heard of it).
+        self.handshaken = False
 
     # --- asyncio.Protocol
 
@@ -133,8 +147,8 @@ class FrontConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = (peer[0], peer[1]) if isinstance(peer, tuple) else None
-        if len(self.front.connections) >= self.front.max_connections:
-            self.engine.closed = True  # over --http-max-connections: nothing read, closed now
+        if not self.front.roster.admit(self):
+            self.engine.closed = True  # every connection busy: nothing read, closed now
             transport.close()
             return
         self.front.connections.add(self)
@@ -142,11 +156,16 @@ class FrontConnection(asyncio.Protocol):
             self.engine.drain()
 
     def data_received(self, data: bytes) -> None:
+        self.heard = asyncio.get_running_loop().time()
         self.engine.receive(data)
+        if not self.handshaken and self.engine.heads:
+            self.handshaken = True
+            self.front.roster.handshaken(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.engine.lost()
         self.front.connections.discard(self)
+        self.front.roster.leave(self)
         if self.idle_timer is not None:
             self.idle_timer.cancel()
         if self.writable is not None:
@@ -161,6 +180,30 @@ class FrontConnection(asyncio.Protocol):
         if self.writable is not None:
             self.writable.set()
             self.writable = None
+
+    # --- the roster's questions
+
+    def idle(self) -> bool:
+        """No request being read, waiting or answered, nothing left to write, not
+        closing or draining."""
+        engine = self.engine
+        return not (
+            engine.mid_message
+            or engine.waiting
+            or engine.answering is not None
+            or engine.closed
+            or engine.draining
+            or self.transport is None
+            or self.transport.get_write_buffer_size()
+        )
+
+    def evict(self) -> None:
+        """Make room: close at once before a first request head, else drain (closed after
+        :data:`DRAIN_IDLE_S` unless a request comes, answered with ``Connection: close``)."""
+        if self.engine.heads:
+            self.engine.drain()
+        else:
+            self.engine.close()
 
     # --- the engine's Handler: I/O
 
@@ -386,20 +429,32 @@ class FrontConnection(asyncio.Protocol):
 class Front:
     """The listener, answering through ``router``."""
 
-    def __init__(self, ctx: Context, router: Router, max_connections: int = 1 << 62) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        router: Router,
+        max_connections: int = 0,
+        handshake_timeout: float = 0.0,
+    ) -> None:
         self.ctx = ctx
         self.router = router
-        #: ``--http-max-connections``: a connection beyond it is closed at once.
-        self.max_connections = max_connections
+        #: ``--http-max-connections`` (0: no limit) and ``--http-handshake-timeout-secs``.
+        self.roster: Roster[FrontConnection] = Roster(
+            "HTTP",
+            "--http-max-connections",
+            max_connections,
+            handshake_timeout,
+            logging.getLogger("despina.http"),
+        )
         #: Every connection's limits, and the texts refusing a request over them.
-        self.limits = Limits(
+        self.limits: Limits = Limits(
             ctx.max_header_size,
             ctx.max_input_size,
             head_too_large(ctx.max_header_size),
             str(too_large(ctx.max_input_size)),
         )
         self.connections: set[FrontConnection] = set()
-        self.listener: asyncio.Server | None = None
+        self.listener: Listener | None = None
         self.ssl_context: ssl.SSLContext | None = None
         #: Set by :meth:`drain`: a connection made after it drains at once.
         self.stopping = False
@@ -409,15 +464,16 @@ class Front:
     ) -> int:
         """Listen (over TLS with ``ssl_context``); the bound port (OSError)."""
         self.ssl_context = ssl_context
-        loop = asyncio.get_running_loop()
         try:
-            self.listener = await loop.create_server(
+            self.listener = await listen(
                 lambda: FrontConnection(self),
-                host or None,
+                host,
                 port,
-                reuse_port=reuse_port or None,
+                reuse_port=reuse_port,
                 backlog=1024,
-                ssl=ssl_context,
+                ssl_context=ssl_context,
+                ssl_handshake_timeout=self.roster.handshake_timeout or None,
+                make_room=self.roster.make_room,
             )
         except OSError:
             await self.stop()
@@ -428,6 +484,7 @@ class Front:
         """Stop listening; every connection drains (:meth:`H1Engine.drain`), and so
         does one accepted just before, as it is made."""
         self.stopping = True
+        self.roster.close()
         if self.listener is not None:
             stop_listening(self.listener, lambda: FrontConnection(self), self.ssl_context)
         for connection in list(self.connections):

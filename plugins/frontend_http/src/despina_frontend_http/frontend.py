@@ -48,7 +48,12 @@ class HttpFrontend:
         context = Context.from_options(self.host)
         self._executor = context.executor
         try:
-            front = Front(context, serving_router(context), options.max_connections)
+            front = Front(
+                context,
+                serving_router(context),
+                options.max_connections,
+                options.handshake_timeout_secs,
+            )
             self.port = await front.start(
                 options.address, options.port, options.reuse_port, options.ssl_context
             )

@@ -189,6 +189,8 @@ class H1Engine:
         self.head_over = False
         #: Heads read whole on this connection.
         self.heads = 0
+        #: A request began and has not been read whole.
+        self.mid_message = False
 
     # --- what the handler calls
 
@@ -449,6 +451,7 @@ class H1Engine:
     # --- httptools callbacks
 
     def on_message_begin(self) -> None:
+        self.mid_message = True
         self.current = Incoming()
         self.in_head = True
         if self.tracing.active:
@@ -505,6 +508,7 @@ class H1Engine:
             incoming.body.append(body)
 
     def on_message_complete(self) -> None:
+        self.mid_message = False
         self.in_head = True  # what follows is the next request's head
         self.chunks.end()
         incoming = self.current

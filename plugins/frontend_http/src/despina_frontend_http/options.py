@@ -33,6 +33,8 @@ class HttpOptions:
     max_header_size: int
     #: ``--http-max-connections``: open client connections.
     max_connections: int
+    #: ``--http-handshake-timeout-secs``: time for a first request head; 0: no limit.
+    handshake_timeout_secs: float
     max_json_depth: int
     max_outputs: int
     use_ssl: bool
@@ -62,6 +64,8 @@ class HttpOptions:
         """Read and check the flags; ValueError naming the flag for a bad value."""
         if flags.http_max_input_size <= 0:
             raise ValueError("--http-max-input-size must be positive")
+        if not flags.http_handshake_timeout_secs >= 0:
+            raise ValueError("--http-handshake-timeout-secs must be 0 (no limit) or more")
         for flag, minimum in _MINIMUMS.items():
             value = getattr(flags, flag.lstrip("-").replace("-", "_"))
             if value < minimum:
@@ -77,6 +81,7 @@ class HttpOptions:
             max_input_size=int(flags.http_max_input_size),
             max_header_size=int(flags.http_max_header_size),
             max_connections=int(flags.http_max_connections),
+            handshake_timeout_secs=float(flags.http_handshake_timeout_secs),
             max_json_depth=int(flags.http_max_json_depth),
             max_outputs=int(flags.http_max_outputs),
             use_ssl=bool(flags.http_use_ssl),

@@ -16,6 +16,7 @@ DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
 #: imports numpy: this module stays cheap to import).
 DEFAULT_MAX_HEADER_SIZE = 64 * 1024
 DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_HANDSHAKE_TIMEOUT = 5.0
 DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_MAX_OUTPUTS = 256
 
@@ -90,8 +91,18 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_CONNECTIONS,
         metavar="INT",
-        help="open client connections; a connection beyond it is closed at once (Despina; "
-        "default: 4096)",
+        help="open client connections; one more makes room (the oldest connection without a "
+        "request yet is closed, else the longest-idle keep-alive one), or is closed at once "
+        "when every connection is busy (Despina; default: 4096)",
+    )
+    group.add_argument(
+        "--http-handshake-timeout-secs",
+        type=float,
+        default=DEFAULT_HANDSHAKE_TIMEOUT,
+        metavar="SECONDS",
+        help="a connection that has not sent a whole first request head within this time is "
+        "closed (over TLS, the TLS handshake gets as long again); 0 = no limit (Despina; "
+        f"default: {DEFAULT_HANDSHAKE_TIMEOUT:g})",
     )
     group.add_argument(
         "--http-max-json-depth",
