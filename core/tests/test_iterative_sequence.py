@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import queue
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -138,11 +139,11 @@ def start(
 ) -> Callable[..., RunningServer]:
     """Add models (name -> (config, model.iter text)) and start a server with itertoy."""
 
-    def run(models: dict[str, tuple[str, str]]) -> RunningServer:
+    def run(models: dict[str, tuple[str, str]], flags: Sequence[str] = ()) -> RunningServer:
         for name, (config, behaviour) in models.items():
             model_repository.add(name, config, {"1/model.iter": behaviour})
         IterBackend.runs.clear()
-        return despina_server(model_repository.root, plugins=[ItertoyPlugin()])
+        return despina_server(model_repository.root, list(flags), plugins=[ItertoyPlugin()])
 
     return run
 
@@ -277,7 +278,7 @@ def test_unload_lets_a_rescheduled_request_finish_and_shutdown_answers_an_endles
     start: Callable[..., RunningServer],
 ) -> None:
     models = {"finite": (iter_config(), '{"delay_s": 0.05}'), "endless": (iter_config(), "")}
-    running = start(models)
+    running = start(models, ["--exit-timeout-secs=1"])
     server = running.server
 
     async def unload_while_running() -> list[int]:
@@ -291,7 +292,9 @@ def test_unload_lets_a_rescheduled_request_finish_and_shutdown_answers_an_endles
     async def stop_while_running() -> None:
         task = asyncio.ensure_future(server.infer(core_request("endless", -1)))
         await wait_for_runs(len(IterBackend.runs) + 3)
-        await server.stop()
+        began = time.monotonic()
+        await server.stop()  # it runs on until the exit timeout, then is answered
+        assert 1 <= time.monotonic() - began < 10
         with pytest.raises(Unavailable, match="Server is stopping"):
             await task
 

@@ -207,10 +207,8 @@ def test_shutdown_answers_every_request(model_repository: RepositoryBuilder) -> 
 
     results = running.call(scenario())
     running.stop()
-    answered = [r for r in results if not isinstance(r, Exception)]
-    refused = [r for r in results if isinstance(r, Unavailable)]
-    assert len(answered) >= 1 and len(answered) + len(refused) == 5
-    assert all("Server is stopping" in str(r) for r in refused)
+    # every accepted request runs before the server stops (as Triton), none is refused
+    assert [type(r).__name__ for r in results] == ["InferenceResponse"] * 5
 
 
 def test_two_servers_live_in_one_process(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from despina.config import mc
 from despina.errors import DespinaError, InvalidArgument
 from despina.inference import InferenceRequest, InferenceResponse
-from despina.model_versions import ModelState
+from despina.loader import ModelState
 from despina.signatures import backend_setting, default_max_batch_size
 from despina.tensors import config_to_datatype
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from despina.custom_metrics import CustomMetrics
     from despina.devices import GpuInventory
     from despina.inference import ResponseStream
-    from despina.model_versions import ModelVersion
+    from despina.loader import ModelVersion
     from despina.models import ModelManager
     from despina.plugins import Plugins
     from despina.ports import FrontendHost
@@ -67,11 +67,15 @@ class Core(Protocol):
     def inference_model(self, name: str, version: str = "") -> ModelVersion: ...
 
     def submit(
-        self, request: InferenceRequest, streaming: bool = True, model: ModelVersion | None = None
+        self,
+        request: InferenceRequest,
+        streaming: bool = True,
+        model: ModelVersion | None = None,
+        inner: bool = False,
     ) -> tuple[ModelVersion, ResponseStream]: ...
 
     async def infer(
-        self, request: InferenceRequest, model: ModelVersion | None = None
+        self, request: InferenceRequest, model: ModelVersion | None = None, inner: bool = False
     ) -> InferenceResponse: ...
 
     def outcome(
@@ -79,7 +83,7 @@ class Core(Protocol):
     ) -> InferenceResponse: ...
 
     def infer_stream(
-        self, request: InferenceRequest
+        self, request: InferenceRequest, inner: bool = False
     ) -> AsyncGenerator[InferenceResponse, None]: ...
 
 
@@ -286,16 +290,18 @@ class BackendServices:
         return backend_setting(self._settings.backend_config, backend, key)
 
     async def bls_infer(self, caller: str, request: InferenceRequest) -> InferenceResponse:
-        """Run ``caller``'s request on a non-decoupled model; its error raised."""
+        """Run ``caller``'s request on a non-decoupled model; its error raised. Part of
+        the caller's accepted work: run while the server stops too."""
         self._models.record_call(caller, request.model_name)
-        return await self._server.infer(request)
+        return await self._server.infer(request, inner=True)
 
     def bls_stream(
         self, caller: str, request: InferenceRequest
     ) -> AsyncGenerator[InferenceResponse, None]:
-        """Every response of ``caller``'s request on any model."""
+        """Every response of ``caller``'s request on any model (run while the server
+        stops too, as :meth:`bls_infer`)."""
         self._models.record_call(caller, request.model_name)
-        return self._server.infer_stream(request)
+        return self._server.infer_stream(request, inner=True)
 
 
 class SchedulerServices:
@@ -308,7 +314,12 @@ class SchedulerServices:
     def __init__(self, server: Core) -> None:
         self._models = server.models
         self._startup = set(server.settings.load_model or [])
-        self.infer_stream = server.infer_stream
+        self._server = server
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncGenerator[InferenceResponse, None]:
+        """Every response of an ensemble step's request: part of the ensemble request's
+        accepted work, run while the server stops too."""
+        return self._server.infer_stream(request, inner=True)
 
     def ready_config(self, name: str, version: str = "") -> mc.ModelConfig:
         """The config of the READY version serving ``name``; NotFound / Unavailable."""

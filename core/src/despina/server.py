@@ -22,7 +22,7 @@ from despina.devices import GpuInventory, discover
 from despina.errors import DespinaError, Internal, Unavailable, Unsupported
 from despina.flags import parse_settings, plugin_modules
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
-from despina.model_versions import ModelVersion
+from despina.loader import ModelVersion
 from despina.models import ModelManager
 from despina.plugins import create_plugins
 from despina.poller import RepositoryPoller
@@ -32,6 +32,7 @@ from despina.registry import Registry
 from despina.repository import ModelRepository
 from despina.response_cache import ResponseCache, cache_key, parse_cache_config
 from despina.runtime_settings import LogSettings, TraceSettings
+from despina.scheduling.base import DRAIN_POLL_S, STOPPING
 from despina.settings import CORE, CoreSettings, Stash
 from despina.shared_memory import SharedMemoryRegistry
 from despina.stats import FirstResponseStream
@@ -207,10 +208,14 @@ class Server:
         self.plugins.hook.despina_server_started(server=self.dataplane)
 
     async def stop(self) -> None:
-        """Stop: refuse new requests ("Server is stopping"), and in the same step have every
-        frontend with a ``drain()`` stop accepting connections and close the open ones
-        gracefully (answers close them); finish in-flight requests, fail queued ones,
-        unload; then stop the frontends (their last connections close)."""
+        """Stop: refuse new requests ("Server is stopping"; a sequence's next request is
+        still taken, as Triton), and in the same step have every frontend with a
+        ``drain()`` stop accepting connections and close the open ones gracefully (answers
+        close them). Run everything accepted (queued, executing, open sequences, the
+        ensemble steps and BLS calls they make) within ``--exit-timeout-secs``; what is
+        still queued then is answered with the stopping error. Unload (executions still
+        running finish, for at most another ``--exit-timeout-secs``); then stop the
+        frontends (their last connections close)."""
         if self._stopping:
             return
         self._stopping = True
@@ -221,7 +226,15 @@ class Server:
         if self.poller is not None:
             await self.poller.stop()
         self.plugins.hook.despina_server_stopping(server=self.dataplane)
-        await self.models.unload_all()
+        timeout = float(self.settings.exit_timeout_secs)
+        if not await self._settle(timeout):
+            log.warning("exit timeout reached: requests not run are answered 'Server is stopping'")
+        try:
+            await asyncio.wait_for(self.models.unload_all(), timeout)
+        except TimeoutError:
+            log.warning(
+                "executions still running %g s after the exit timeout: not waited for", timeout
+            )
         for frontend in reversed(self.frontends):
             await frontend.stop()
         for exporter in self.exporters:
@@ -230,29 +243,55 @@ class Server:
         self.tracer.close()
         self.live = False
 
+    async def _settle(self, timeout_s: float) -> bool:
+        """Wait until every READY version has run what it accepted, all at once (an
+        ensemble's next step or a BLS call may land on a model that was idle), for at
+        most ``timeout_s``; whether they did."""
+        deadline = time.monotonic() + timeout_s
+        while not all(
+            v.scheduler is None or v.scheduler.settled for v in self.models.ready_versions()
+        ):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(DRAIN_POLL_S)
+        return True
+
     def inference_model(self, name: str, version: str = "") -> ModelVersion:
-        """The model version a new inference request runs on (``models.get``), or
-        Unavailable once the server is stopping (its models may be gone: not a 404)."""
-        if self._stopping:
-            raise Unavailable("Server is stopping")
-        return self.models.get(name, version)
+        """The model version a new inference request runs on (``models.get``). Once the
+        server is stopping: Unavailable "Server is stopping" (its models may be gone: not
+        a 404), except on a model whose scheduler ``takes_follow_ons`` (a sequence model:
+        :meth:`submit` asks it about the request)."""
+        if not self._stopping:
+            return self.models.get(name, version)
+        try:
+            model = self.models.get(name, version)
+        except DespinaError:
+            raise Unavailable(STOPPING) from None
+        if model.scheduler is None or not model.scheduler.takes_follow_ons:
+            raise Unavailable(STOPPING)
+        return model
 
     def submit(
         self,
         request: InferenceRequest,
         streaming: bool = True,
         model: ModelVersion | None = None,
+        inner: bool = False,
     ) -> tuple[ModelVersion, ResponseStream]:
         """Validate and queue a request; return the model and the stream to read.
 
         ``model``: the version :meth:`inference_model` returned for the request, when the
-        caller looked it up already (with no await since). Raises DespinaError (unknown model,
-        invalid input, full queue) synchronously, and Unsupported for a decoupled model
-        unless ``streaming``.
+        caller looked it up already (with no await since). ``inner``: a request of work
+        already accepted (an ensemble step, a BLS call), run while the server stops too.
+        Raises DespinaError (unknown model, invalid input, full queue, stopping)
+        synchronously, and Unsupported for a decoupled model unless ``streaming``.
         """
         if model is None:
-            model = self.inference_model(request.model_name, request.model_version)
+            name, version = request.model_name, request.model_version
+            model = self.models.get(name, version) if inner else self.inference_model(name, version)
         assert model.signature is not None and model.scheduler is not None
+        if self._stopping and not inner:
+            model.scheduler.admit_while_stopping(request)
         if not streaming and model.decoupled:
             raise Unsupported(
                 f"Model '{model.name}' is configured with decoupled transaction policy; "
@@ -301,11 +340,11 @@ class Server:
         return True
 
     async def infer(
-        self, request: InferenceRequest, model: ModelVersion | None = None
+        self, request: InferenceRequest, model: ModelVersion | None = None, inner: bool = False
     ) -> InferenceResponse:
         """Run a request on a non-decoupled model; return its response or raise its error.
-        ``model``: as for :meth:`submit`."""
-        model, stream = self.submit(request, streaming=False, model=model)
+        ``model``, ``inner``: as for :meth:`submit`."""
+        model, stream = self.submit(request, streaming=False, model=model, inner=inner)
         return self.outcome(model, await stream.last())
 
     def outcome(self, model: ModelVersion, response: InferenceResponse | None) -> InferenceResponse:
@@ -319,10 +358,11 @@ class Server:
         return response
 
     async def infer_stream(
-        self, request: InferenceRequest
+        self, request: InferenceRequest, inner: bool = False
     ) -> AsyncGenerator[InferenceResponse, None]:
-        """Run a request on any model; yield every response (errors as ``error`` set)."""
-        model, stream = self.submit(request)
+        """Run a request on any model; yield every response (errors as ``error`` set).
+        ``inner``: as for :meth:`submit`."""
+        model, stream = self.submit(request, inner=inner)
         async for response in stream:
             response.model_name, response.model_version = model.name, str(model.version)
             yield response
@@ -336,10 +376,7 @@ class Server:
         if grace > 0:
             log.info("not ready; serving %g more seconds before draining", grace)
             await asyncio.sleep(grace)
-        try:
-            await asyncio.wait_for(self.stop(), timeout=float(self.settings.exit_timeout_secs))
-        except TimeoutError:
-            log.warning("exit timeout reached with requests still running")
+        await self.stop()
 
     async def serve_forever(self, stop_event: asyncio.Event) -> None:
         """Start, wait for ``stop_event``, then :meth:`shutdown`."""

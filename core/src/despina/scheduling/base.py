@@ -33,6 +33,8 @@ log = logging.getLogger("despina.scheduling")
 
 #: How often :meth:`Scheduler.drain` looks whether the queue emptied.
 DRAIN_POLL_S = 0.005
+#: The answer to a client's request that reaches a stopping server (UNAVAILABLE).
+STOPPING = "Server is stopping"
 #: ``--max-pending-requests``'s default: requests a model version's queue holds (per
 #: priority level) where its config sets no ``max_queue_size``; beyond it a request is
 #: refused at once with UNAVAILABLE "Exceeds maximum queue size" (Triton's text for a full
@@ -149,6 +151,23 @@ class Scheduler(abc.ABC):
     def busy(self) -> int:
         """Executions running now."""
         return 0
+
+    @property
+    def settled(self) -> bool:
+        """Nothing accepted is left to run: nothing queued or executing (a sequence
+        scheduler: no sequence open either). Shutdown waits for this on every model at
+        once, within ``--exit-timeout-secs``."""
+        return not (self.pending or self.busy)
+
+    #: Whether a client's request may continue work accepted before the server began
+    #: stopping (a sequence's next request): the server then asks
+    #: :meth:`admit_while_stopping` instead of refusing it at once.
+    takes_follow_ons: ClassVar[bool] = False
+
+    def admit_while_stopping(self, request: InferenceRequest) -> None:
+        """The server is stopping: raise Unavailable unless a client's ``request``
+        continues work accepted before (default: it never does)."""
+        raise Unavailable(STOPPING)
 
     async def drain(self) -> None:
         """Wait until nothing is queued or executing; unload and reload call this before
@@ -318,10 +337,6 @@ def reject(model: ScheduledModel, request: InferenceRequest, error: DespinaError
 
 
 def stopping_error(model: ScheduledModel) -> Unavailable:
-    return Unavailable(f"Server is stopping, request for model '{model.name}' was not executed")
-
-
-async def drain_queue(model: ScheduledModel, queue: asyncio.Queue[InferenceRequest]) -> None:
-    """Fail everything left in ``queue`` with the stopping error."""
-    while not queue.empty():
-        reject(model, queue.get_nowait(), stopping_error(model))
+    """The answer to an accepted request the stopping server will not run (still queued
+    when ``--exit-timeout-secs`` ran out, or at an unload)."""
+    return Unavailable(f"{STOPPING}, request for model '{model.name}' was not executed")

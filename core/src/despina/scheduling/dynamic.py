@@ -19,7 +19,7 @@ import numpy as np
 
 from despina.config import ModelConfig, mc
 from despina.inference import InferenceRequest
-from despina.scheduling.base import batch_size_of
+from despina.scheduling.base import ScheduledModel, batch_size_of
 from despina.scheduling.queue import QueuePolicy, RequestQueue
 from despina.scheduling.workers import QueueScheduler
 
@@ -28,6 +28,16 @@ class DynamicBatchScheduler(QueueScheduler):
     """The scheduler for configs with ``dynamic_batching`` and ``max_batch_size > 0``."""
 
     name = "dynamic"
+
+    def __init__(self, model: ScheduledModel) -> None:
+        super().__init__(model)
+        #: Requests taken from the queue into batches still forming (waiting for the
+        #: queue delay): accepted work that is neither queued nor executing.
+        self._forming = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue) + self._forming
 
     @classmethod
     def handles(cls, config: ModelConfig) -> bool:
@@ -58,6 +68,7 @@ class DynamicBatchScheduler(QueueScheduler):
         first = await self.queue.get()
         batch, size = [first], batch_size_of(first, config)
         deadline = time.monotonic() + delay_s
+        self._forming += 1
         try:
             while size < target:
                 candidate = self.queue.pop_nowait()
@@ -75,11 +86,14 @@ class DynamicBatchScheduler(QueueScheduler):
                     self.queue.push_front(candidate)
                     break
                 batch.append(candidate)
+                self._forming += 1
                 size += candidate_size
         except asyncio.CancelledError:
             for request in reversed(batch):
                 self.queue.push_front(request)
             raise
+        finally:
+            self._forming -= len(batch)
         return batch
 
 

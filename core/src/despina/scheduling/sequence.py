@@ -58,6 +58,11 @@ from despina.scheduling.sequence_controls import SequenceControls, state_specs
 
 log = logging.getLogger("despina.scheduling")
 
+#: Triton's answer (UNAVAILABLE) to a request that would start a sequence on a stopping
+#: server or scheduler.
+NO_NEW_SEQUENCES = (
+    "Server is stopping, scheduler for model has stopped accepting new inference requests"
+)
 #: How often the reaper looks again at an idle sequence still waiting in the backlog or
 #: executing (a sequence is not idle while one of its requests runs).
 BACKLOG_RECHECK_S = 0.05
@@ -142,12 +147,25 @@ class SequenceBatchScheduler(Scheduler):
     def busy(self) -> int:
         return sum(1 for b in self.batchers if b.executing)
 
+    @property
+    def settled(self) -> bool:
+        """Also no sequence open: as Triton, a stopping server waits for the sequences in
+        flight to end (or idle out)."""
+        return super().settled and not self._active and not self._backlog
+
+    takes_follow_ons = True
+
+    def admit_while_stopping(self, request: InferenceRequest) -> None:
+        """As Triton: a request starting a sequence is refused (UNAVAILABLE); any other
+        goes on to :meth:`submit` (it continues its sequence, or gets the START error)."""
+        starts = SequenceFlags.START in request.flags
+        if starts or (self.iterative and request.correlation_id in (0, "")):
+            raise Unavailable(NO_NEW_SEQUENCES)
+
     def submit(self, request: InferenceRequest) -> None:
         model = self.model.name
         if self.stopping:
-            raise Unavailable(
-                "Server is stopping, scheduler for model has stopped accepting new inference requests"
-            )
+            raise Unavailable(NO_NEW_SEQUENCES)
         if batch_size_of(request, self.model.config) > 1:
             raise InvalidArgument(
                 f"inference request to model '{model}' must specify batch-size 1 due to "
@@ -330,17 +348,28 @@ class SequenceBatchScheduler(Scheduler):
         return wait
 
     async def stop(self) -> None:
+        """Idle workers and the reaper stop at once, queued requests are answered with the
+        stopping error, then running executions finish."""
         self.stopping = True
-        tasks = list(self._tasks)
-        for batcher, task in zip(self.batchers, tasks, strict=False):
-            if not batcher.executing:
-                task.cancel()
+        idle = [
+            task
+            for batcher, task in zip(self.batchers, self._tasks, strict=False)
+            if not batcher.executing
+        ]
         if self._reaper is not None:
-            self._reaper.cancel()
-            tasks.append(self._reaper)
-        for task in tasks:
+            idle.append(self._reaper)
+        for task in idle:
+            task.cancel()
+        for task in idle:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._reject_queued()
+        for task in self._tasks:
+            if task not in idle:
+                await task
+
+    def _reject_queued(self) -> None:
+        """Answer every request waiting in a slot or a backlog with the stopping error."""
         queued = [r for b in self.batchers for s in b.slots for r in s.queue if r is not RELEASE]
         queued += [r for q in self._backlogs for r in q]
         for batcher in self.batchers:

@@ -97,15 +97,20 @@ class QueueScheduler(Scheduler):
         return OrderedExecution(self.model.instances[index], previous, self._last_turn)
 
     async def stop(self) -> None:
+        """Idle workers stop at once (a batch being formed goes back to the queue), the
+        queue is answered with the stopping error, then running executions finish."""
         self._stopping = True
-        for worker in self._workers:
-            if worker not in self._executing:
-                worker.cancel()
-        for worker in self._workers:
+        idle = [worker for worker in self._workers if worker not in self._executing]
+        for worker in idle:
+            worker.cancel()
+        for worker in idle:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
         for request in self.queue.drain():
             reject(self.model, request, stopping_error(self.model))
+        for worker in self._workers:
+            if worker not in idle:
+                await worker
 
 
 class OrderedExecution(ModelInstance):
