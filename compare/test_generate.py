@@ -67,6 +67,9 @@ CASES = [
         "request_info/generate",
         {"X": 1, "parameters": {"z": [1]}},
     ),
+    Case(
+        "an input at the top and nested", "request_info/generate", {"X": 1, "parameters": {"X": 2}}
+    ),
     Case("unknown model", "nope/generate", {"X": 1}),
     Case("unknown version", "strings/versions/7/generate_stream", {"TEXT": "a"}),
     Case("id that is not a string", "request_info/generate", {"X": 1, "id": 5}, (400, 500)),
@@ -94,6 +97,22 @@ def test_same_answer(pair: Pair, case: Case) -> None:
     theirs = pair.as_despina_writes_paths(_post(pair.triton, case.path, case.body))
     assert ours[1:] == theirs[1:]
     assert (ours[0], theirs[0]) == (case.statuses or (theirs[0], theirs[0]))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"X": 1, "X": 2}',
+        b'{"X": 1, "\\u0058": 2}',
+        b'{"k": 1, "parameters": {"X": 1, "X": 2}}',
+    ],
+    ids=["two keys", "two keys, one escaped", "two nested keys"],
+)
+def test_input_named_by_two_keys(pair: Pair, body: bytes) -> None:
+    """JSON the parser reads with the last key winning; Triton reads both keys."""
+    ours, theirs = (http_post(s.http_port, "/v2/models/request_info/generate", body) for s in pair)
+    assert ours == theirs
+    assert ours[0] == 400
 
 
 @pytest.mark.parametrize("code", range(ERROR_CODES))

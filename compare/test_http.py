@@ -55,6 +55,28 @@ CODED = [
 
 CASES = [
     *CODED,
+    Case(
+        "input given twice",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _infer(
+            ("INPUT0", "FP32", [4], OK), ("INPUT0", "FP32", [4], OK), ("INPUT1", "FP32", [4], OK)
+        ),
+    ),
+    Case(
+        "input given twice, with an id",
+        "POST",
+        "/v2/models/add_sub/infer",
+        _infer(("INPUT0", "FP32", [4], OK), ("INPUT0", "FP32", [4], OK), id="r7"),
+    ),
+    Case(
+        "input given twice to an ensemble",
+        "POST",
+        "/v2/models/twice/infer",
+        _infer(
+            ("INPUT0", "FP32", [4], OK), ("INPUT1", "FP32", [4], OK), ("INPUT1", "FP32", [4], OK)
+        ),
+    ),
     Case("model metadata", "GET", "/v2/models/add_sub"),
     Case("BYTES model metadata", "GET", "/v2/models/strings"),
     Case("decoupled model metadata", "GET", "/v2/models/repeat"),
@@ -328,6 +350,21 @@ def test_failing_ensemble_step(pair: Pair) -> None:
     prefix = "in ensemble 'twice', "
     assert their_body["error"].startswith(prefix)
     assert our_body["error"] == their_body["error"].replace(prefix, prefix + "step 'add_sub': ")
+
+
+@pytest.mark.parametrize("model", ["add_sub", "twice"])
+def test_output_requested_twice(pair: Pair, model: str) -> None:
+    """Triton 2.51 answers it (newer Triton refuses it); Despina refuses it as newer Triton."""
+    output = "OUTPUT0" if model == "add_sub" else "TWICE"
+    body = _add_sub(OK, ONES, outputs=[{"name": output}, {"name": output}])
+    case = Case("output twice", "POST", f"/v2/models/{model}/infer", body)
+    (ours, our_body), (theirs, their_body) = _call(pair.despina, case), _call(pair.triton, case)
+    assert theirs == 200
+    assert [o["name"] for o in their_body["outputs"]] == [output]
+    assert (ours, our_body) == (
+        400,
+        {"error": f"[request id: <id_unknown>] output '{output}' already exists in request"},
+    )
 
 
 def test_sequence(pair: Pair) -> None:

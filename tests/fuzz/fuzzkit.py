@@ -73,6 +73,24 @@ def fail(target: str, kind: str, exc: AssertionError) -> None:
     raise exc
 
 
+def names_twice(entries: Any) -> bool:
+    """Whether a request's ``inputs`` or ``outputs`` (parsed JSON, or protobuf tensors)
+    name one tensor twice: the request must be refused, whatever else it holds."""
+    if not isinstance(entries, list | tuple) and not hasattr(entries, "add"):
+        return False
+    names = [e.get("name") if isinstance(e, dict) else getattr(e, "name", None) for e in entries]
+    named = [n for n in names if isinstance(n, str)]
+    return len(set(named)) != len(named)
+
+
+def refused(target: str, ok: bool, case: Any) -> None:
+    """Tally a case that names a tensor twice; fail the target unless it was refused as
+    it must be (``ok``)."""
+    if not ok:
+        fail(target, "repeats not refused", AssertionError(f"named twice, answered: {case!r}"))
+    TALLY[target]["repeats refused"] += 1
+
+
 # -- HTTP/1.1 -----------------------------------------------------------------------------
 
 

@@ -1,11 +1,13 @@
 """Hypothesis strategies shared by the fuzz targets: JSON values, mutations of a valid
-inference request, HTTP/1.1 request bytes, binary tensor bodies."""
+inference request, HTTP/1.1 request bytes, binary tensor bodies, requests naming an input
+or output twice."""
 
 from __future__ import annotations
 
 import copy
 import json
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from fuzzkit import valid_infer_json
@@ -109,12 +111,16 @@ def infer_bodies() -> st.SearchStrategy[bytes]:
 @st.composite
 def binary_request(draw: st.DrawFn) -> tuple[bytes, str]:
     """(body, Inference-Header-Content-Length value) of the binary tensor extension: a
-    JSON header whose inputs announce binary_data_size values, then random tail bytes."""
+    JSON header whose inputs (one in four times with a name given twice) announce
+    binary_data_size values, then random tail bytes."""
     model_bytes = draw(st.booleans())
     datatype = "BYTES" if model_bytes else "FP32"
     inputs = []
     tail = b""
-    for name in ("INPUT0", "INPUT1"):
+    names = ["INPUT0", "INPUT1"]
+    if draw(st.integers(0, 3)) == 0:  # one named twice: refused (Triton's 400)
+        names.insert(draw(st.integers(0, 2)), draw(st.sampled_from(names)))
+    for name in names:
         if model_bytes:
             items = draw(st.lists(st.binary(max_size=8), min_size=0, max_size=3))
             data = b"".join(struct.pack("<I", len(i)) + i for i in items)
@@ -244,3 +250,65 @@ def raw_http(draw: st.DrawFn) -> bytes:
         head = b"POST /v2/models/toy/infer HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(valid)
         request = head + valid + request
     return request
+
+
+@dataclass(frozen=True)
+class RepeatedNames:
+    """A request of the toy model (FP32 [1,4]) valid but for a name it gives twice: its
+    inputs (INPUT0 and INPUT1, one of them or both more than once) or its outputs."""
+
+    #: Input names in request order, each with its values and whether they are binary.
+    inputs: list[tuple[str, list[float], bool]]
+    outputs: list[str] | None
+    id: str | None
+
+    def refusal(self) -> str:
+        """Triton's text: the first input given twice, else the first output."""
+        for kind, names in (("input", [n for n, _, _ in self.inputs]), ("output", self.outputs)):
+            for at, name in enumerate(names or ()):
+                if name in names[:at]:
+                    who = self.id or "<id_unknown>"
+                    return f"[request id: {who}] {kind} '{name}' already exists in request"
+        raise AssertionError("no name given twice")
+
+    def http_body(self) -> tuple[bytes, int | None]:
+        """The /infer body and its Inference-Header-Content-Length (None: all JSON)."""
+        header: dict[str, Any] = {"inputs": []}
+        if self.id is not None:
+            header["id"] = self.id
+        tail = b""
+        for name, values, binary in self.inputs:
+            entry: dict[str, Any] = {"name": name, "datatype": "FP32", "shape": [1, 4]}
+            if binary:
+                data = struct.pack("<4f", *values)
+                entry["parameters"] = {"binary_data_size": len(data)}
+                tail += data
+            else:
+                entry["data"] = values
+            header["inputs"].append(entry)
+        if self.outputs is not None:
+            header["outputs"] = [{"name": n} for n in self.outputs]
+        head = dumps(header)
+        return head + tail, len(head) if tail else None
+
+
+FP32_VALUES = st.lists(
+    st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=4, max_size=4
+)
+
+
+@st.composite
+def repeated_names(draw: st.DrawFn, binary: bool = True) -> RepeatedNames:
+    """A :class:`RepeatedNames`; ``binary``: some inputs may be binary tensors."""
+    names = ["INPUT0", "INPUT1"]
+    for _ in range(draw(st.integers(0, 3))):
+        names.insert(draw(st.integers(0, len(names))), draw(st.sampled_from(["INPUT0", "INPUT1"])))
+    outputs = draw(st.none() | st.lists(st.sampled_from(["OUTPUT0", "OUTPUT1"]), max_size=4))
+    if len(set(names)) == len(names) and (outputs is None or len(set(outputs)) == len(outputs)):
+        if outputs and draw(st.booleans()):
+            outputs.insert(draw(st.integers(0, len(outputs))), draw(st.sampled_from(outputs)))
+        else:
+            names.insert(draw(st.integers(0, len(names))), draw(st.sampled_from(names)))
+    inputs = [(n, draw(FP32_VALUES), binary and draw(st.booleans())) for n in names]
+    request_id = draw(st.none() | st.text(st.characters(exclude_categories=["Cs"]), max_size=8))
+    return RepeatedNames(inputs, outputs, request_id)

@@ -25,9 +25,10 @@ from fuzzkit import (
     grpc_message,
     grpc_server_error,
     record,
+    refused,
 )
 from hypothesis import example, given, settings, strategies as st
-from strategies import DATATYPES, INTERESTING_INTS
+from strategies import DATATYPES, INTERESTING_INTS, RepeatedNames, repeated_names
 
 pb = pytest.importorskip("tritonclient.grpc.service_pb2")
 
@@ -103,7 +104,7 @@ def infer_requests(draw: st.DrawFn) -> Any:
         )
     draw(parameters(request.parameters))
     for _ in range(draw(st.integers(0, 2))):
-        op = draw(st.sampled_from(["add", "shape", "datatype", "name", "raw", "drop"]))
+        op = draw(st.sampled_from(["add", "shape", "datatype", "name", "raw", "drop", "repeat"]))
         if op == "add" or not request.inputs:
             tensor = request.inputs.add(
                 name=draw(st.sampled_from(["INPUT0", "INPUT1", "X", ""])),
@@ -124,6 +125,10 @@ def infer_requests(draw: st.DrawFn) -> Any:
             tensor.name = draw(
                 st.sampled_from(["INPUT0", "INPUT1", "OUTPUT0"]) | st.text(max_size=5)
             )
+        elif op == "repeat":  # the same tensor again, and its raw contents if it has some
+            request.inputs.add().CopyFrom(tensor)
+            if request.raw_input_contents:
+                request.raw_input_contents.append(request.raw_input_contents[-1])
         elif op == "raw":
             if request.raw_input_contents:
                 at = draw(st.integers(0, len(request.raw_input_contents) - 1))
@@ -141,7 +146,9 @@ def infer_requests(draw: st.DrawFn) -> Any:
     return request
 
 
-def call(target: str, probe: fuzzkit.GrpcProbe, method: Any, message: bytes) -> None:
+def call(target: str, probe: fuzzkit.GrpcProbe, method: Any, message: bytes) -> tuple[int, str]:
+    """Send one message, tally it, fail on a hang or a server error, then check the
+    server serves: the status code value and details."""
     try:
         code, details = fuzzkit.GrpcProbe.call_method(method, message)
     except Hang as exc:
@@ -150,13 +157,38 @@ def call(target: str, probe: fuzzkit.GrpcProbe, method: Any, message: bytes) -> 
     if grpc_server_error(code, details):
         fail(target, "5xx", ServerError(f"status {code} {details!r} answering {message[:300]!r}"))
     probe.check(target)
+    return code, details
 
 
 @settings(max_examples=fuzzkit.examples(150))
 @given(request=infer_requests())
 def test_grpc_infer_messages(grpc_probe: tuple[Any, fuzzkit.GrpcProbe], request: Any) -> None:
     _, probe = grpc_probe
-    call("grpc-infer", probe, probe.raw, request.SerializeToString())
+    code, _ = call("grpc-infer", probe, probe.raw, request.SerializeToString())
+    if fuzzkit.names_twice(request.inputs) or fuzzkit.names_twice(request.outputs):
+        refused("grpc-infer", code != 0, request)
+
+
+@settings(max_examples=fuzzkit.examples(60))
+@given(case=repeated_names())
+def test_grpc_repeated_names(
+    grpc_probe: tuple[Any, fuzzkit.GrpcProbe], case: RepeatedNames
+) -> None:
+    """Valid but for a tensor named twice: INVALID_ARGUMENT and Triton's text, whether
+    the inputs' data is raw or typed contents."""
+    _, probe = grpc_probe
+    request = pb.ModelInferRequest(model_name="toy", id=case.id or "")
+    raw = case.inputs[0][2]
+    for name, values, _ in case.inputs:
+        tensor = request.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+        if raw:
+            request.raw_input_contents.append(struct.pack("<4f", *values))
+        else:
+            tensor.contents.fp32_contents.extend(values)
+    for name in case.outputs or ():
+        request.outputs.add(name=name)
+    answer = call("grpc-repeats", probe, probe.raw, request.SerializeToString())
+    refused("grpc-repeats", answer == (3, case.refusal()), (case, answer))
 
 
 UNTYPED_INPUT = (

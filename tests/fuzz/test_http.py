@@ -4,14 +4,15 @@ server still answers a valid inference afterwards."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import fuzzkit
 import pytest
-from fuzzkit import ServerError, fail, raw_exchange, record
+from fuzzkit import ServerError, exchange_answers, fail, record, refused
 from hypothesis import example, given, settings, strategies as st
-from strategies import binary_request, infer_bodies, raw_http
+from strategies import RepeatedNames, binary_request, infer_bodies, raw_http, repeated_names
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +25,11 @@ def http(infer_server: Any) -> Iterator[tuple[int, fuzzkit.HttpProbe]]:
 
 def exchange(
     target: str, port: int, probe: fuzzkit.HttpProbe, data: bytes, expect: int | None = None
-) -> list[int]:
-    """Send one case, tally it, fail on a hang or a 5xx, then check the server serves."""
+) -> tuple[list[int], list[bytes]]:
+    """Send one case, tally it, fail on a hang or a 5xx, then check the server serves:
+    the statuses and bodies of the answers."""
     try:
-        statuses = raw_exchange(port, data, expect)
+        statuses, bodies = exchange_answers(port, data, expect)
     except fuzzkit.Hang as exc:
         fail(target, "hangs", exc)
     errors = [s for s in statuses if s >= 500]
@@ -35,7 +37,19 @@ def exchange(
     if errors:
         fail(target, "5xx", ServerError(f"{errors} answering {data[:400]!r}"))
     probe.check(target)
-    return statuses
+    return statuses, bodies
+
+
+def check_repeats(target: str, header: bytes, statuses: list[int]) -> None:
+    """A JSON header naming an input or an output twice must have been refused."""
+    try:
+        doc = json.loads(header)
+    except ValueError:
+        return
+    if isinstance(doc, dict) and (
+        fuzzkit.names_twice(doc.get("inputs")) or fuzzkit.names_twice(doc.get("outputs"))
+    ):
+        refused(target, not statuses or statuses[-1] >= 400, (header[:400], statuses))
 
 
 @settings(max_examples=fuzzkit.examples(120))
@@ -68,12 +82,16 @@ def test_raw_http(http: tuple[int, fuzzkit.HttpProbe], data: bytes) -> None:
 def test_json_infer(http: tuple[int, fuzzkit.HttpProbe], body: bytes, path: str, gzip: int) -> None:
     port, probe = http
     headers = [("Content-Type", "application/json")]
+    sent = body
     if gzip == 0:  # compressed bodies take aiohttp's path behind the front
         import zlib
 
         headers.append(("Content-Encoding", "deflate"))
-        body = zlib.compress(body)
-    exchange("http-json", port, probe, fuzzkit.http_request("POST", path, headers, body), 1)
+        sent = zlib.compress(body)
+    data = fuzzkit.http_request("POST", path, headers, sent)
+    statuses, _ = exchange("http-json", port, probe, data, 1)
+    if path.endswith("/infer"):
+        check_repeats("http-json", body, statuses)
 
 
 @settings(max_examples=fuzzkit.examples(120))
@@ -86,4 +104,24 @@ def test_binary_extension(
     model, length = what.split("\n", 1)
     headers = [("Inference-Header-Content-Length", length)]
     data = fuzzkit.http_request("POST", f"/v2/models/{model}/infer", headers, body, chunked)
-    exchange("http-binary", port, probe, data, 1)
+    statuses, _ = exchange("http-binary", port, probe, data, 1)
+    try:
+        header = body[: int(length)]
+    except ValueError:
+        return
+    check_repeats("http-binary", header, statuses)
+
+
+@settings(max_examples=fuzzkit.examples(60))
+@given(case=repeated_names())
+def test_repeated_names(http: tuple[int, fuzzkit.HttpProbe], case: RepeatedNames) -> None:
+    """Valid but for a tensor named twice: Triton's 400 and text, JSON and binary alike."""
+    port, probe = http
+    body, header_length = case.http_body()
+    headers = (
+        [] if header_length is None else [("Inference-Header-Content-Length", str(header_length))]
+    )
+    data = fuzzkit.http_request("POST", "/v2/models/toy/infer", headers, body)
+    statuses, bodies = exchange("http-repeats", port, probe, data, 1)
+    answer = (statuses, [json.loads(b) for b in bodies])
+    refused("http-repeats", answer == ([400], [{"error": case.refusal()}]), (case, answer))

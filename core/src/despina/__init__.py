@@ -68,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "SequenceFlags": "despina.inference",
     "ModelSignature": "despina.validation",
     "validate_request": "despina.validation",
+    "repeated_tensor": "despina.validation",
     "DATATYPE_TO_DTYPE": "despina.tensors",
     "config_to_datatype": "despina.tensors",
     "datatype_of": "despina.tensors",
@@ -249,5 +250,6 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
     from despina.triton_flags import triton_bool as triton_bool
     from despina.validation import (
         ModelSignature as ModelSignature,
+        repeated_tensor as repeated_tensor,
         validate_request as validate_request,
     )

@@ -1,7 +1,8 @@
 """Request validation against a model's config, with Triton's error texts.
 
-:func:`validate_request` checks inputs (names, data types, shapes, batch size) and
-requested outputs, and applies ``reshape`` to inputs (a view, no copy). It runs once per
+:func:`validate_request` checks requested outputs (each named once, as newer Triton
+refuses a name given twice), inputs (names, data types, shapes, batch size) and the
+outputs' names, and applies ``reshape`` to inputs (a view, no copy). It runs once per
 request before the request is queued. Shape-tensor inputs (``is_shape_tensor``) of a batching
 model have no batch dimension, as in Triton: a request gives the values, or (the form
 Triton's documentation shows) its batch size and then the values; the batch size is
@@ -13,14 +14,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from despina.classification import classification_count
 from despina.config import ModelConfig, mc
 from despina.errors import InvalidArgument
-from despina.inference import InferenceRequest
+from despina.inference import InferenceRequest, RequestedOutput
 from despina.tensors import DATATYPE_TO_DTYPE, config_to_datatype, datatype_of
 
 
@@ -72,9 +73,22 @@ class ModelSignature:
         )
 
 
+def repeated_tensor(
+    kind: Literal["input", "output"], name: str, request_id: str | None
+) -> InvalidArgument:
+    """Triton's error for a request naming the ``kind`` (input or output) ``name`` twice;
+    the decoders raise it for inputs, which reach the core as a dict (the repeat lost)."""
+    return InvalidArgument(
+        f"[request id: {request_id or '<id_unknown>'}] {kind} '{name}' already exists in request"
+    )
+
+
 def validate_request(request: InferenceRequest, sig: ModelSignature) -> None:
     """Raise InvalidArgument (Triton's message) for a request the model cannot take."""
     model = sig.name
+    outputs = request.outputs
+    if outputs is not None and len(outputs) > 1:
+        _check_unique_outputs(request, outputs)
     if not request.inputs.keys() <= sig.inputs.keys():
         name = next(n for n in request.inputs if n not in sig.inputs)
         raise InvalidArgument(f"unexpected inference input '{name}' for model '{model}'")
@@ -150,15 +164,20 @@ def _check_outputs(request: InferenceRequest, sig: ModelSignature) -> None:
             f"request for model '{sig.name}' names {len(request.outputs)} outputs; "
             f"the model has {len(sig.outputs)}"
         )
-    seen: set[str] = set()
     for output in request.outputs:
         if output.name not in sig.outputs:
             raise InvalidArgument(
                 f"unexpected inference output '{output.name}' for model '{sig.name}'"
             )
         classification_count(output.name, output.parameters)
+
+
+def _check_unique_outputs(request: InferenceRequest, outputs: list[RequestedOutput]) -> None:
+    """Refuse a request naming an output twice, as newer Triton does (2.51 answers it)."""
+    seen: set[str] = set()
+    for output in outputs:
         if output.name in seen:
-            raise InvalidArgument(f"output '{output.name}' is requested more than once")
+            raise repeated_tensor("output", output.name, request.id)
         seen.add(output.name)
 
 

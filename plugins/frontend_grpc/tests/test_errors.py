@@ -3,6 +3,7 @@ the same channel succeeds."""
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Callable
 from typing import Any
 
@@ -158,6 +159,32 @@ CASES: list[tuple[str, str, Any, grpc.StatusCode, str]] = [
         mutate(lambda r: setattr(r.inputs[1], "name", "INPUT0")),
         INVALID,
         "[request id: <id_unknown>] input 'INPUT0' already exists in request",
+    ),
+    (
+        "duplicate input with an id",
+        "ModelInfer",
+        mutate(lambda r: (setattr(r.inputs[1], "name", "INPUT0"), setattr(r, "id", "r7"))),
+        INVALID,
+        "[request id: r7] input 'INPUT0' already exists in request",
+    ),
+    (
+        "duplicate input before an unknown datatype",
+        "ModelInfer",
+        mutate(
+            lambda r: (
+                setattr(r.inputs[1], "name", "INPUT0"),
+                r.inputs.add(name="INPUT1", datatype="FP99", shape=[1]),
+            )
+        ),
+        INVALID,
+        "[request id: <id_unknown>] input 'INPUT0' already exists in request",
+    ),
+    (
+        "duplicate output (newer Triton's; 2.51 answers)",
+        "ModelInfer",
+        mutate(lambda r: (r.outputs.add(name="OUTPUT0"), r.outputs.add(name="OUTPUT0"))),
+        INVALID,
+        "[request id: <id_unknown>] output 'OUTPUT0' already exists in request",
     ),
     (
         "missing input",
@@ -358,3 +385,30 @@ def test_garbage_message_then_success(server: RunningServer, stub: Any) -> None:
             "Unable to parse request",
         )
     assert stub.ServerLive(pb.ServerLiveRequest()).live
+
+
+def test_stream_request_naming_an_input_twice_then_success(client: Any) -> None:
+    """tritonclient's stream: the error comes back in the stream, which stays open."""
+    answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    ones = np.ones((1, 16), np.float32)
+
+    def inputs(names: tuple[str, ...]) -> list[Any]:
+        tensors = [grpcclient.InferInput(n, [1, 16], "FP32") for n in names]
+        for tensor in tensors:
+            tensor.set_data_from_numpy(ones)
+        return tensors
+
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        client.async_stream_infer(
+            "add_sub", inputs(("INPUT0", "INPUT0", "INPUT1")), request_id="s1"
+        )
+        result, error = answers.get(timeout=30)
+        assert result is None
+        assert error.message() == "[request id: s1] input 'INPUT0' already exists in request"
+        client.async_stream_infer("add_sub", inputs(("INPUT0", "INPUT1")), request_id="s2")
+        result, error = answers.get(timeout=30)
+        assert error is None
+        assert result.as_numpy("OUTPUT0").tolist() == [[2.0] * 16]
+    finally:
+        client.stop_stream()

@@ -22,6 +22,7 @@ from despina import (
     SequenceFlags,
     Trace,
     errors,
+    repeated_tensor,
 )
 
 from despina_backend_python.pb import device, messages as pb
@@ -163,7 +164,13 @@ def request_to_core(request: pb.InferenceRequest) -> CoreRequest:
     """A BLS request built by a model, for ``Server.infer``; built with
     ``trace=request.trace()`` of a traced request (either mode), it is traced as that
     request's child. Its ``device_outputs`` follow ``preferred_memory`` (see
-    :func:`_placed`)."""
+    :func:`_placed`). InvalidArgument (Triton's text) for two inputs of one name."""
+    tensors = request.inputs()
+    inputs = {t.name(): bls_input_array(t) for t in tensors}
+    if len(inputs) != len(tensors):
+        names = [t.name() for t in tensors]
+        name = next(n for i, n in enumerate(names) if n in names[:i])
+        raise repeated_tensor("input", name, request.request_id())
     version = request.model_version()
     flags = request.flags()
     parameters = json.loads(request.parameters())
@@ -171,7 +178,7 @@ def request_to_core(request: pb.InferenceRequest) -> CoreRequest:
     memory = request._preferred_memory
     return CoreRequest(
         model_name=request.model_name(),
-        inputs={t.name(): bls_input_array(t) for t in request.inputs()},
+        inputs=inputs,
         model_version=str(version) if version >= 0 else "",
         id=request.request_id(),
         outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,

@@ -94,8 +94,8 @@ class ServerRuntime(Runtime):
         """Every response of a decoupled BLS request; an empty last one when the model
         ended the stream with the final flag alone (as Triton)."""
         last_final = False
-        core_request = convert.request_to_core(request)
         try:
+            core_request = convert.request_to_core(request)
             async for response in self.host.bls_stream(self.model_name, core_request):
                 last_final = response.final
                 yield convert.response_to_pb(response, request._preferred_memory)

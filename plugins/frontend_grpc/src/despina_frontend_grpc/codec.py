@@ -27,6 +27,7 @@ from despina import (
     checked_element_count,
     datatype_of,
     deserialize_bytes,
+    repeated_tensor,
     serialize_bytes,
     validate_request,
 )
@@ -119,9 +120,7 @@ class RequestDecoder:
         for tensor in self.message.inputs:
             name = tensor.name
             if name in inputs:
-                raise InvalidArgument(
-                    f"[request id: {self.rid}] input '{name}' already exists in request"
-                )
+                raise repeated_tensor("input", name, self.message.id)
             datatype = tensor.datatype
             dtype = self._dtype(name, datatype, expected_datatypes)
             shape = tuple(tensor.shape)

@@ -27,6 +27,7 @@ from despina import (
     SharedMemoryRegistry,
     checked_element_count,
     deserialize_bytes,
+    repeated_tensor,
 )
 
 from despina_frontend_http.limits import check_json_depth
@@ -190,6 +191,8 @@ def decode_request(
     for item in inputs_json:
         start = offset
         name, array, offset = _decode_input(item, body, offset, model, shm)
+        if name in inputs:  # Triton's check, where it adds the input
+            raise repeated_tensor("input", name, _id(header))
         inputs[name] = array
         if key is not None and "binary_data_size" in (item.get("parameters") or ()):
             binary.append(BinaryInput(name, array.dtype, array.shape, array.size, start, offset))
@@ -197,9 +200,9 @@ def decode_request(
         raise InvalidArgument(f"unexpected additional input data for model '{model}'")
     params = _params(header.get("parameters"), "request")
     request = InferenceRequest(model, inputs, model_version=version, parameters=params)
-    request_id = header.get("id")
+    request_id = _id(header)
     if request_id is not None:
-        request.id = str(request_id)
+        request.id = request_id
     outputs_json = header.get("outputs")
     if outputs_json is not None:
         if not isinstance(outputs_json, list):
@@ -215,6 +218,12 @@ def decode_request(
     if key is not None and len(binary) == len(inputs_json):
         layouts.keep(key, header, binary, offset)
     return request
+
+
+def _id(header: dict[str, Any]) -> str | None:
+    """The request id the header gives, if any."""
+    request_id = header.get("id")
+    return None if request_id is None else str(request_id)
 
 
 def _decode_input(

@@ -9,7 +9,9 @@ shape (batch dimension included) with the element count distributed as Triton do
 dimensions must divide it, the innermost variable dimension takes what remains, the other
 variable dimensions are 1. Protocol parameters of ``/infer`` (priority, timeout, sequence,
 binary data) have no meaning here: they are plain parameters, as in Triton (the Python
-backend still leaves them out of ``request.parameters()``, as it does for ``/infer``).
+backend still leaves them out of ``request.parameters()``, as it does for ``/infer``). An
+input given twice (at the top and in ``parameters``, or by two keys of one object) is
+refused, as Triton refuses it.
 
 Response: ``id`` (when set), ``model_name``, ``model_version``, each response parameter and
 each output as JSON data (a one-element output as its scalar), keys in sorted order.
@@ -17,6 +19,7 @@ each output as JSON data (a one-element output as its scalar), keys in sorted or
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +31,7 @@ from despina import (
     InferenceResponse,
     InvalidArgument,
     datatype_of,
+    repeated_tensor,
 )
 
 from despina_frontend_http.decode import tensor_from_json
@@ -86,7 +90,30 @@ def generate_request(
             )
         else:
             _take(request, key, value, inputs)
+    _refuse_repeated_keys(body, request, inputs)
     return request
+
+
+def _refuse_repeated_keys(body: bytes, request: InferenceRequest, inputs: InputShapes) -> None:
+    """Triton's error for an input named by two keys, which the parse above lost (the
+    last key wins; Triton reads each). Parsed again keeping every key only where such a
+    key may be: an input's quoted name in the body more than once, or an escape."""
+    if b"\\" not in body and all(body.count(orjson.dumps(n)) == 1 for n in request.inputs):
+        return
+    members = json.loads(body, object_pairs_hook=tuple)  # objects as tuples of pairs
+    seen: set[str] = set()
+    for key, value in members:
+        if key == NESTED and key not in inputs:
+            for inner, _ in value if isinstance(value, tuple) else ():
+                if inner in seen and inner in inputs:
+                    raise InvalidArgument(
+                        f"Converting keyword: '{NESTED}': "
+                        f"{repeated_tensor('input', inner, request.id)}"
+                    )
+                seen.add(inner)
+        elif key in seen and key in inputs:
+            raise repeated_tensor("input", key, request.id)
+        seen.add(key)
 
 
 def _take(request: InferenceRequest, key: str, value: Any, inputs: InputShapes) -> None:
@@ -99,6 +126,8 @@ def _take(request: InferenceRequest, key: str, value: Any, inputs: InputShapes) 
         raise InvalidArgument(
             f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
         )
+    if key in request.inputs:  # given at the top and in the nested object
+        raise repeated_tensor("input", key, request.id)
     datatype, dims = known
     count = len(value) if isinstance(value, list) else 1
     shape = generate_shape(key, count, dims)
