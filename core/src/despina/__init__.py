@@ -109,6 +109,14 @@ _EXPORTS: dict[str, str] = {
     "Stash": "despina.settings",
     "StashKey": "despina.settings",
     # frontends
+    "BodyBudget": "despina.request_bodies",
+    "BodyBudgetExhausted": "despina.request_bodies",
+    "BodyCharge": "despina.request_bodies",
+    "BodyOverBudget": "despina.request_bodies",
+    "BodyTooLarge": "despina.request_bodies",
+    "BodyUndecodable": "despina.request_bodies",
+    "Inflation": "despina.request_bodies",
+    "inflate": "despina.request_bodies",
     "Restriction": "despina.restricted",
     "parse_restricted": "despina.restricted",
     "stop_listening": "despina.transport.listen",
@@ -209,6 +217,16 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         MetricsHost as MetricsHost,
     )
     from despina.ragged import RaggedBatch as RaggedBatch
+    from despina.request_bodies import (
+        BodyBudget as BodyBudget,
+        BodyBudgetExhausted as BodyBudgetExhausted,
+        BodyCharge as BodyCharge,
+        BodyOverBudget as BodyOverBudget,
+        BodyTooLarge as BodyTooLarge,
+        BodyUndecodable as BodyUndecodable,
+        Inflation as Inflation,
+        inflate as inflate,
+    )
     from despina.restricted import Restriction as Restriction, parse_restricted as parse_restricted
     from despina.server import Server as Server, StartupError as StartupError
     from despina.settings import (

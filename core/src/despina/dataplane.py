@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from despina.models import ModelManager
     from despina.plugins import Plugins
     from despina.ports import FrontendHost
+    from despina.request_bodies import BodyBudget
     from despina.runtime_settings import LogSettings
     from despina.settings import CoreSettings, Stash
     from despina.shared_memory import SharedMemoryRegistry
@@ -49,6 +50,7 @@ class Core(Protocol):
     custom_metrics: CustomMetrics
     log_settings: LogSettings
     tracer: Tracer
+    request_bodies: BodyBudget
     gpus: GpuInventory
     dataplane: FrontendHost
     plugins: Plugins
@@ -97,6 +99,8 @@ class DataPlane:
         self.shared_memory: SharedMemoryRegistry = server.shared_memory
         #: Which requests are traced: frontends check ``tracer.active`` per request.
         self.tracer: Tracer = server.tracer
+        #: Bytes request bodies in flight hold, server-wide (frontends charge them).
+        self.request_bodies: BodyBudget = server.request_bodies
         #: The server's typed settings: each plugin's options under its own key.
         self.stash = server.stash
         #: Custom metric families models created (metrics exporters read them).

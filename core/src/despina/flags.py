@@ -12,6 +12,7 @@ from pathlib import Path
 from despina.busy_poll import default_busy_poll_us
 from despina.devices import DEFAULT_MIN_COMPUTE_CAPABILITY
 from despina.plugins import Plugins
+from despina.request_bodies import default_budget
 from despina.settings import DEFAULT_BACKEND_DIRECTORY
 from despina.triton_flags import add_inert_flags, triton_bool
 
@@ -95,6 +96,18 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         help="requests each model version queues (per priority level) where its config sets "
         "no max_queue_size; more are refused with UNAVAILABLE 'Exceeds maximum queue size'; "
         "0 = unbounded, as Triton (Despina; default: 4096)",
+    )
+    budget = default_budget()
+    server.add_argument(
+        "--max-inflight-request-bytes",
+        type=non_negative_int,
+        default=budget,
+        metavar="BYTES",
+        help="bytes all request bodies in flight may hold at once, inflated (gzip, deflate) "
+        "or as sent, server-wide; one that would pass it is refused (gRPC "
+        "RESOURCE_EXHAUSTED, HTTP 503 with Retry-After, 413 for one larger than the whole "
+        "budget); 0 = no budget (Despina; default: half the physical memory or the cgroup "
+        f"limit, here {budget})",
     )
     server.add_argument(
         "--min-supported-compute-capability",

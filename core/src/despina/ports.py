@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from despina.devices import GpuInventory
     from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
     from despina.model_versions import ModelVersion
+    from despina.request_bodies import BodyBudget
     from despina.settings import Stash
     from despina.shared_memory import SharedMemoryRegistry
     from despina.tracing.tracer import Tracer
@@ -45,6 +46,9 @@ class FrontendHost(Protocol):
     #: traceparent)`` for a request's trace, records its protocol timestamps on it and
     #: releases it once the response is written.
     tracer: Tracer
+    #: The bytes request bodies in flight may hold, server-wide: a frontend charges a
+    #: body it buffers or inflates (:meth:`~despina.request_bodies.BodyBudget.charge`).
+    request_bodies: BodyBudget
 
     @property
     def live(self) -> bool: ...

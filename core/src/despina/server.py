@@ -30,6 +30,7 @@ from despina.ports import BackendHost, FrontendHost, MetricsHost, SchedulerHost
 from despina.rate_limiter import RateLimiter, parse_resource_flags
 from despina.registry import Registry
 from despina.repository import ModelRepository
+from despina.request_bodies import BodyBudget
 from despina.response_cache import ResponseCache, cache_key, parse_cache_config
 from despina.runtime_settings import LogSettings, TraceSettings
 from despina.scheduling.base import DRAIN_POLL_S, STOPPING
@@ -97,6 +98,8 @@ class Server:
             raise StartupError(str(exc)) from None
         self.models = ModelManager(self, repository)
         self.shared_memory = SharedMemoryRegistry(self.settings.allow_client_shm)
+        #: Bytes request bodies in flight hold, server-wide (``--max-inflight-request-bytes``).
+        self.request_bodies = BodyBudget(self.settings.max_inflight_request_bytes)
         self.custom_metrics = CustomMetrics()
         try:
             cache_bytes = parse_cache_config(

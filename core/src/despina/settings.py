@@ -95,6 +95,9 @@ class CoreSettings:
     #: ``--max-pending-requests`` (Despina's): requests each model version queues (per
     #: priority level) where its config sets no ``max_queue_size``; 0: unbounded.
     max_pending_requests: int = 4096
+    #: ``--max-inflight-request-bytes`` (Despina's): bytes request bodies in flight may
+    #: hold at once, server-wide (:class:`~despina.request_bodies.BodyBudget`); 0: no budget.
+    max_inflight_request_bytes: int = 0
     #: ``--min-supported-compute-capability``: GPUs below it get no instances.
     min_supported_compute_capability: float = DEFAULT_MIN_COMPUTE_CAPABILITY
     #: ``--trace-config`` values, tritonserver's deprecated ``--trace-*`` flags first.
@@ -132,6 +135,7 @@ class CoreSettings:
             backend_config=tuple(flags.backend_config or ()),
             inert_flags_given=tuple(flags.inert_flags_given),
             max_pending_requests=int(flags.max_pending_requests),
+            max_inflight_request_bytes=int(flags.max_inflight_request_bytes),
             min_supported_compute_capability=float(flags.min_supported_compute_capability),
             backend_directory=str(flags.backend_directory),
             trace_config=(

@@ -14,6 +14,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from despina import BodyBudget, Inflation, inflate
 from despina.testing import RunningServer
 from despina_frontend_grpc import grpc_framing, http2
 from despina_frontend_grpc.grpc_calls import INLINE_INFLATE
@@ -49,6 +50,12 @@ def gzip_zeros(size: int) -> bytes:
     return b"".join(parts) + deflater.flush()
 
 
+def without_size(bomb: bytes) -> bytes:
+    """``bomb`` with a gzip trailer claiming 0 bytes: only inflating it finds its size
+    (a trailer announcing more than the limit is refused before any inflating)."""
+    return bomb[:-4] + bytes(4)
+
+
 # --- compressed messages inflate off the event loop
 
 #: The bomb's limit and what it inflates to: ~1 s of inflation (300 KiB on the wire).
@@ -62,7 +69,7 @@ def test_bomb_inflating_does_not_hold_up_other_clients(
     """While a bomb inflates (in a worker thread) on one connection, a tritonclient on
     another connection is answered; the bomb's RESOURCE_EXHAUSTED comes after."""
     running = serve(f"--grpc-max-message-size={BOMB_LIMIT}")
-    bomb = gzip_zeros(BOMB_INFLATED)
+    bomb = without_size(gzip_zeros(BOMB_INFLATED))
     assert len(bomb) < BOMB_INFLATED // 500
     inputs = add_sub_inputs()
     with grpcclient.InferenceServerClient(running.grpc_url) as other:
@@ -119,24 +126,29 @@ def test_large_compressed_messages_are_served_whole(
 
 
 def test_inflation_steps_give_the_same_message() -> None:
-    """An Inflation advanced a little at a time gives what inflating at once gives."""
+    """A message advanced a little at a time gives what inflating at once gives; one over
+    the limit is RESOURCE_EXHAUSTED."""
     data = np.random.default_rng(0).integers(0, 4, 3 << 20, dtype=np.uint8).tobytes()
+    charge = BodyBudget(0).charge()
     for encoding, wbits in (("gzip", 31), ("deflate", 15)):
         deflater = zlib.compressobj(6, wbits=wbits)
         body = deflater.compress(data) + deflater.flush()
-        inflation = grpc_framing.Inflation(body, encoding, len(data))
+        buffer = bytearray(grpc_message(body, compressed=True))
+        messages, pending = grpc_framing.take_messages(buffer, len(data), encoding, 0, charge)
+        assert not messages and pending is not None and not buffer
         steps = 1
-        while not inflation.advance(0):
+        while not pending.advance(0):
             steps += 1
-        assert inflation.result() == data
+        assert pending.result() == data
         assert steps > 3
-        assert grpc_framing.inflate(body, encoding, len(data)) == data
+        assert inflate(body, encoding, len(data), charge) == data
         with pytest.raises(grpc_framing.MessageError) as refused:
-            grpc_framing.inflate(body, encoding, len(data) - 1)
+            buffer = bytearray(grpc_message(body, compressed=True))
+            grpc_framing.take_messages(buffer, len(data) - 1, encoding, None, charge)
         assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    cancelled = grpc_framing.Inflation(gzip_zeros(64 << 20), "gzip", 1 << 30)
+    cancelled = Inflation(gzip_zeros(64 << 20), "gzip", 1 << 30, charge)
     cancelled.cancel()
-    assert cancelled.finish() is False
+    assert grpc_framing.finish(cancelled) is False
 
 
 # --- --grpc-max-concurrent-streams

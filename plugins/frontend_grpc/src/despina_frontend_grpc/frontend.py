@@ -133,6 +133,7 @@ class GrpcFrontend:
             connection_limits(options),
             method_rules(options.restrictions),
             context,
+            self.host.request_bodies,
         )
         try:
             self.port = await server.start(options.address, options.port, options.reuse_port)

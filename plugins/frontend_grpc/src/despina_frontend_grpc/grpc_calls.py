@@ -15,6 +15,14 @@ thread (zlib releases the GIL), checked against the size limit step by step as b
 so a compression bomb holds up only its own call, not the other clients'. While it
 inflates its stream's credit is held back, and the call's later messages wait behind it.
 
+Request memory: a call charges its messages to the server-wide budget
+(``--max-inflight-request-bytes``, :class:`despina.BodyBudget`): a message not whole on
+arrival its announced size once its length prefix is seen, a compressed one each inflated
+step. A message the budget cannot take ends the call with RESOURCE_EXHAUSTED. A unary
+call's charge is released when the call ends: its answer or error queued, or the call
+reset, cancelled, expired or its connection gone; a streaming call gives a message's share
+back when its handler takes the message, and the rest when the call ends.
+
 Flow control: a stream's credit is returned as its bytes arrive, except while a streaming
 call has :data:`INBOX_LIMIT` messages its handler has not taken (then a client that sends
 without reading is held back); responses wait for the client's credit, and a streaming
@@ -27,11 +35,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import grpc
+from despina import BodyBudget, BodyBudgetExhausted, BodyCharge, Inflation
 
 from despina_frontend_grpc import calls, grpc_framing as framing, http2
 from despina_frontend_grpc.connection_limits import ConnectionLimits
@@ -65,6 +75,7 @@ class CallServer(Protocol):
     """What calls need of their server."""
 
     routes: dict[str, Route]
+    request_bodies: BodyBudget
 
     def refusal(self, path: str, metadata: tuple[tuple[str, Any], ...]) -> str | None: ...
     def inflater(self) -> ThreadPoolExecutor: ...
@@ -84,16 +95,20 @@ class Call(H2Stream):
     """One call: the stream's HTTP/2 state, what has arrived, and its task."""
 
     __slots__ = (
+        "attributed",
         "body",
+        "charge",
         "deadline",
         "encoding",
         "gzip",
+        "head_charged",
         "headers_sent",
         "inbox",
         "inflating",
         "messages",
         "metadata",
         "route",
+        "shares",
         "task",
         "writable",
     )
@@ -112,7 +127,15 @@ class Call(H2Stream):
         self.headers_sent = False
         self.deadline: asyncio.TimerHandle | None = None
         #: The request message inflating in a worker thread; later messages wait for it.
-        self.inflating: framing.Inflation | None = None
+        self.inflating: Inflation | None = None
+        #: The call's messages' bytes charged to the budget (created when first needed:
+        #: at the headers of a compressed call, else for a message not whole on arrival).
+        self.charge: BodyCharge | None = None
+        #: The incomplete message at the start of ``body`` is charged.
+        self.head_charged = False
+        #: Streaming: the charge's share of each message in ``inbox``, and their sum.
+        self.shares: deque[int] = deque()
+        self.attributed = 0
 
     def holds_credit(self) -> bool:
         """While a message inflates, or a streaming call's inbox is full."""
@@ -156,6 +179,8 @@ class GrpcCalls:
             )
             return
         stream.encoding = encoding
+        if encoding in ("gzip", "deflate"):
+            stream.charge = self.server.request_bodies.charge()
         stream.gzip = bool(self.limits.zlib_level) and "gzip" in fields.get(
             "grpc-accept-encoding", ""
         )
@@ -204,6 +229,7 @@ class GrpcCalls:
     def stream_closed(self, stream: Call, reset: bool) -> None:
         if stream.inflating is not None:
             stream.inflating.cancel()
+        self._release(stream)
         if stream.deadline is not None:
             stream.deadline.cancel()
         if stream.writable is not None:
@@ -243,12 +269,21 @@ class GrpcCalls:
         (:meth:`_inflate`), and the messages after it wait in ``stream.body``."""
         if stream.inflating is not None or stream.finished:
             return
+        body = stream.body
+        size = len(body)
         try:
             messages, pending = framing.take_messages(
-                stream.body, self.limits.max_receive, stream.encoding, INLINE_INFLATE
+                body, self.limits.max_receive, stream.encoding, INLINE_INFLATE, stream.charge
             )
+            if len(body) < size:  # the first message is taken: a new one may start
+                stream.head_charged = False
+            if len(body) >= 5 and not stream.head_charged:
+                self._charge_head(stream)
         except framing.MessageError as exc:
             self._finish(stream, exc.code.value[0], exc.details)
+            return
+        except BodyBudgetExhausted as exc:
+            self._finish(stream, _RESOURCE_EXHAUSTED, str(exc))
             return
         self._deliver(stream, messages)
         if pending is not None:
@@ -257,17 +292,45 @@ class GrpcCalls:
             self.inflations.add(task)
             task.add_done_callback(self.inflations.discard)
 
+    def _charge_head(self, stream: Call) -> None:
+        """Charge the incomplete message at the start of the body its announced size
+        (BodyBudgetExhausted when the budget cannot take it)."""
+        if stream.charge is None:
+            stream.charge = self.server.request_bodies.charge()
+        stream.charge.add(5 + int.from_bytes(stream.body[1:5], "big"))
+        stream.head_charged = True
+
     def _deliver(self, stream: Call, messages: list[bytes]) -> None:
         if stream.inbox is not None:
             for message in messages:
+                # the charge not yet attributed goes with the first message delivered
+                share = 0 if stream.charge is None else stream.charge.size - stream.attributed
+                stream.attributed += share
+                stream.shares.append(share)
                 stream.inbox.put_nowait(message)
         else:
             stream.messages += messages
 
-    async def _inflate(self, stream: Call, inflation: framing.Inflation) -> None:
+    def _taken(self, stream: Call) -> None:
+        """A streaming call's handler took its next message: give its share back."""
+        share = stream.shares.popleft()
+        if share and stream.charge is not None:
+            stream.attributed -= share
+            stream.charge.give_back(share)
+
+    def _release(self, stream: Call) -> None:
+        """The call's messages no longer count: drop them and release their charge."""
+        stream.body.clear()
+        stream.messages.clear()
+        if stream.charge is not None:
+            stream.charge.release()
+
+    async def _inflate(self, stream: Call, inflation: Inflation) -> None:
         """Finish inflating a message off the event loop, then go on with the stream."""
         try:
-            whole = await self.loop.run_in_executor(self.server.inflater(), inflation.finish)
+            whole = await self.loop.run_in_executor(
+                self.server.inflater(), framing.finish, inflation
+            )
         except framing.MessageError as exc:
             stream.inflating = None
             self._finish(stream, exc.code.value[0], exc.details)
@@ -334,6 +397,7 @@ class GrpcCalls:
 
         async def requests() -> Any:
             while (data := await inbox.get()) is not None:
+                self._taken(stream)
                 engine.return_credit(stream)
                 output.flush_soon()
                 yield data
@@ -391,6 +455,7 @@ class GrpcCalls:
         stream.finished = True
         if stream.inflating is not None:
             stream.inflating.cancel()
+        self._release(stream)
         if stream.deadline is not None:
             stream.deadline.cancel()
             stream.deadline = None

@@ -1,16 +1,25 @@
 """gRPC over HTTP/2 as the protocol document defines it: length-prefixed messages,
-message compression, ``grpc-timeout``, ``grpc-message`` percent-encoding and the header
-blocks of responses and trailers.
+message compression (inflated by :class:`despina.Inflation`), ``grpc-timeout``,
+``grpc-message`` percent-encoding and the header blocks of responses and trailers.
 """
 
 from __future__ import annotations
 
 import base64
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import grpc
-from despina import ascii_digits
+from despina import (
+    BodyBudgetExhausted,
+    BodyCharge,
+    BodyTooLarge,
+    BodyUndecodable,
+    Inflation,
+    ascii_digits,
+)
 
 from despina_frontend_grpc import http2
 
@@ -29,28 +38,22 @@ class MessageError(Exception):
         self.code, self.details = code, details
 
 
-def split_messages(buffer: bytearray, max_size: int, encoding: str | None) -> list[bytes]:
-    """Remove and return the complete messages at the start of ``buffer`` (decompressed).
+def take_messages(
+    buffer: bytearray,
+    max_size: int,
+    encoding: str | None,
+    inline_output: int | None,
+    charge: BodyCharge | None,
+) -> tuple[list[bytes], Inflation | None]:
+    """Remove the complete messages at the start of ``buffer``: those ready (inflated,
+    each step charged to ``charge``, which a call compressing with ``encoding`` has), and the first compressed one that did not finish
+    inflating within ``inline_output`` bytes of output (None: no bound), to be finished
+    with :func:`finish` (off the event loop); the messages after it stay in ``buffer``.
 
     Raises MessageError RESOURCE_EXHAUSTED for a message over ``max_size``: on the wire
     as soon as its length prefix is seen (before its bytes are buffered), once inflated as
-    soon as the output passes ``max_size`` (see :func:`inflate`); INTERNAL for one that
-    cannot be decompressed.
-    """
-    messages, pending = take_messages(buffer, max_size, encoding, None)
-    assert pending is None
-    return messages
-
-
-def take_messages(
-    buffer: bytearray, max_size: int, encoding: str | None, inline_output: int | None
-) -> tuple[list[bytes], Inflation | None]:
-    """Remove the complete messages at the start of ``buffer``: those ready (inflated),
-    and the first compressed one that did not finish inflating within ``inline_output``
-    bytes of output (None: no bound), to be finished with :meth:`Inflation.finish`
-    (off the event loop); the messages after it stay in ``buffer``.
-
-    Raises MessageError as :func:`split_messages` does.
+    soon as the output passes ``max_size`` or its gzip trailer announces more, and when
+    the budget cannot take an inflated step; INTERNAL for one that cannot be decompressed.
     """
     messages: list[bytes] = []
     pending: Inflation | None = None
@@ -72,8 +75,14 @@ def take_messages(
         if not compressed:
             messages.append(data)
             continue
-        inflation = Inflation(data, encoding, max_size)
-        if inflation.advance(inline_output):
+        if encoding not in ("gzip", "deflate") or charge is None:
+            raise MessageError(
+                grpc.StatusCode.INTERNAL, "a compressed message arrived without a grpc-encoding"
+            )
+        with refusals(encoding):
+            inflation = Inflation(data, encoding, max_size, charge)
+            whole = inflation.advance(inline_output)
+        if whole:
             messages.append(inflation.result())
         else:
             pending = inflation
@@ -83,117 +92,29 @@ def take_messages(
     return messages, pending
 
 
-#: Output bytes inflated per step, and compressed bytes fed per step: a message is
-#: checked against the size limit after every step, so one inflating past the limit (a
-#: "zip bomb": 4 GiB of zeros are 4 MiB of gzip) costs the limit plus one step of memory
-#: and stops there, and no step copies more than this much of the unconsumed input.
-INFLATE_STEP = 1 << 18
+def finish(inflation: Inflation) -> bool:
+    """Inflate the rest of a message (:meth:`despina.Inflation.finish`, in a worker
+    thread); False when cancelled first. Raises MessageError as :func:`take_messages`."""
+    with refusals(inflation.encoding):
+        return inflation.finish()
 
 
-class Inflation:
-    """One gzip/deflate message inflating step by step (:data:`INFLATE_STEP`), checked
-    against ``max_size`` after every step.
-
-    :meth:`advance` may run on the event loop for a bounded amount of output and
-    :meth:`finish` in a worker thread (zlib releases the GIL while it inflates);
-    :meth:`cancel` (from any thread) makes a running :meth:`finish` stop after its
-    current step.
-    """
-
-    __slots__ = (
-        "_cancelled",
-        "_chunk",
-        "_done",
-        "_encoding",
-        "_full",
-        "_inflater",
-        "_input",
-        "_max_size",
-        "_pieces",
-        "_start",
-        "_total",
-    )
-
-    def __init__(self, data: bytes, encoding: str | None, max_size: int) -> None:
-        if encoding == "gzip":
-            self._inflater = zlib.decompressobj(wbits=31)
-        elif encoding == "deflate":
-            self._inflater = zlib.decompressobj()
-        else:
-            raise MessageError(
-                grpc.StatusCode.INTERNAL, "a compressed message arrived without a grpc-encoding"
-            )
-        self._encoding = encoding
-        self._input = data
-        self._max_size = max_size
-        self._start = 0  # of the next input step
-        self._chunk: bytes | memoryview = b""  # what the last step left unconsumed
-        self._full = False  # the last step's output was a whole step: more may be due
-        self._pieces: list[bytes] = []
-        self._total = 0
-        self._done = False
-        self._cancelled = False
-
-    def cancel(self) -> None:
-        """Stop inflating at the next step (the caller no longer wants the message)."""
-        self._cancelled = True
-
-    def finish(self) -> bool:
-        """Inflate the rest; False when cancelled first. Raises MessageError."""
-        return self.advance(None)
-
-    def advance(self, output_budget: int | None) -> bool:
-        """Inflate until the message is whole (True) or this call produced more than
-        ``output_budget`` bytes (False; None: no budget) or was cancelled (False).
-
-        Raises MessageError RESOURCE_EXHAUSTED as soon as the output passes ``max_size``
-        (the rest is never inflated), INTERNAL for data that is not valid.
-        """
-        produced = 0
-        data, step, inflater = self._input, INFLATE_STEP, self._inflater
-        try:
-            while not self._done:
-                if self._cancelled or (output_budget is not None and produced > output_budget):
-                    return False
-                if not self._chunk and not self._full:
-                    if self._start >= len(data):
-                        self._done = True
-                        break
-                    self._chunk = memoryview(data)[self._start : self._start + step]
-                    self._start += step
-                piece = inflater.decompress(self._chunk, step)
-                produced += len(piece)
-                self._total += len(piece)
-                if self._total > self._max_size:
-                    self._pieces.clear()
-                    # grpc.aio's answer to the same message
-                    raise MessageError(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"
-                    )
-                self._pieces.append(piece)
-                self._chunk = inflater.unconsumed_tail
-                self._full = len(piece) == step
-        except zlib.error as exc:
-            raise MessageError(
-                grpc.StatusCode.INTERNAL, f"cannot decompress a {self._encoding} message: {exc}"
-            ) from None
-        return True
-
-    def result(self) -> bytes:
-        """The inflated message (once :meth:`advance` or :meth:`finish` returned True)."""
-        pieces, self._pieces = self._pieces, []
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-
-def inflate(data: bytes, encoding: str | None, max_size: int) -> bytes:
-    """``data`` decompressed with ``encoding`` (gzip or deflate), incrementally.
-
-    Raises MessageError RESOURCE_EXHAUSTED as soon as the output passes ``max_size`` (the
-    rest is never inflated), INTERNAL when ``encoding`` is neither or ``data`` is not valid.
-    """
-    inflation = Inflation(data, encoding, max_size)
-    inflation.advance(None)
-    return inflation.result()
+@contextmanager
+def refusals(encoding: str) -> Iterator[None]:
+    """The inflater's refusals as the MessageError a call ends with."""
+    try:
+        yield
+    except BodyTooLarge:
+        # grpc.aio's answer to the same message
+        raise MessageError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"
+        ) from None
+    except BodyBudgetExhausted as exc:
+        raise MessageError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
+    except BodyUndecodable as exc:
+        raise MessageError(
+            grpc.StatusCode.INTERNAL, f"cannot decompress a {encoding} message: {exc}"
+        ) from None
 
 
 def frame_message(data: bytes, zlib_level: int, gzip: bool) -> tuple[bytes, bytes]:

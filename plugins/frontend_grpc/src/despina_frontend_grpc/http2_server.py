@@ -45,6 +45,7 @@ import ssl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from despina import BodyBudget
 from despina.transport.listen import Listener, listen, stop_listening
 from despina.transport.roster import Roster
 
@@ -240,11 +241,14 @@ class Http2GrpcServer:
         limits: ConnectionLimits,
         restrictions: dict[str, tuple[str, str]],
         ssl_context: ssl.SSLContext | None,
+        request_bodies: BodyBudget,
     ) -> None:
         self.routes = routes
         self.limits = limits
         self.restrictions = restrictions
         self.ssl_context = ssl_context
+        #: The server-wide budget the calls charge request messages to.
+        self.request_bodies = request_bodies
         self.connections: set[Connection] = set()
         self.roster: Roster[Connection] = Roster(
             "gRPC", "--grpc-max-connections", limits.max_connections, limits.handshake_timeout, log

@@ -2,9 +2,12 @@
 ``Content-Encoding``: gzip, deflate; identity is the body as is), and compressed
 response bodies.
 
-The front bounds what it receives by the limit before a body is whole; a body whose
-inflated size passes the limit is refused with the 413 as soon as it does, before more is
-inflated. An encoding that cannot be decoded, or data that is not valid, is the 400
+The front bounds what it receives by the limit before a body is whole; a compressed body
+inflates with :class:`despina.Inflation` in bounded steps: one whose inflated size passes
+the limit (or whose gzip trailer announces more) is refused with the 413 as soon as it
+does, before more is inflated, and its inflated bytes count against the server-wide
+``--max-inflight-request-bytes`` from the first step until the route's handler returns
+(503 with ``Retry-After`` while other bodies hold the budget). An encoding that cannot be decoded, or data that is not valid, is the 400
 "failed to read the request body: ..." (the text Despina answered when aiohttp inflated).
 """
 
@@ -12,16 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Sequence
 from concurrent.futures import Executor
 
-from despina import DespinaError, InvalidArgument
+from despina import (
+    BodyBudget,
+    BodyTooLarge,
+    BodyUndecodable,
+    DespinaError,
+    InvalidArgument,
+    inflate,
+)
+
+from despina_frontend_http.router import Request
 
 #: Bodies larger than this are (de)compressed in the executor, off the event loop.
 OFFLOAD_BYTES = 256 * 1024
-#: Output of one inflate step: a small compressed chunk never becomes much more than this
-#: in memory before the limit is checked.
-INFLATE_STEP = 1 << 18
 
 
 class PayloadTooLarge(DespinaError):
@@ -46,57 +55,28 @@ def _undecodable(encoding: str) -> InvalidArgument:
     )
 
 
-class _Inflater:
-    """gzip or deflate (zlib-wrapped or raw, as HTTP clients send it), step by step."""
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        self._inflater: zlib._Decompress | None = (
-            zlib.decompressobj(wbits=31) if encoding == "gzip" else None
-        )
-
-    def inflate(self, chunk: bytes, limit: int, size: int) -> list[bytes]:
-        """The pieces ``chunk`` inflates to; PayloadTooLarge once ``size`` plus them pass
-        ``limit``."""
-        if self._inflater is None:  # deflate: a zlib header, else raw deflate
-            raw = not chunk or (chunk[0] & 0x0F) != 8
-            self._inflater = zlib.decompressobj(wbits=-15 if raw else 15)
-        pieces: list[bytes] = []
-        data: bytes = chunk
-        try:
-            while data:
-                piece = self._inflater.decompress(data, INFLATE_STEP)
-                size += len(piece)
-                if size > limit:
-                    raise too_large(limit)
-                pieces.append(piece)
-                data = self._inflater.unconsumed_tail
-        except zlib.error:
-            raise _undecodable(self.encoding) from None
-        return pieces
-
-    def finish(self) -> None:
-        """InvalidArgument when the compressed data ended before its end."""
-        if self._inflater is not None and not self._inflater.eof:
-            raise _undecodable(self.encoding)
-
-
-def read_body(body: bytes, headers: Mapping[str, str], limit: int) -> bytes:
-    """``body`` inflated per ``headers``' Content-Encoding (lower-cased names);
-    PayloadTooLarge past ``limit`` bytes, inflated so far only."""
-    coding = headers.get("content-encoding", "identity").strip().lower() or "identity"
+def read_body(request: Request, limit: int, budget: BodyBudget) -> bytes:
+    """The request's body inflated per its Content-Encoding; PayloadTooLarge past
+    ``limit`` bytes (inflated so far only, or announced by a gzip trailer), the budget's
+    BodyBudgetExhausted (503) or BodyOverBudget (413) when the server-wide budget cannot
+    take it. The inflated bytes are charged to ``request.charge`` (which the router
+    releases once the route's handler returned); an identity body is not charged."""
+    body = request.body
+    coding = request.headers.get("content-encoding", "identity").strip().lower() or "identity"
     if coding == "identity":
         if len(body) > limit:
             raise too_large(limit)
         return body
     if coding not in ("gzip", "deflate"):
         raise _undecodable(coding)
-    if not body:
-        return body
-    inflater = _Inflater(coding)
-    pieces = inflater.inflate(body, limit, 0)
-    inflater.finish()
-    return b"".join(pieces)
+    if request.charge is None:
+        request.charge = budget.charge()
+    try:
+        return inflate(body, coding, limit, request.charge)
+    except BodyTooLarge:
+        raise too_large(limit) from None
+    except BodyUndecodable:
+        raise _undecodable(coding) from None
 
 
 async def read_limited(chunks: AsyncIterable[bytes], limit: int) -> bytes:

@@ -44,9 +44,11 @@ def json_response(data: Any, status: int = 200) -> Response:
     return Response(status, JSON_HEADERS, orjson.dumps(data))
 
 
-def error_response(status: int, message: str) -> Response:
-    """Triton's error body ``{"error": message}``."""
-    return json_response({"error": message}, status)
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    """Triton's error body ``{"error": message}`` (with ``headers`` added)."""
+    if headers is None:
+        return json_response({"error": message}, status)
+    return Response(status, {**JSON_HEADERS, **headers}, orjson.dumps({"error": message}))
 
 
 #: 200 with an empty body (health, load, unload, register, ...).

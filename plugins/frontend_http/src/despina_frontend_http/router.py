@@ -24,9 +24,13 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
+from despina import BodyBudgetExhausted, BodyCharge
+
 from despina_frontend_http.responses import Response, error_response, failure
 from despina_frontend_http.restricted import Restrictions
 
+#: Sent with a 503 refusing a body while others hold the request-body budget.
+RETRY_AFTER = {"Retry-After": "1"}
 _SEGMENT = re.compile(r"\{(\w+)(?::([^{}]*(?:\{[^{}]*\}[^{}]*)*))?\}")
 
 
@@ -56,6 +60,9 @@ class Request:
     connected: Callable[[], bool] = _always
     #: When the request's first byte came (``time.monotonic_ns``), or 0 when not timed.
     received_ns: int = 0
+    #: What the inflated body holds of the server-wide budget (set by
+    #: :func:`~despina_frontend_http.body.read_body`; released once the handler returned).
+    charge: BodyCharge | None = None
 
     @property
     def decoded_path(self) -> str:
@@ -175,7 +182,12 @@ class Router:
                 self.restrictions.check(route.api, request.headers)
             return await route.handler(request)
         except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
-            return error_response(*failure(exc, getattr(route.handler, "__name__", "route")))
+            status, text = failure(exc, getattr(route.handler, "__name__", "route"))
+            busy = status == 503 and isinstance(exc, BodyBudgetExhausted)
+            return error_response(status, text, RETRY_AFTER if busy else None)
+        finally:
+            if request.charge is not None:
+                request.charge.release()
 
 
 _NOT_FOUND = error_response(404, "Not Found")

@@ -21,7 +21,7 @@ def routes(ctx: Context) -> list[Route]:
     host = ctx.host
 
     def body_of(request: Request, limit: int = SMALL_BODY) -> dict[str, Any]:
-        body = read_body(request.body, request.headers, min(limit, ctx.max_input_size))
+        body = read_body(request, min(limit, ctx.max_input_size), host.request_bodies)
         return json_body(body, max_depth=ctx.max_json_depth)
 
     async def index(request: Request) -> Response:

@@ -70,7 +70,7 @@ def routes(ctx: Context) -> list[Route]:
         params = http.params
         name, version = params["model"], params.get("version", "")
         shapes = input_shapes(ctx.host.model_metadata(name, version))
-        body = read_body(http.body, http.headers, limit)
+        body = read_body(http, limit, ctx.host.request_bodies)
         return generate_request(body, name, version, shapes, ctx.max_json_depth)
 
     async def generate(http: Request) -> Response:

@@ -163,7 +163,7 @@ def routes(ctx: Context) -> list[Route]:
             ctx,
             params["model"],
             params.get("version", ""),
-            read_body(request.body, headers, limit),
+            read_body(request, limit, ctx.host.request_bodies),
             headers.get("inference-header-content-length"),
             forwarded_headers(ctx, headers),
             headers,

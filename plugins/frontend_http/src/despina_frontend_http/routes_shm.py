@@ -25,7 +25,7 @@ def routes(ctx: Context) -> list[Route]:
 
     async def register(request: Request) -> Response:
         region = request.params["region"]
-        raw = read_body(request.body, request.headers, 65536)
+        raw = read_body(request, 65536, ctx.host.request_bodies)
         body = json_body(raw, allow_empty=False, max_depth=ctx.max_json_depth)
         key, offset, size = body.get("key"), body.get("offset", 0), body.get("byte_size")
         if not isinstance(key, str) or not _is_int(offset) or not _is_int(size):
@@ -45,7 +45,7 @@ def routes(ctx: Context) -> list[Route]:
 
     async def cuda_register(request: Request) -> Response:
         region = request.params["region"]
-        raw = read_body(request.body, request.headers, 65536)
+        raw = read_body(request, 65536, ctx.host.request_bodies)
         body = json_body(raw, allow_empty=False, max_depth=ctx.max_json_depth)
         if "raw_handle" not in body:
             raise InvalidArgument("Shared memory register request has no 'raw_handle' field")
