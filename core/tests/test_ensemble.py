@@ -223,6 +223,20 @@ def test_ready_only_while_composing_models_are(start_ens: Callable[..., RunningS
             "in ensemble bad, step of model 'add' receives inputs originated from different "
             "decoupled models",
         ),
+        (  # input_map is a map: a key given twice keeps its last value, as in Triton 2.51,
+            # so no model input is fed twice; the first value's tensor is left unused
+            ensemble(
+                [
+                    step("add", {"A": "X", "B": "W"}, {"SUM": "Y", "DIFF": "Z"}).replace(
+                        'input_map { key: "B"',
+                        'input_map { key: "A" value: "W" } input_map { key: "B"',
+                    )
+                ],
+                ["X", "W"],
+                ["Y", "Z"],
+            ),
+            "ensemble input 'X' for ensemble bad' is not used",
+        ),
     ],
 )
 def test_invalid_ensembles_are_unavailable(
