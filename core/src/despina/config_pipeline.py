@@ -16,7 +16,10 @@ several mistakes gets; the texts are Triton's):
 The draft is the only ModelConfig written, by this module and the backend's
 ``auto_complete`` alone. Once frozen it is read-only for everyone (server, backends,
 schedulers); a protobuf message cannot be made immutable, so the model manager checks
-:meth:`PreparedConfig.changed` when the model unloads.
+:meth:`PreparedConfig.changed` when the model unloads. One exception remains: an
+ensemble's scheduler states its ``model_transaction_policy`` when it starts, before the
+version is served, because Triton decides it from the composing models, which may only
+load then.
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ DEFAULT_IDLE_US = 1_000_000
 class PreparedConfig:
     """A model's config as it is served, and what the pipeline decided on the way.
 
-    ``config`` is frozen: nothing writes to it once prepared; every version of the model
-    shares it.
+    ``config`` is frozen: nothing writes to it once prepared (but an ensemble's scheduler,
+    see the module docstring); every version of the model shares it.
     """
 
     config: ModelConfig
@@ -73,7 +76,12 @@ class PreparedConfig:
         return self._serialized() != self._frozen
 
     def _serialized(self) -> bytes:
-        return bytes(self.config.SerializeToString(deterministic=True))
+        config = self.config
+        if config.platform == cfg.ENSEMBLE_PLATFORM:  # its scheduler states this at start
+            config = ModelConfig()
+            config.CopyFrom(self.config)
+            config.ClearField("model_transaction_policy")
+        return bytes(config.SerializeToString(deterministic=True))
 
 
 async def prepare(
