@@ -254,3 +254,17 @@ def test_time_to_first_token_reaches_tritons_first_response_histogram(
     stream = client.completions.create(model=LLM, prompt="The harbour", max_tokens=4, stream=True)
     assert any(chunk.choices and chunk.choices[0].text for chunk in stream)
     assert count() == before + 1
+
+
+def test_unserved_paths_get_openai_errors_and_no_v2_route(base_url: str) -> None:
+    root = base_url.removesuffix("/v1")
+    for method, path, status, message in (
+        ("GET", "/v1/nothing", 404, "Not Found"),
+        ("GET", "/v1/completions", 405, "Method Not Allowed"),
+        ("POST", "/v2/models/tiny_llm/infer", 404, "Not Found"),
+    ):
+        request = urllib.request.Request(f"{root}{path}", data=b"{}" if method == "POST" else None)
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=10)
+        assert caught.value.code == status
+        assert json.loads(caught.value.read())["error"]["message"] == message

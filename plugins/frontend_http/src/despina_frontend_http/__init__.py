@@ -2,12 +2,14 @@
 
 The public API, for hosts serving the v2 routes from their own HTTP server and for
 plugins adding routes (the ``despina_http_routes`` hook): a framework-free router
-(:mod:`despina_frontend_http.router`) and the route table (:mod:`despina_frontend_http.v2`).
+(:mod:`despina_frontend_http.router`), the route table (:mod:`despina_frontend_http.v2`),
+and a listener of its own for a router (:mod:`despina_frontend_http.listener`).
 Every other module is internal.
 """
 
 from despina_frontend_http.body import PayloadTooLarge, read_limited
 from despina_frontend_http.context import Context
+from despina_frontend_http.listener import RouterListener, serve_router
 from despina_frontend_http.responses import Response, error_response, json_response
 from despina_frontend_http.router import Handler, Request, Route, Router, StreamResponse
 from despina_frontend_http.v2 import ROUTES_HOOK, plugin_routes, serving_router, v2_routes
@@ -21,11 +23,13 @@ __all__ = [
     "Response",
     "Route",
     "Router",
+    "RouterListener",
     "StreamResponse",
     "error_response",
     "json_response",
     "plugin_routes",
     "read_limited",
+    "serve_router",
     "serving_router",
     "v2_routes",
 ]

@@ -245,7 +245,7 @@ class FrontConnection(asyncio.Protocol):
         """Take an inference request needing no compression either way: answer it within
         this callback when the model ran it within ``submit``, otherwise when its stream
         ends (:meth:`_answer_due`)."""
-        if incoming.method != b"POST":
+        if incoming.method != b"POST" or not self.front.infer_fast_path:
             return False
         headers = incoming.headers
         if "content-encoding" in headers or "accept-encoding" in headers:
@@ -287,7 +287,8 @@ class FrontConnection(asyncio.Protocol):
         if incoming.refusal is not None or incoming.over_limit:
             self.engine.refuse(incoming)
             return False
-        target = infer_target(incoming.url) if incoming.method == b"POST" else None
+        fast = incoming.method == b"POST" and self.front.infer_fast_path
+        target = infer_target(incoming.url) if fast else None
         if target is None or "content-encoding" in incoming.headers:
             return await self._route(incoming)
         await self._infer(incoming, *target)
@@ -428,6 +429,10 @@ class FrontConnection(asyncio.Protocol):
 
 class Front:
     """The listener, answering through ``router``."""
+
+    #: Whether ``POST /v2/models/{m}[/versions/{v}]/infer`` takes the inference fast
+    #: path; False for a listener whose router serves no v2 inference (set before start).
+    infer_fast_path = True
 
     def __init__(
         self,

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
-from aiohttp import web
 from despina import DespinaError
+from despina_frontend_http import Response
+
+#: The Content-Type of every JSON answer (FastAPI's, as Triton's OpenAI frontend sends).
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 #: OpenAI's error ``type`` per HTTP status.
 _TYPES = {
@@ -44,10 +47,9 @@ class OpenAIError(Exception):
             "error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}
         }
 
-    def response(self) -> web.Response:
-        return web.Response(
-            status=self.status, body=json.dumps(self.body()), content_type="application/json"
-        )
+    def response(self) -> Response:
+        """The error as a whole answer."""
+        return Response(self.status, JSON_HEADERS, json.dumps(self.body()).encode())
 
 
 def unknown_model(name: str) -> OpenAIError:

@@ -29,6 +29,8 @@ class OpenAIOptions:
 
     allow: bool
     port: int
+    #: ``--openai-on-http-port``: served on the HTTP port, with no port of its own.
+    on_http_port: bool
     address: str
     tokenizer: Path | None
     chat_template: str | None
@@ -64,6 +66,7 @@ class OpenAIOptions:
         return cls(
             allow=bool(flags.allow_openai),
             port=int(flags.openai_port),
+            on_http_port=bool(flags.openai_on_http_port),
             address=str(flags.openai_address),
             tokenizer=tokenizer,
             chat_template=template,

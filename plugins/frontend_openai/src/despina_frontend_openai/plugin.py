@@ -1,5 +1,5 @@
-"""Entry-point module: the OpenAI frontend's flags and class. Cheap to import (no aiohttp,
-no transformers)."""
+"""Entry-point module: the OpenAI frontend's flags, class and routes for the HTTP port.
+Cheap to import (no transformers)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from despina import hookimpl, triton_bool
 
 if TYPE_CHECKING:
-    from despina import Stash
+    from despina import FrontendHost, Stash
 
 #: Triton's defaults: the OpenAI port, tokens generated when a request names no limit,
 #: the bytes a streaming tool-call parser accepts, the largest request body (64 MiB).
@@ -36,6 +36,15 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_PORT,
         metavar="INT",
         help=f"OpenAI HTTP port (default: {DEFAULT_PORT})",
+    )
+    group.add_argument(
+        "--openai-on-http-port",
+        type=triton_bool,
+        default=False,
+        metavar="BOOL",
+        help="serve the OpenAI-compatible API on the HTTP port (--http-port) beside the v2 "
+        "routes instead of on a port of its own; its generation metrics are then at "
+        "/metrics/openai (Despina; default: false)",
     )
     group.add_argument(
         "--openai-address",
@@ -126,3 +135,10 @@ def despina_frontends() -> list[type[Any]]:
     from despina_frontend_openai.frontend import OpenAIFrontend
 
     return [OpenAIFrontend]
+
+
+@hookimpl
+def despina_http_routes(host: FrontendHost) -> list[Any]:
+    from despina_frontend_openai.frontend import http_port_routes
+
+    return http_port_routes(host)

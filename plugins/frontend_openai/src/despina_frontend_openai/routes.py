@@ -1,6 +1,9 @@
 """The OpenAI endpoints: ``/v1/models[/{id}]``, ``/v1/completions``,
 ``/v1/chat/completions``, ``/v1/embeddings``, model load/unload, ``/health/ready``,
-``/metrics``. Streaming answers are server-sent events ending ``data: [DONE]``."""
+``/metrics``, as framework-free routes (:class:`despina_frontend_http.Route`) that answer
+every failure in OpenAI's error format and check ``--openai-restricted-api`` themselves,
+so they are served alike on the OpenAI port and on the HTTP port. Streaming answers are
+server-sent events ending ``data: [DONE]``."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -15,15 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from aiohttp import web
 from despina import DespinaError, FrontendHost, InferenceResponse
+from despina_frontend_http import Request, Response, Route, StreamResponse
 
 from despina_frontend_openai import convert
 from despina_frontend_openai.catalog import OWNED_BY, Catalog, Entry, Lora
-from despina_frontend_openai.errors import OpenAIError
+from despina_frontend_openai.errors import JSON_HEADERS, OpenAIError
 from despina_frontend_openai.generate import responses
 from despina_frontend_openai.metrics import Metrics
-from despina_frontend_openai.options import OpenAIOptions
+from despina_frontend_openai.options import OpenAIOptions, group_of
 from despina_frontend_openai.schema import (
     ChatRequest,
     CompletionRequest,
@@ -34,8 +38,15 @@ from despina_frontend_openai.schema import (
 )
 from despina_frontend_openai.tools import ToolParser
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = logging.getLogger("despina.openai")
+
+Answer = Response | StreamResponse
+Handler = Callable[[Request], Awaitable[Answer]]
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+#: Where the frontend's own generation metrics are served.
+METRICS_PATH = "/metrics"
+_DONE = b"data: [DONE]\n\n"
+PROMETHEUS_HEADERS = {"Content-Type": "text/plain; charset=utf-8"}
 
 
 @dataclass
@@ -46,20 +57,16 @@ class Context:
     metrics: Metrics
 
 
-def _json(body: object, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=json.dumps(body), content_type="application/json")
+def _json(body: object, status: int = 200) -> Response:
+    return Response(status, JSON_HEADERS, json.dumps(body).encode())
 
 
 def _event(body: object) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-def _alive(http: web.Request) -> Callable[[], bool]:
-    def alive() -> bool:
-        transport = http.transport
-        return transport is not None and not transport.is_closing()
-
-    return alive
+def _sse(events: AsyncGenerator[bytes, None]) -> StreamResponse:
+    return StreamResponse(200, SSE_HEADERS, events)
 
 
 async def _collect(
@@ -124,26 +131,6 @@ def _chat_logprobs(tokens: list[list[tuple[str, float]]]) -> dict[str, Any]:
     return {"content": [{**item(*p[0]), "top_logprobs": [item(*t) for t in p[1:]]} for p in tokens]}
 
 
-class Stream:
-    """A server-sent event answer, opened on its first event."""
-
-    def __init__(self, http: web.Request) -> None:
-        self.http = http
-        self.response: web.StreamResponse | None = None
-
-    async def send(self, body: object) -> None:
-        if self.response is None:
-            self.response = web.StreamResponse(headers=SSE_HEADERS)
-            await self.response.prepare(self.http)
-        await self.response.write(_event(body))
-
-    async def close(self) -> web.StreamResponse:
-        assert self.response is not None
-        await self.response.write(b"data: [DONE]\n\n")
-        await self.response.write_eof()
-        return self.response
-
-
 async def _first(source: AsyncIterator[Any]) -> Any:
     """The first response (an error raises before anything is sent), or None."""
     try:
@@ -152,44 +139,46 @@ async def _first(source: AsyncIterator[Any]) -> Any:
         return None
 
 
-def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
+def routes(ctx: Context, metrics_path: str = METRICS_PATH) -> list[Route]:
+    """Every endpoint, the generation metrics at ``metrics_path``; each handler answers
+    its failures as OpenAI's errors (:func:`_guarded`)."""
     host, options, catalog, metrics = ctx.host, ctx.options, ctx.catalog, ctx.metrics
 
-    async def list_models(http: web.Request) -> web.StreamResponse:
+    async def list_models(http: Request) -> Answer:
         data = [_model_body(i, e) for i, e in catalog.ids()]
         return _json({"object": "list", "data": data})
 
-    async def retrieve_model(http: web.Request) -> web.StreamResponse:
-        wanted = http.match_info["model"]
+    async def retrieve_model(http: Request) -> Answer:
+        wanted = http.params["model"]
         for model_id, entry in catalog.ids():
             if model_id == wanted:
                 return _json(_model_body(model_id, entry))
         raise OpenAIError(f"Unknown model: {wanted}", 404, param="model", code="model_not_found")
 
-    async def load_model(http: web.Request) -> web.StreamResponse:
-        name = http.match_info["model"]
+    async def load_model(http: Request) -> Answer:
+        name = http.params["model"]
         await host.load(name)
         return _json(_model_body(name, catalog.entry(name)))
 
-    async def unload_model(http: web.Request) -> web.StreamResponse:
-        name = http.match_info["model"]
+    async def unload_model(http: Request) -> Answer:
+        name = http.params["model"]
         await host.unload(name)
         return _json({"status": "success", "model": name})
 
-    async def health(http: web.Request) -> web.StreamResponse:
-        return web.Response(status=200 if host.ready else 503)
+    async def health(http: Request) -> Answer:
+        return Response(200 if host.ready else 503)
 
-    async def prometheus(http: web.Request) -> web.StreamResponse:
-        return web.Response(text=metrics.render(), content_type="text/plain")
+    async def prometheus(http: Request) -> Answer:
+        return Response(200, PROMETHEUS_HEADERS, metrics.render().encode())
 
     async def run(
-        http: web.Request, entry: Entry, body: _Sampling, gen: convert.Generation, lora: Lora | None
+        http: Request, entry: Entry, body: _Sampling, gen: convert.Generation, lora: Lora | None
     ) -> AsyncGenerator[Any, None]:
         request = convert.generation_request(entry, body, gen, lora)
-        return responses(host, entry, request, _alive(http), metrics, lora)
+        return responses(host, entry, request, http.connected, metrics, lora)
 
-    async def completions(http: web.Request) -> web.StreamResponse:
-        body = parse(CompletionRequest, await http.read())
+    async def completions(http: Request) -> Answer:
+        body = parse(CompletionRequest, http.body)
         entry, lora = catalog.split(body.model)
         _check_sampling(body, entry, bool(body.logprobs))
         if body.suffix is not None:
@@ -231,35 +220,44 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
                 "finish_reason": _finish(usage, max_tokens),
             }
             return _json({**head, "choices": [choice], "usage": usage.body()})
-        stream, offset = Stream(http), 0
         first = await _first(source)
-        try:
-            if first is not None:
-                async for response in _chain(first, source):
-                    usage.add(response)
-                    text = convert.text_of(response)
-                    tokens = convert.logprobs_of(response)
-                    logprobs = _completion_logprobs(tokens, offset) if gen.logprobs else None
-                    offset += len(text)
-                    choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": None}
-                    await stream.send({**head, "choices": [choice]})
-            last = {
-                "index": 0,
-                "text": "",
-                "logprobs": None,
-                "finish_reason": _finish(usage, max_tokens),
-            }
-            await stream.send({**head, "choices": [last]})
-            if body.stream_options and body.stream_options.include_usage:
-                await stream.send({**head, "choices": [], "usage": usage.body()})
-        except OpenAIError as exc:  # mid-stream: the error is an event
-            await stream.send(exc.body())
-        finally:
-            await source.aclose()
-        return await stream.close()
 
-    async def chat(http: web.Request) -> web.StreamResponse:
-        body = parse(ChatRequest, await http.read())
+        async def events() -> AsyncGenerator[bytes, None]:
+            offset = 0
+            try:
+                if first is not None:
+                    async for response in _chain(first, source):
+                        usage.add(response)
+                        text = convert.text_of(response)
+                        tokens = convert.logprobs_of(response)
+                        logprobs = _completion_logprobs(tokens, offset) if gen.logprobs else None
+                        offset += len(text)
+                        choice = {
+                            "index": 0,
+                            "text": text,
+                            "logprobs": logprobs,
+                            "finish_reason": None,
+                        }
+                        yield _event({**head, "choices": [choice]})
+                last = {
+                    "index": 0,
+                    "text": "",
+                    "logprobs": None,
+                    "finish_reason": _finish(usage, max_tokens),
+                }
+                yield _event({**head, "choices": [last]})
+                if body.stream_options and body.stream_options.include_usage:
+                    yield _event({**head, "choices": [], "usage": usage.body()})
+            except OpenAIError as exc:  # mid-stream: the error is an event
+                yield _event(exc.body())
+            finally:
+                await source.aclose()
+            yield _DONE
+
+        return _sse(events())
+
+    async def chat(http: Request) -> Answer:
+        body = parse(ChatRequest, http.body)
         entry, lora = catalog.split(body.model)
         _check_sampling(body, entry, bool(body.logprobs))
         if body.top_logprobs is not None and not body.logprobs:
@@ -306,59 +304,62 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
                 {**head, "object": "chat.completion", "choices": [choice], "usage": usage.body()}
             )
         head["object"] = "chat.completion.chunk"
-        stream = Stream(http)
 
-        async def delta(d: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> None:
+        def delta(d: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
             choice = {"index": 0, "delta": d, "logprobs": logprobs, "finish_reason": finish}
-            await stream.send({**head, "choices": [choice]})
+            return _event({**head, "choices": [choice]})
 
         first = await _first(source)
-        finish: str | None = None
-        try:
-            await delta({"role": "assistant", "content": ""})
-            named_sent = False
-            if first is not None:
-                async for response in _chain(first, source):
-                    usage.add(response)
-                    text = convert.text_of(response)
-                    tokens = convert.logprobs_of(response)
-                    logprobs = _chat_logprobs(tokens) if top is not None and tokens else None
-                    if named is not None:
-                        call = (
-                            _named_call(named, text)
-                            if not named_sent
-                            else {"function": {"arguments": text}}
-                        )
-                        await delta({"tool_calls": [{"index": 0, **call}]}, logprobs=logprobs)
-                        named_sent = True
-                        continue
-                    if parser is None:
-                        pieces = [{"content": text}] if text else []
-                    else:
-                        pieces = parser.feed(text)
-                    for piece in pieces or ([{"content": ""}] if logprobs else []):
-                        await delta(piece, logprobs=logprobs)
-                        logprobs = None
-                    if parser is not None and _parse_ended(parser):
-                        finish = "length"
-                        break
-            if parser is not None and finish is None:
-                cut = _finish(usage, max_tokens) == "length"
-                for piece in parser.end(cut):
-                    await delta(piece)
-                _parse_ended(parser)
-                finish = parser.finish_reason()
-            await delta({}, finish or _finish(usage, max_tokens))
-            if body.stream_options and body.stream_options.include_usage:
-                await stream.send({**head, "choices": [], "usage": usage.body()})
-        except OpenAIError as exc:
-            await stream.send(exc.body())
-        finally:
-            await source.aclose()
-        return await stream.close()
 
-    async def embeddings(http: web.Request) -> web.StreamResponse:
-        body = parse(EmbeddingRequest, await http.read())
+        async def events() -> AsyncGenerator[bytes, None]:
+            finish: str | None = None
+            try:
+                yield delta({"role": "assistant", "content": ""})
+                named_sent = False
+                if first is not None:
+                    async for response in _chain(first, source):
+                        usage.add(response)
+                        text = convert.text_of(response)
+                        tokens = convert.logprobs_of(response)
+                        logprobs = _chat_logprobs(tokens) if top is not None and tokens else None
+                        if named is not None:
+                            call = (
+                                _named_call(named, text)
+                                if not named_sent
+                                else {"function": {"arguments": text}}
+                            )
+                            yield delta({"tool_calls": [{"index": 0, **call}]}, logprobs=logprobs)
+                            named_sent = True
+                            continue
+                        if parser is None:
+                            pieces = [{"content": text}] if text else []
+                        else:
+                            pieces = parser.feed(text)
+                        for piece in pieces or ([{"content": ""}] if logprobs else []):
+                            yield delta(piece, logprobs=logprobs)
+                            logprobs = None
+                        if parser is not None and _parse_ended(parser):
+                            finish = "length"
+                            break
+                if parser is not None and finish is None:
+                    cut = _finish(usage, max_tokens) == "length"
+                    for piece in parser.end(cut):
+                        yield delta(piece)
+                    _parse_ended(parser)
+                    finish = parser.finish_reason()
+                yield delta({}, finish or _finish(usage, max_tokens))
+                if body.stream_options and body.stream_options.include_usage:
+                    yield _event({**head, "choices": [], "usage": usage.body()})
+            except OpenAIError as exc:
+                yield _event(exc.body())
+            finally:
+                await source.aclose()
+            yield _DONE
+
+        return _sse(events())
+
+    async def embeddings(http: Request) -> Answer:
+        body = parse(EmbeddingRequest, http.body)
         entry, _ = catalog.split(body.model)
         if not entry.embeds:
             raise OpenAIError(f"model '{entry.model.name}' does not embed text", param="model")
@@ -372,7 +373,7 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
             request = convert.embedding_request(entry, str(text), body.dimensions)
             usage = convert.Usage()
             answer = ""
-            async for response in responses(host, entry, request, _alive(http), metrics):
+            async for response in responses(host, entry, request, http.connected, metrics):
                 answer += convert.text_of(response)
                 usage.add(response)
             try:
@@ -393,16 +394,45 @@ def routes(ctx: Context) -> list[tuple[str, str, Handler]]:
         return _json({"object": "list", "data": data, "model": body.model, "usage": usage})
 
     return [
-        ("GET", "/v1/models", list_models),
-        ("GET", "/v1/models/{model}", retrieve_model),
-        ("POST", "/v1/models/{model}/load", load_model),
-        ("POST", "/v1/models/{model}/unload", unload_model),
-        ("POST", "/v1/completions", completions),
-        ("POST", "/v1/chat/completions", chat),
-        ("POST", "/v1/embeddings", embeddings),
-        ("GET", "/health/ready", health),
-        ("GET", "/metrics", prometheus),
+        Route(method, path, _guarded(handler, options))
+        for method, path, handler in (
+            ("GET", "/v1/models", list_models),
+            ("GET", "/v1/models/{model}", retrieve_model),
+            ("POST", "/v1/models/{model}/load", load_model),
+            ("POST", "/v1/models/{model}/unload", unload_model),
+            ("POST", "/v1/completions", completions),
+            ("POST", "/v1/chat/completions", chat),
+            ("POST", "/v1/embeddings", embeddings),
+            ("GET", "/health/ready", health),
+            ("GET", metrics_path, prometheus),
+        )
     ]
+
+
+def _guarded(handler: Handler, options: OpenAIOptions) -> Handler:
+    """``handler`` behind ``--openai-restricted-api`` (401 without the group's header),
+    every failure answered as OpenAI's error JSON (500 for an unexpected one, logged)."""
+
+    async def guarded(http: Request) -> Answer:
+        try:
+            group = group_of(http.method, http.decoded_path)
+            rule = options.restrictions.get(group) if group else None
+            if rule is not None and not rule.allows(http.headers.get(rule.header)):
+                raise OpenAIError(
+                    f"This API is restricted, expecting header '{rule.header}' with valid value",
+                    401,
+                    code="invalid_auth",
+                )
+            return await handler(http)
+        except OpenAIError as exc:
+            return exc.response()
+        except DespinaError as exc:
+            return OpenAIError.of(exc).response()
+        except Exception:
+            log.exception("OpenAI request %s %s failed", http.method, http.path)
+            return OpenAIError("internal server error", 500).response()
+
+    return guarded
 
 
 async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:

@@ -100,6 +100,8 @@ class ExporterOptions:
     allow_cpu_metrics: bool
     address: str
     port: int
+    #: ``--metrics-on-http-port``: ``/metrics`` on the HTTP port, no port of its own.
+    on_http_port: bool
     #: How often CPU metrics are sampled, in ms (positive).
     interval_ms: float
     #: ``--metrics-config``, parsed.
@@ -117,6 +119,7 @@ class ExporterOptions:
             allow_cpu_metrics=bool(flags.allow_cpu_metrics),
             address=str(flags.metrics_address),
             port=int(flags.metrics_port),
+            on_http_port=bool(flags.metrics_on_http_port),
             interval_ms=float(flags.metrics_interval_ms),
             metrics=metrics,
         )

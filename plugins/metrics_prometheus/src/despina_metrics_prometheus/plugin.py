@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from despina import hookimpl, triton_bool
 
 if TYPE_CHECKING:
-    from despina import Stash
+    from despina import FrontendHost, Stash
 
 
 @hookimpl
@@ -44,6 +44,14 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--metrics-port", type=int, default=8002, metavar="INT", help="metrics port (default: 8002)"
+    )
+    group.add_argument(
+        "--metrics-on-http-port",
+        type=triton_bool,
+        default=False,
+        metavar="BOOL",
+        help="serve /metrics on the HTTP port (--http-port) beside the v2 routes instead of "
+        "on --metrics-port (Despina; default: false)",
     )
     group.add_argument(
         "--metrics-interval-ms",
@@ -89,3 +97,10 @@ def despina_metrics_exporters() -> list[type[Any]]:
     from despina_metrics_prometheus.exporter import PrometheusExporter
 
     return [PrometheusExporter]
+
+
+@hookimpl
+def despina_http_routes(host: FrontendHost) -> list[Any]:
+    from despina_metrics_prometheus.exporter import http_port_routes
+
+    return http_port_routes(host)
