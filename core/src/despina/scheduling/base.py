@@ -209,11 +209,15 @@ async def run_batch(
 
     Statistics as Triton's: one execution of the summed batch size (also when it fails);
     per request success (its inferences, queue and compute times) or failure. Backend
-    errors fail the whole batch with the error's text.
+    errors fail the whole batch with the error's text; an execution cancelled (a stopping
+    server that stopped waiting for it) answers it with the stopping error.
     """
     start = time.monotonic_ns()
     try:
         responses = await instance.execute(requests)
+    except asyncio.CancelledError:
+        _fail_all(model, requests, stopping_error(model), "OTHER")
+        raise
     except Exception as exc:  # noqa: BLE001 - any backend failure answers the batch
         _answer_failed(model, requests, exc, start)
         return

@@ -21,7 +21,7 @@ import numpy as np
 
 from despina.errors import Cancelled, DespinaError, Internal, InvalidArgument
 from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput, SequenceFlags
-from despina.scheduling.base import ScheduledModel, batch_size_of
+from despina.scheduling.base import ScheduledModel, batch_size_of, stopping_error
 from despina.scheduling.ensemble_graph import EnsembleGraph, Step
 
 if TYPE_CHECKING:
@@ -77,13 +77,19 @@ class EnsembleRun:
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
-        """Start the steps the inputs allow, wait until no step runs, then finish."""
+        """Start the steps the inputs allow, wait until no step runs, then finish. Once
+        cancelled (a stopping server stopped waiting for it) it answers the stopping
+        error."""
         self._advance(Flow(ChainMap(dict(self.request.inputs))))
-        while self.inflight:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.idle.wait(), CANCEL_POLL_S)
-            if self.request.cancelled and not self.failed:
-                self._fail(Cancelled("Request was cancelled"))  # cancels the queued steps
+        try:
+            while self.inflight:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.idle.wait(), CANCEL_POLL_S)
+                if self.request.cancelled and not self.failed:
+                    self._fail(Cancelled("Request was cancelled"))  # cancels the queued steps
+        except asyncio.CancelledError:
+            self._fail(stopping_error(self.model))
+            raise
         self._finish()
 
     def _advance(self, flow: Flow) -> None:
