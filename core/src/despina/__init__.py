@@ -80,7 +80,9 @@ _EXPORTS: dict[str, str] = {
     "DeviceArray": "despina.device_arrays",
     "is_on_device": "despina.device_arrays",
     "to_host": "despina.device_arrays",
-    "INTERNAL_KEY_PREFIX": "despina.shared_memory",
+    "INTERNAL_KEY_PREFIX": "despina.own_shm",
+    "claim_shm": "despina.own_shm",
+    "private_shm_dir": "despina.own_shm",
     "SharedMemoryRegistry": "despina.shared_memory",
     # model configuration
     "ModelConfig": "despina.config",
@@ -201,6 +203,11 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
     )
     from despina.instance_groups import instance_specs as instance_specs
     from despina.model_versions import ModelVersion as ModelVersion
+    from despina.own_shm import (
+        INTERNAL_KEY_PREFIX as INTERNAL_KEY_PREFIX,
+        claim_shm as claim_shm,
+        private_shm_dir as private_shm_dir,
+    )
     from despina.paths import check_model_name as check_model_name, safe_join as safe_join
     from despina.placement import (
         CallPlacement as CallPlacement,
@@ -235,10 +242,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         Stash as Stash,
         StashKey as StashKey,
     )
-    from despina.shared_memory import (
-        INTERNAL_KEY_PREFIX as INTERNAL_KEY_PREFIX,
-        SharedMemoryRegistry as SharedMemoryRegistry,
-    )
+    from despina.shared_memory import SharedMemoryRegistry as SharedMemoryRegistry
     from despina.signatures import (
         TensorSpec as TensorSpec,
         check_config as check_config,

@@ -4,8 +4,9 @@ One registry holds both kinds under one name space, as Triton's manager does: a 
 registered once, of either kind; status and unregister by name see only their own kind
 (a region of the other kind is NotFound in status and left alone by unregister).
 Frontends read inputs from and write outputs to any region through :meth:`window`, whose
-bounds check is the same for both kinds. Keys of Despina's own internal regions can never
-be registered by a client, and error messages name the region, never its key.
+bounds check is the same for both kinds. No shared memory of the server itself can ever be
+registered by a client, whatever its key (:mod:`despina.own_shm`), and error messages name
+the region, never its key.
 """
 
 from __future__ import annotations
@@ -23,14 +24,11 @@ import numpy as np
 from despina.cuda_memory import IPC_HANDLE_SIZE, CudaRegion, CudaSupport, probe_cuda
 from despina.device_arrays import DeviceArray
 from despina.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
+from despina.own_shm import INTERNAL_KEY_PREFIX, SHM_DIR, is_own
 
 if TYPE_CHECKING:
     from despina.inference import RequestedOutput
 
-#: Prefix of the shared-memory keys Despina creates for itself (e.g. the Python backend).
-INTERNAL_KEY_PREFIX = "despina_internal"
-
-_SHM_DIR = "/dev/shm"
 _KIND_TEXT = {"system": "system", "cuda": "CUDA"}
 
 
@@ -108,6 +106,15 @@ class Window:
             self.region.write(self.start, data)
 
 
+def _server_own(name: str) -> InvalidArgument:
+    """The refusal of a key naming the server's own shared memory (Triton's opening words,
+    which its gRPC frontend answers for its Python backend's keys)."""
+    return InvalidArgument(
+        f"Invalid shared memory region: '{name}': its key names shared memory of the "
+        "server itself, which clients cannot register"
+    )
+
+
 class SharedMemoryRegistry:
     """Registered system and CUDA shared-memory regions of one server (thread-safe)."""
 
@@ -130,18 +137,21 @@ class SharedMemoryRegistry:
         if offset < 0 or byte_size <= 0:
             raise InvalidArgument(f"invalid offset or byte size for shared memory region '{name}'")
         bare = key.lstrip("/")
+        if bare.startswith(INTERNAL_KEY_PREFIX):
+            raise _server_own(name)
         if not bare or "/" in bare or bare in (".", ".."):
             raise InvalidArgument(f"invalid key for shared memory region '{name}'")
-        if bare.startswith(INTERNAL_KEY_PREFIX):
-            raise PermissionDenied(f"shared memory region '{name}' cannot be registered")
         with self._lock:
             self._check_free(name)
             try:
-                fd = os.open(os.path.join(_SHM_DIR, bare), os.O_RDWR)
+                fd = os.open(os.path.join(SHM_DIR, bare), os.O_RDWR)
             except OSError:
                 raise InvalidArgument(f"Unable to open shared memory region: '{name}'") from None
             try:
-                size = os.fstat(fd).st_size
+                st = os.fstat(fd)
+                if is_own(st):
+                    raise _server_own(name)
+                size = st.st_size
                 if offset + byte_size > size:
                     raise InvalidArgument(
                         f"shared memory region '{name}': offset + byte_size exceeds the region size"

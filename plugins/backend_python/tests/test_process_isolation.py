@@ -63,17 +63,18 @@ def test_hung_execute_times_out_and_instance_restarts(
 def test_shared_memory_keys_are_internal(
     model_repository: Any, despina_server: Any, http_client: Any
 ) -> None:
-    from despina.errors import PermissionDenied
-    from despina.shared_memory import INTERNAL_KEY_PREFIX
+    from despina.errors import InvalidArgument
+    from despina.own_shm import INTERNAL_KEY_PREFIX, private_shm_dir
 
     add(model_repository, "crashy", CRASHY, ADD_SUB_IO, "process")
-    running = despina_server(model_repository.root)
+    running = despina_server(model_repository.root, ["--allow-client-shm=true"])
     instance_pid(http_client(running))
-    with pytest.raises(PermissionDenied):
+    with pytest.raises(InvalidArgument, match="Invalid shared memory region: 'mine'"):
         running.server.shared_memory.register("mine", f"/{INTERNAL_KEY_PREFIX}_py_x", 0, 16)
     stem = running.server.models.get("crashy").instances[0].child.arena.stem
+    assert stem.startswith(private_shm_dir() + "/")
     assert stem.startswith(INTERNAL_KEY_PREFIX)
-    leftovers = [n for n in os.listdir("/dev/shm") if n.startswith(stem[:-2])]
+    leftovers = os.listdir(os.path.join("/dev/shm", private_shm_dir()))
     assert leftovers == []
 
 

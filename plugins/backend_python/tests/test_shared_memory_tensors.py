@@ -1,15 +1,20 @@
 """Tensors written by ``Arena.pack`` come back from ``unpack`` equal, through the ring
 (small messages) and through a segment of their own (large ones): contiguous and
-strided arrays, booleans, empty tensors and BYTES."""
+strided arrays, booleans, empty tensors and BYTES; a segment found hard-linked goes to the
+link handler."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from despina import claim_shm
+from despina_backend_python import shm
 from despina_backend_python.shm import RING_MESSAGE_LIMIT, SHM_DIR, Arena, Ring, unpack
 
 
@@ -22,8 +27,18 @@ def ring() -> Iterator[Ring]:
     os.unlink(os.path.join(SHM_DIR, name))
 
 
-def _roundtrip(ring: Ring, tensors: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    fields = Arena("despina_test", uuid.uuid4().hex[:8], ring).pack(tensors)
+@pytest.fixture
+def folder() -> Iterator[str]:
+    """A private directory of /dev/shm, relative to it (the segments' prefix)."""
+    path = tempfile.mkdtemp(prefix="despina_test_", dir=SHM_DIR)
+    yield os.path.basename(path)
+    shutil.rmtree(path)
+
+
+def _roundtrip(
+    ring: Ring, folder: str, tensors: list[tuple[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    fields = Arena(folder, uuid.uuid4().hex[:8], ring).pack(tensors)
     reader = Ring(ring.name)
     try:
         return dict(unpack(fields, reader))
@@ -31,7 +46,7 @@ def _roundtrip(ring: Ring, tensors: list[tuple[str, np.ndarray]]) -> dict[str, n
         reader.close()
 
 
-def test_tensors_cross_through_the_ring(ring: Ring) -> None:
+def test_tensors_cross_through_the_ring(ring: Ring, folder: str) -> None:
     grid = np.arange(24, dtype=np.float32).reshape(4, 6)
     tensors = [
         ("contiguous", grid),
@@ -41,16 +56,45 @@ def test_tensors_cross_through_the_ring(ring: Ring) -> None:
         ("empty", np.zeros((0, 3), dtype=np.int64)),
         ("strings", np.array([b"a", b"", b"xyz\x00"], dtype=np.object_)),
     ]
-    out = _roundtrip(ring, tensors)
+    out = _roundtrip(ring, folder, tensors)
     assert list(out) == [name for name, _ in tensors]
     for name, array in tensors:
         assert out[name].dtype == array.dtype and out[name].shape == array.shape, name
         assert out[name].tolist() == array.tolist(), name
 
 
-def test_a_large_tensor_takes_a_segment_of_its_own(ring: Ring) -> None:
+def test_a_large_tensor_takes_a_segment_of_its_own(ring: Ring, folder: str) -> None:
     large = np.arange(RING_MESSAGE_LIMIT // 4 + 10, dtype=np.float32)
     strided = large[::2]
-    out = _roundtrip(ring, [("large", large), ("strided", strided)])
+    out = _roundtrip(ring, folder, [("large", large), ("strided", strided)])
+    assert os.listdir(os.path.join(SHM_DIR, folder)) == []  # unlinked by the reader
     np.testing.assert_array_equal(out["large"], large)
     np.testing.assert_array_equal(out["strided"], strided)
+
+
+def test_a_hard_linked_segment_goes_to_the_link_handler(ring: Ring, folder: str) -> None:
+    found: list[shm.Identity] = []
+    shm.set_link_handler(found.append)
+    try:
+        _unpack_linked(ring, folder, found)
+    finally:
+        shm.set_link_handler(claim_shm)  # the server's handler
+
+
+def _unpack_linked(ring: Ring, folder: str, found: list[shm.Identity]) -> None:
+    large = np.arange(RING_MESSAGE_LIMIT // 4 + 10, dtype=np.float32)
+    fields = Arena(folder, "t", ring).pack([("large", large)])
+    segment = os.path.join(SHM_DIR, fields["shm"])
+    st = os.stat(segment)
+    assert st.st_mode & 0o777 == 0o600
+    link = os.path.join(SHM_DIR, f"despina_test_link_{uuid.uuid4().hex}")
+    os.link(segment, link)
+    try:
+        out = dict(unpack(fields, ring))
+    finally:
+        os.unlink(link)
+    np.testing.assert_array_equal(out["large"], large)
+    assert found == [(st.st_dev, st.st_ino)]
+    out = dict(unpack(Arena(folder, "u", ring).pack([("large", large)]), ring))  # no link
+    np.testing.assert_array_equal(out["large"], large)
+    assert found == [(st.st_dev, st.st_ino)]

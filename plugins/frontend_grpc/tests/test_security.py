@@ -202,7 +202,7 @@ def test_shared_memory_bounds_and_internal_keys(client: Any) -> None:
             lambda: client.register_system_shared_memory("hidden", "/despina_internal_x", 8)
         )
         assert (
-            error.status() == "StatusCode.PERMISSION_DENIED"
+            error.status() == "StatusCode.INVALID_ARGUMENT"
             and "despina_internal" not in error.message()
         )
         error = refused(

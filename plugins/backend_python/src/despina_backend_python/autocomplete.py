@@ -7,15 +7,15 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from despina import INTERNAL_KEY_PREFIX, ConfigError
+from despina import ConfigError, private_shm_dir
 
 from despina_backend_python.child import ChildDied, spawn
 from despina_backend_python.execution_env import resolve_environment
 from despina_backend_python.loading import MODEL_ERRORS, describe_exception, load_model_class
 from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.model_config import ModelConfig
-from despina_backend_python.process import new_tag
 from despina_backend_python.server_runtime import ServerRuntime
+from despina_backend_python.shm import new_tag
 
 if TYPE_CHECKING:
     from despina_backend_python.backend import PythonBackend
@@ -45,7 +45,7 @@ async def run_auto_complete(
             "op": "auto_complete",
             "model_file": str(ctx.model_file),
             "config": config_json,
-            "prefix": INTERNAL_KEY_PREFIX,
+            "prefix": private_shm_dir(),
             "tag": new_tag(),
             "model_name": ctx.name,
             "model_dir": host.model_dir,

@@ -19,13 +19,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from despina import InferenceRequest as CoreRequest
+from despina import InferenceRequest as CoreRequest, claim_shm
 
 from despina_backend_python import channel, convert, cuda_ipc, wire
 from despina_backend_python.pb.errors import TritonError, TritonModelException
 from despina_backend_python.pb.messages import InferenceResponse, ParentTrace
 from despina_backend_python.server_runtime import ServerRuntime
-from despina_backend_python.shm import SHM_DIR, Arena, PoolExhausted, Ring, cleanup
+from despina_backend_python.shm import (
+    LINKED_OP,
+    SHM_DIR,
+    Arena,
+    PoolExhausted,
+    Ring,
+    cleanup,
+    set_link_handler,
+)
 
 _SRC = str(Path(__file__).resolve().parent.parent)
 
@@ -44,12 +52,16 @@ async def spawn(
     """Start a stub with ``python``, send ``hello`` (with ``prefix`` and a unique ``tag``),
     and return it with its answer (``ready``, ``config`` or ``error``); the model's calls
     are served meanwhile. The two rings are created here and unlinked once the child has
-    mapped them.
+    mapped them; their identities (and those of the child's segments found hard-linked)
+    stay refused to clients for the server's life (:func:`despina.claim_shm`).
 
     Raises ChildDied when the process exits before answering.
     """
-    stem = f"{hello['prefix']}_{hello['tag']}"
+    set_link_handler(claim_shm)
+    stem = f"{hello['prefix']}/{hello['tag']}"
     to_child, from_child = Ring(stem + "p_ring", create=True), Ring(stem + "c_ring", create=True)
+    claim_shm(to_child.identity)
+    claim_shm(from_child.identity)
     hello = dict(hello, rings=[to_child.name, from_child.name])
     arena = Arena(hello["prefix"], hello["tag"] + "p", to_child)
     ours, theirs = socket.socketpair()
@@ -158,6 +170,9 @@ class ChildProcess(asyncio.Protocol):
         op = message["op"]
         if op == cuda_ipc.DONE_OP:
             self.arena.exports.release(message["key"])
+        elif op == LINKED_OP:  # a segment of ours the child found named elsewhere
+            dev, ino = message["identity"]
+            claim_shm((int(dev), int(ino)))
         elif op == "executed":
             if "responses" in message:  # copied out now, in order (frees the ring)
                 message["unpacked"] = wire.unpack_responses(message, self.incoming)

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from despina import (
     CONCURRENT_EXECUTIONS,
-    INTERNAL_KEY_PREFIX,
     InferenceRequest as CoreRequest,
     InferenceResponse as CoreResponse,
     InstanceSpec,
@@ -25,6 +23,7 @@ from despina import (
     ModelInstance,
     Unavailable,
     number_parameter,
+    private_shm_dir,
     report_compute,
 )
 
@@ -33,7 +32,7 @@ from despina_backend_python.child import ChildDied, ChildProcess, spawn
 from despina_backend_python.execution_env import resolve_environment
 from despina_backend_python.pb.messages import InferenceResponse
 from despina_backend_python.server_runtime import ServerRuntime
-from despina_backend_python.shm import PoolExhausted
+from despina_backend_python.shm import PoolExhausted, new_tag
 
 if TYPE_CHECKING:
     from despina_backend_python.backend import PythonBackend
@@ -49,10 +48,6 @@ PIPELINE_DEPTH = 8
 #: How long a request waits for a restarting instance before failing.
 RESTART_WAIT_S = 60.0
 FINALIZE_TIMEOUT_S = 30.0
-
-
-def new_tag() -> str:
-    return "py" + uuid.uuid4().hex[:12]
 
 
 async def start_instance(
@@ -92,7 +87,7 @@ class ProcessInstance(ModelInstance):
         self.python, self.env = resolve_environment(ctx.parameters, ctx.model_dir)
         self.hello: dict[str, Any] = {
             "op": "init",
-            "prefix": INTERNAL_KEY_PREFIX,
+            "prefix": private_shm_dir(),
             "model_name": ctx.name,
             "model_dir": str(ctx.version_dir),
             "model_file": str(ctx.model_file),

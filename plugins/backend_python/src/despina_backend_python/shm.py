@@ -5,9 +5,12 @@ by both sides): small messages are written there and copied out by the reader as
 it reads the message, which frees the space. A message too large for the ring gets a
 fresh segment of its own that the reader maps without copying (the name is unlinked at
 once; the memory goes with the last array). BYTES tensors travel as a ``uint32`` length
-array plus the joined data. Every name starts with the server's internal-key prefix, so
-clients can never register one as their own region. Tensors in GPU memory (cupy arrays,
-or DeviceArrays) cross by CUDA IPC instead (:mod:`.cuda_ipc`). Server-independent.
+array plus the joined data. Every name lies in the server's private directory of
+``/dev/shm`` and holds a secret token; every segment is created mode 0600, never over an
+existing one. A reader that finds a segment still named elsewhere once it unlinked its own
+name (a hard link) reports its identity to :func:`set_link_handler`'s handler, so the
+server refuses it to clients forever. Tensors in GPU memory (cupy arrays, or DeviceArrays)
+cross by CUDA IPC instead (:mod:`.cuda_ipc`). Server-independent.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import glob
 import itertools
 import mmap
 import os
+import secrets
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,6 +44,24 @@ _HEADER = 64
 
 #: (name, datatype, shape, offset, nbytes[, lengths_offset for BYTES])
 Descriptor = tuple[Any, ...]
+#: (st_dev, st_ino) of a segment.
+Identity = tuple[int, int]
+
+#: The child's message naming a server segment it found hard-linked (``identity``).
+LINKED_OP = "shm_linked"
+
+_link_handler: list[Callable[[Identity], None]] = []
+
+
+def set_link_handler(handler: Callable[[Identity], None]) -> None:
+    """Call ``handler`` with the identity of every segment this process reads that still
+    has another name after the reader unlinked its own (set once per process)."""
+    _link_handler[:] = [handler]
+
+
+def new_tag() -> str:
+    """A fresh, unguessable stem for the segments of one model process."""
+    return "py" + secrets.token_hex(16)
 
 
 def _aligned(size: int) -> int:
@@ -49,20 +72,38 @@ class PoolExhausted(TritonModelException):
     """Shared memory has no room for a message: the request fails, no process does."""
 
 
-def _map(name: str, size: int = 0) -> mmap.mmap:
-    """Map ``name`` (creating it with ``size`` bytes when size > 0).
+def _map(name: str, size: int = 0) -> tuple[mmap.mmap, Identity]:
+    """Map ``name`` (creating it, mode 0600 and never over an existing one, with ``size``
+    bytes when size > 0); the mapping and the segment's identity.
 
     A new segment's pages are allocated before it is mapped: on a full ``/dev/shm`` (a
     container's 64 MB default) that raises :class:`PoolExhausted` here, where writing to
     a sparse mapping would kill the writing process with SIGBUS.
     """
     path = os.path.join(SHM_DIR, name)
-    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if size else 0)
+    flags = os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT | os.O_EXCL if size else 0)
     fd = os.open(path, flags, 0o600)
     try:
         if size:
             _allocate(fd, path, size)
-        return mmap.mmap(fd, size or os.fstat(fd).st_size)
+        st = os.fstat(fd)
+        return mmap.mmap(fd, size or st.st_size), (st.st_dev, st.st_ino)
+    finally:
+        os.close(fd)
+
+
+def _take(name: str) -> mmap.mmap:
+    """Map the segment ``name`` written for this process and unlink it; a segment that
+    still has another name then goes to the link handler."""
+    path = os.path.join(SHM_DIR, name)
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    try:
+        os.unlink(path)
+        st = os.fstat(fd)
+        if st.st_nlink:
+            for handler in _link_handler:
+                handler((st.st_dev, st.st_ino))
+        return mmap.mmap(fd, st.st_size)
     finally:
         os.close(fd)
 
@@ -91,7 +132,7 @@ class Ring:
 
     def __init__(self, name: str, create: bool = False, capacity: int = RING_BYTES) -> None:
         self.name = name
-        self.mapping = _map(name, _HEADER + capacity if create else 0)
+        self.mapping, self.identity = _map(name, _HEADER + capacity if create else 0)
         self.capacity = len(self.mapping) - _HEADER
         self._consumed = np.ndarray((1,), np.uint64, buffer=self.mapping, offset=0)
         self._written = 0
@@ -117,10 +158,11 @@ class Ring:
 
 
 class Arena:
-    """The writing side of one channel direction: the ring, else ``<prefix>_<tag>_<n>``."""
+    """The writing side of one channel direction: the ring, else ``<prefix>/<tag>_<n>``
+    (``prefix``: the private directory, relative to ``/dev/shm``)."""
 
     def __init__(self, prefix: str, tag: str, ring: Ring | None = None) -> None:
-        self.stem = f"{prefix}_{tag}_"
+        self.stem = f"{prefix}/{tag}_"
         self.ring = ring
         self._counter = itertools.count()
         #: The device tensors sent and not yet copied by the receiver.
@@ -148,7 +190,7 @@ class Arena:
                 mapping = self.ring.mapping
             else:
                 base, fields["shm"] = 0, self.stem + str(next(self._counter))
-                mapping = _map(fields["shm"], size)
+                mapping, _ = _map(fields["shm"], size)
             descs = [_shift(desc, base) for desc, _ in plan]
             try:
                 for desc, (_, payload) in zip(descs, plan, strict=True):
@@ -238,8 +280,7 @@ def unpack(fields: dict[str, Any], ring: Ring | None = None) -> list[tuple[str, 
         return out
     mapping: Any = b""
     if fields.get("shm") is not None:
-        mapping = _map(fields["shm"])
-        os.unlink(os.path.join(SHM_DIR, fields["shm"]))
+        mapping = _take(fields["shm"])
     return [(desc[0], _read(mapping, desc, copy=False)) for desc in descs]
 
 

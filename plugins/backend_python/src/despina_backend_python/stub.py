@@ -55,7 +55,14 @@ from despina_backend_python.returned import (
     close_senders,
     rescheduled_indices,
 )
-from despina_backend_python.shm import Arena, PoolExhausted, Ring, unpack
+from despina_backend_python.shm import (
+    LINKED_OP,
+    Arena,
+    PoolExhausted,
+    Ring,
+    set_link_handler,
+    unpack,
+)
 
 _END = object()
 
@@ -434,6 +441,7 @@ def _die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     _die_with_parent()
     channel = BlockingChannel(socket.socket(fileno=int(argv[1])))
+    set_link_handler(lambda identity: channel.send({"op": LINKED_OP, "identity": identity}))
     del sys.argv[1:]  # as in Triton's stub, the model sees no arguments (unittest.main)
     hello = channel.recv()
     if hello is None:
