@@ -285,3 +285,13 @@ def test_a_region_of_the_client_still_serves(served: Served, protocol: str) -> N
     finally:
         client.unregister_system_shared_memory("mine")
         shm.destroy_shared_memory_region(region)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_key_with_a_nul_byte_is_the_clients_mistake(served: Served, protocol: str) -> None:
+    """Found by the fuzz run of bench/shm_register_fuzz.py (it was a 500)."""
+    client = served.http if protocol == "http" else served.grpc
+    with pytest.raises(InferenceServerException) as error:
+        client.register_system_shared_memory("nul", "/despina_test\x00key", 64)
+    assert error.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+    assert "invalid key" in error.value.message()

@@ -139,7 +139,7 @@ class SharedMemoryRegistry:
         bare = key.lstrip("/")
         if bare.startswith(INTERNAL_KEY_PREFIX):
             raise _server_own(name)
-        if not bare or "/" in bare or bare in (".", ".."):
+        if not bare or "/" in bare or "\0" in bare or bare in (".", ".."):
             raise InvalidArgument(f"invalid key for shared memory region '{name}'")
         with self._lock:
             self._check_free(name)
