@@ -45,9 +45,16 @@ def private_shm_dir() -> str:
             path = os.path.join(SHM_DIR, name)
             os.mkdir(path, 0o700)  # FileExistsError rather than reuse
             os.chmod(path, 0o700)  # whatever the umask
-            atexit.register(shutil.rmtree, path, ignore_errors=True)
+            atexit.register(_remove, path, os.getpid())
             _private.append(name)
         return _private[0]
+
+
+def _remove(path: str, creator: int) -> None:
+    """Remove the private directory at exit of the process that made it (not of a fork
+    of it that exits normally, which would pull it from under the server)."""
+    if os.getpid() == creator:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def claim_shm(object_identity: Identity) -> None:
