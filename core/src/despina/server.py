@@ -17,13 +17,13 @@ from typing import Any
 from despina import __version__
 from despina.custom_metrics import CustomMetrics
 from despina.dataplane import BackendServices, DataPlane, SchedulerServices
-from despina.device_arrays import holds_device_arrays, host_inputs
 from despina.devices import GpuInventory, discover
-from despina.errors import DespinaError, Internal, Unavailable, Unsupported
+from despina.errors import DespinaError, Internal, Unavailable
 from despina.flags import parse_settings, plugin_modules
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
 from despina.loader import ModelVersion
 from despina.models import ModelManager
+from despina.pipeline import admit
 from despina.plugins import create_plugins
 from despina.poller import RepositoryPoller
 from despina.ports import BackendHost, FrontendHost, MetricsHost, SchedulerHost
@@ -31,15 +31,13 @@ from despina.rate_limiter import RateLimiter, parse_resource_flags
 from despina.registry import Registry
 from despina.repository import ModelRepository
 from despina.request_bodies import BodyBudget
-from despina.response_cache import ResponseCache, cache_key, parse_cache_config
+from despina.response_cache import ResponseCache, parse_cache_config
 from despina.runtime_settings import LogSettings, TraceSettings
 from despina.scheduling.base import DRAIN_POLL_S, STOPPING
 from despina.settings import CORE, CoreSettings, Stash
 from despina.shared_memory import SharedMemoryRegistry
-from despina.stats import FirstResponseStream
 from despina.tracing.config import TraceConfig
 from despina.tracing.tracer import Tracer
-from despina.validation import validate_request
 
 log = logging.getLogger("despina.server")
 
@@ -281,7 +279,8 @@ class Server:
         model: ModelVersion | None = None,
         inner: bool = False,
     ) -> tuple[ModelVersion, ResponseStream]:
-        """Validate and queue a request; return the model and the stream to read.
+        """Admit a request (:func:`despina.pipeline.admit`: validated, answered from the
+        cache or queued); return the model and the stream to read.
 
         ``model``: the version :meth:`inference_model` returned for the request, when the
         caller looked it up already (with no await since). ``inner``: a request of work
@@ -292,55 +291,10 @@ class Server:
         if model is None:
             name, version = request.model_name, request.model_version
             model = self.models.get(name, version) if inner else self.inference_model(name, version)
-        assert model.signature is not None and model.scheduler is not None
         if self._stopping and not inner:
+            assert model.scheduler is not None
             model.scheduler.admit_while_stopping(request)
-        if not streaming and model.decoupled:
-            raise Unsupported(
-                f"Model '{model.name}' is configured with decoupled transaction policy; "
-                "use the streaming API"
-            )
-        validate_request(request, model.signature)
-        if holds_device_arrays(request.inputs) and not model.device_inputs:
-            host_inputs(request.inputs)
-        if request.outputs and not request.device_outputs:
-            request.device_outputs = self.shared_memory.all_cuda(request.outputs)
-        latency = model.stats.latency
-        stream = (
-            ResponseStream()
-            if latency is None
-            else FirstResponseStream(latency.first_response, request.received_ns)
-        )
-        request.stream = stream
-        trace = request.trace
-        if trace is not None:
-            trace.accepted(model.name, model.version, request)
-            stream.trace = trace
-        cache = self.response_cache if model.config.response_cache.enable else None
-        if cache is not None and self._answer_from_cache(model, request, cache):
-            return model, stream
-        model.scheduler.submit(request)
-        return model, stream
-
-    def _answer_from_cache(
-        self, model: ModelVersion, request: InferenceRequest, cache: ResponseCache
-    ) -> bool:
-        """Answer a request from the cache (True), or mark it to be stored (False)."""
-        start = time.monotonic_ns()
-        key = cache_key(request, str(model.version))
-        hit = cache.lookup(key)
-        elapsed = time.monotonic_ns() - start
-        if hit is None:
-            request.cache_key = key
-            model.stats.cache_miss.add(elapsed)
-            return False
-        model.stats.cache_hit.add(elapsed)
-        model.stats.record_success(time.monotonic_ns() - request.received_ns, 0)
-        response = InferenceResponse(
-            model.name, str(model.version), request.id, dict(hit.outputs), dict(hit.parameters)
-        )
-        request.respond(response)
-        return True
+        return model, admit(model, request, self.shared_memory, streaming)
 
     async def infer(
         self, request: InferenceRequest, model: ModelVersion | None = None, inner: bool = False

@@ -1,35 +1,32 @@
-"""The scheduler contract and the one place that runs a batch on an instance.
+"""The scheduler contract: what a scheduler is given (:class:`ScheduledModel`) and must do
+(:class:`Scheduler`).
 
-A scheduler receives validated requests through :meth:`Scheduler.submit`, decides which
-requests run together on which instance, and runs them with :func:`run_batch`, which
-records statistics and delivers every response (or an error) to each request's stream.
+A scheduler receives admitted requests through :meth:`Scheduler.submit`, decides which
+requests run together on which instance, and answers them only through
+:mod:`despina.pipeline` (``execute_on`` / ``run_batch`` to run a batch, ``reject`` for a
+request it will not run), which delivers every response with the response cache,
+classification, statistics and trace; a scheduler never sends on ``request.stream`` nor
+records statistics itself.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import logging
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from despina.backend import ModelInstance
-from despina.classification import classify_outputs
 from despina.config import ModelConfig
-from despina.errors import DespinaError, Internal, Unavailable
+from despina.errors import Unavailable
 from despina.inference import InferenceRequest, InferenceResponse
-from despina.placement import NeedsThread
 from despina.rate_limiter import Needs, RateLimiter
 from despina.response_cache import ResponseCache
-from despina.stats import ModelStats, compute_durations
+from despina.stats import ModelStats
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
-
-log = logging.getLogger("despina.scheduling")
 
 #: How often :meth:`Scheduler.drain` looks whether the queue emptied.
 DRAIN_POLL_S = 0.005
@@ -108,7 +105,13 @@ class ScheduledModel:
 
 
 class Scheduler(abc.ABC):
-    """Queues requests of one model version and runs them on its instances."""
+    """Queues requests of one model version and runs them on its instances.
+
+    Contract: every request :meth:`submit` accepted is answered exactly once, through
+    :mod:`despina.pipeline` only (``execute_on`` / ``run_batch`` / ``run_batch_now``,
+    ``reject``; a scheduler without backend executions: ``respond``, ``conclude``,
+    ``fail``), so it gets the response cache, classification, statistics and trace.
+    """
 
     name: ClassVar[str]
 
@@ -126,7 +129,8 @@ class Scheduler(abc.ABC):
 
     @abc.abstractmethod
     def submit(self, request: InferenceRequest) -> None:
-        """Queue a validated request whose ``stream`` is set; never blocks.
+        """Queue a request :func:`despina.pipeline.admit` admitted (valid, ``stream``
+        set, not answered by the cache); never blocks.
 
         Raises Unavailable when the queue is full or the scheduler is stopping.
         """
@@ -182,162 +186,6 @@ def batch_size_of(request: InferenceRequest, config: ModelConfig) -> int:
         first = next(iter(request.inputs.values()))
         return int(first.shape[0]) if first.ndim else 1
     return 1
-
-
-async def execute_on(
-    model: ScheduledModel,
-    index: int,
-    requests: Sequence[InferenceRequest],
-    instance: ModelInstance | None = None,
-) -> None:
-    """:func:`run_batch` on ``model.instances[index]`` (or on ``instance``, a wrapper of
-    it), holding the instance's rate-limiter resources for the execution when it has any.
-    Never raises."""
-    target = instance if instance is not None else model.instances[index]
-    needs = model.needs[index] if model.limiter is not None and index < len(model.needs) else None
-    if model.limiter is None or needs is None:
-        await run_batch(model, target, requests)
-        return
-    async with model.limiter.slot(needs):
-        await run_batch(model, target, requests)
-
-
-async def run_batch(
-    model: ScheduledModel, instance: ModelInstance, requests: Sequence[InferenceRequest]
-) -> None:
-    """Execute ``requests`` on ``instance`` and answer each one; never raises.
-
-    Statistics as Triton's: one execution of the summed batch size (also when it fails);
-    per request success (its inferences, queue and compute times) or failure. Backend
-    errors fail the whole batch with the error's text; an execution cancelled (a stopping
-    server that stopped waiting for it) answers it with the stopping error.
-    """
-    start = time.monotonic_ns()
-    try:
-        responses = await instance.execute(requests)
-    except asyncio.CancelledError:
-        _fail_all(model, requests, stopping_error(model), "OTHER")
-        raise
-    except Exception as exc:  # noqa: BLE001 - any backend failure answers the batch
-        _answer_failed(model, requests, exc, start)
-        return
-    _answer(model, requests, responses, start)
-
-
-def run_batch_now(
-    model: ScheduledModel, instance: ModelInstance, requests: Sequence[InferenceRequest]
-) -> bool:
-    """:func:`run_batch` through ``instance.execute_now``, synchronously; False, with
-    nothing answered, when the instance declined (NeedsThread)."""
-    start = time.monotonic_ns()
-    try:
-        responses = instance.execute_now(requests)
-    except NeedsThread:
-        return False
-    except Exception as exc:  # noqa: BLE001 - any backend failure answers the batch
-        _answer_failed(model, requests, exc, start)
-        return True
-    _answer(model, requests, responses, start)
-    return True
-
-
-def _answer_failed(
-    model: ScheduledModel, requests: Sequence[InferenceRequest], exc: Exception, start: int
-) -> None:
-    batch = sum(batch_size_of(r, model.config) for r in requests)
-    model.stats.record_execution(batch, 0, time.monotonic_ns() - start, 0)
-    if not isinstance(exc, DespinaError):
-        log.error("model '%s' failed to execute", model.name, exc_info=exc)
-        exc = Internal(f"{type(exc).__name__}: {exc}")
-    _fail_all(model, requests, exc, "BACKEND")
-
-
-def _answer(
-    model: ScheduledModel,
-    requests: Sequence[InferenceRequest],
-    responses: Sequence[InferenceResponse] | None,
-    start: int,
-) -> None:
-    """Deliver what an execution that began at ``start`` returned, with its statistics."""
-    end = time.monotonic_ns()
-    stats = model.stats
-    sizes = [batch_size_of(r, model.config) for r in requests]
-    stats.record_execution(sum(sizes), *compute_durations(requests[0], start, end))
-    for request in requests:  # before delivery: the final response may complete a trace
-        if request.trace is not None:
-            request.trace.computed(start, end, compute_durations(request, start, end))
-    if responses is None:
-        for request, size in zip(requests, sizes, strict=True):
-            _record_outcome(stats, request, size, start, end, failed=False)
-        return
-    if len(responses) != len(requests):
-        error = Internal(
-            f"model '{model.name}' returned {len(responses)} responses for {len(requests)} requests"
-        )
-        _fail_all(model, requests, error, "BACKEND")
-        return
-    for request, response, size in zip(requests, responses, sizes, strict=True):
-        sent = _deliver(model, request, response)
-        _record_outcome(stats, request, size, start, end, failed=sent.error is not None)
-
-
-def _deliver(
-    model: ScheduledModel, request: InferenceRequest, response: InferenceResponse
-) -> InferenceResponse:
-    """Send a backend's response: only the requested outputs (all the config declares
-    when none is named), classified where asked, stored in the cache; return what was
-    sent."""
-    response.model_name = model.name
-    response.model_version = model.version
-    response.id = response.id or request.id
-    wanted = request.requested_output_names
-    allowed = model.output_names if wanted is None else set(wanted)  # as Triton
-    if response.outputs.keys() - allowed:
-        response.outputs = {n: a for n, a in response.outputs.items() if n in allowed}
-    if response.error is None and request.outputs:
-        try:
-            classify_outputs(request, response, model.config, model.model_dir)
-        except DespinaError as exc:
-            response = InferenceResponse(model.name, model.version, response.id, error=exc)
-    if model.cache is not None and request.cache_key is not None and response.error is None:
-        model.cache.store(request.cache_key, response.outputs, response.parameters)
-    if request.stream is not None:
-        request.stream.send(response, final=True)
-    return response
-
-
-def _record_outcome(
-    stats: ModelStats, request: InferenceRequest, size: int, start: int, end: int, failed: bool
-) -> None:
-    """One request's statistics; ``size`` is its batch size."""
-    total = end - request.received_ns
-    if failed:
-        stats.record_failure(total, "BACKEND")
-    else:
-        stats.record_success(
-            total, start - request.received_ns, size, compute_durations(request, start, end)
-        )
-
-
-def _fail_all(
-    model: ScheduledModel,
-    requests: Sequence[InferenceRequest],
-    error: DespinaError,
-    reason: str,
-) -> None:
-    now = time.monotonic_ns()
-    for request in requests:
-        model.stats.record_failure(now - request.received_ns, reason)
-        if request.stream is not None:
-            request.stream.send(
-                InferenceResponse(model.name, model.version, request.id, error=error), final=True
-            )
-
-
-def reject(model: ScheduledModel, request: InferenceRequest, error: DespinaError) -> None:
-    """Answer a request the scheduler will not run (cancelled, timed out, shutdown)."""
-    reason = "CANCELED" if request.cancelled else "REJECTED"
-    _fail_all(model, [request], error, reason)
 
 
 def stopping_error(model: ScheduledModel) -> Unavailable:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import ChainMap
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -21,7 +20,8 @@ import numpy as np
 
 from despina.errors import Cancelled, DespinaError, Internal, InvalidArgument
 from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput, SequenceFlags
-from despina.scheduling.base import ScheduledModel, batch_size_of, stopping_error
+from despina.pipeline import conclude, fail, respond
+from despina.scheduling.base import ScheduledModel, stopping_error
 from despina.scheduling.ensemble_graph import EnsembleGraph, Step
 
 if TYPE_CHECKING:
@@ -188,12 +188,10 @@ class EnsembleRun:
         response = InferenceResponse(self.model.name, self.model.version, self.request.id, outputs)
         response.parameters.update(self._sequence_parameters())
         self.answers += 1
-        if not self.decoupled:
-            self._record_success()
-            cache, key = self.model.cache, self.request.cache_key
-            if cache is not None and key is not None:
-                cache.store(key, response.outputs, response.parameters)
-        self._send(response, final=not self.decoupled)
+        if self.decoupled:
+            respond(self.request, response)
+        else:
+            conclude(self.model, self.request, response)
 
     def _sequence_parameters(self) -> dict[str, int | str | bool]:
         """The sequence fields Triton puts on every ensemble response."""
@@ -216,13 +214,8 @@ class EnsembleRun:
         self.failed = True
         for request in self.step_requests:
             request.cancel()
-        total = time.monotonic_ns() - self.request.received_ns
         reason = "CANCELED" if isinstance(error, Cancelled) else "OTHER"
-        self.model.stats.record_failure(total, reason)
-        response = InferenceResponse(
-            self.model.name, self.model.version, self.request.id, error=error
-        )
-        self._send(response, final=True)
+        fail(self.model, [self.request], error, reason)
 
     def _finish(self) -> None:
         if not self.failed and not self.answers and not self.decoupled:
@@ -235,16 +228,4 @@ class EnsembleRun:
         if self.failed:
             return
         if self.decoupled:
-            self._record_success()
-            self._send(None, final=True)
-
-    def _record_success(self) -> None:
-        total = time.monotonic_ns() - self.request.received_ns
-        stats = self.model.stats
-        batch = batch_size_of(self.request, self.model.config)
-        stats.record_execution(batch, 0, total, 0)
-        stats.record_success(total, 0, batch, (0, total, 0))
-
-    def _send(self, response: InferenceResponse | None, final: bool) -> None:
-        if self.request.stream is not None:
-            self.request.stream.send(response, final)
+            conclude(self.model, self.request, None)

@@ -38,13 +38,8 @@ from collections import deque
 from despina.config import ENSEMBLE_PLATFORM, ModelConfig
 from despina.errors import Cancelled, ConfigError, InvalidArgument, Unavailable
 from despina.inference import InferenceRequest, SequenceFlags
-from despina.scheduling.base import (
-    ScheduledModel,
-    Scheduler,
-    batch_size_of,
-    reject,
-    stopping_error,
-)
+from despina.pipeline import reject
+from despina.scheduling.base import ScheduledModel, Scheduler, batch_size_of, stopping_error
 from despina.scheduling.queue import QUEUE_FULL
 from despina.scheduling.sequence_batcher import (
     RELEASE,

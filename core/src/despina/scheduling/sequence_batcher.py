@@ -38,7 +38,7 @@ from despina.inference import (
     ResponseStream,
     SequenceFlags,
 )
-from despina.scheduling.base import execute_on
+from despina.pipeline import execute_on
 from despina.scheduling.dynamic import same_shapes
 
 if TYPE_CHECKING:

@@ -10,14 +10,8 @@ from collections.abc import Sequence
 from despina.backend import ModelInstance
 from despina.errors import DespinaError
 from despina.inference import InferenceRequest, InferenceResponse
-from despina.scheduling.base import (
-    ScheduledModel,
-    Scheduler,
-    execute_on,
-    reject,
-    run_batch_now,
-    stopping_error,
-)
+from despina.pipeline import execute_on, reject, run_batch_now
+from despina.scheduling.base import ScheduledModel, Scheduler, stopping_error
 from despina.scheduling.queue import QueuePolicy, RequestQueue
 
 
@@ -116,7 +110,7 @@ class QueueScheduler(Scheduler):
 class OrderedExecution(ModelInstance):
     """Runs a batch on ``inner`` but returns only after the previous batch returned.
 
-    :func:`~despina.scheduling.base.run_batch` delivers responses synchronously right after
+    :func:`~despina.pipeline.run_batch` delivers responses synchronously right after
     ``execute`` returns, so responses leave in the order the batches were formed.
     """
 
