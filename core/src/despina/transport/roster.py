@@ -11,8 +11,9 @@ the connections that hold a place without using it, not the clients that come.
 
 Cost: per connection, two set operations and one ordered-dict entry while it shakes
 hands; per request, the member's one timestamp store (:attr:`Member.heard`). The
-handshake deadlines are checked by one timer per roster, at the oldest deadline. The
-search for the longest-idle connection scans the connections, only at the limit.
+handshake deadlines are checked by one timer per roster, at the oldest deadline
+(expired connections close :data:`EXPIRE_BATCH` per loop step). The search for the
+longest-idle connection scans the connections, only at the limit.
 Counts of what was shed are logged at most once per :data:`REPORT_WINDOW`.
 """
 
@@ -26,6 +27,8 @@ from typing import Generic, Protocol, TypeVar
 
 #: Seconds between two reports of the connections shed.
 REPORT_WINDOW = 10.0
+#: Connections closed for their handshake timeout per step of the event loop.
+EXPIRE_BATCH = 64
 
 
 class Member(Protocol):
@@ -108,11 +111,14 @@ class Roster(Generic[M]):
         return len(evicted)
 
     def _expire(self) -> None:
-        """Close the connections whose handshake deadline passed; wait for the next."""
+        """Close the connections whose handshake deadline passed, EXPIRE_BATCH per loop
+        step (a flood's thousands would hold the loop up); wait for the next deadline."""
         self._sweep = None
         loop = asyncio.get_running_loop()
         now = loop.time()
-        while self.pending:
+        for _ in range(EXPIRE_BATCH):
+            if not self.pending:
+                break
             member, deadline = next(iter(self.pending.items()))
             if deadline > now:
                 self._sweep = loop.call_at(deadline, self._expire)
@@ -120,6 +126,8 @@ class Roster(Generic[M]):
             self.leave(member)
             member.evict()
             self._expired += 1
+        else:
+            self._sweep = loop.call_at(now, self._expire)  # after the loop's other work
         self._report()
 
     def close(self) -> None:
