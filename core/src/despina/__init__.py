@@ -121,7 +121,10 @@ _EXPORTS: dict[str, str] = {
     "inflate": "despina.request_bodies",
     "Restriction": "despina.restricted",
     "parse_restricted": "despina.restricted",
+    "Listener": "despina.transport.listen",
+    "listen": "despina.transport.listen",
     "stop_listening": "despina.transport.listen",
+    "Roster": "despina.transport.roster",
     "triton_bool": "despina.triton_flags",
     # embedding a server
     "Server": "despina.server",
@@ -268,7 +271,12 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
     from despina.threaded import ThreadedInstance as ThreadedInstance
     from despina.tracing.trace import Trace as Trace
     from despina.transport.disconnect import DisconnectWatch as DisconnectWatch
-    from despina.transport.listen import stop_listening as stop_listening
+    from despina.transport.listen import (
+        Listener as Listener,
+        listen as listen,
+        stop_listening as stop_listening,
+    )
+    from despina.transport.roster import Roster as Roster
     from despina.triton_flags import triton_bool as triton_bool
     from despina.validation import (
         ModelSignature as ModelSignature,

@@ -45,9 +45,7 @@ import ssl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from despina import BodyBudget
-from despina.transport.listen import Listener, listen, stop_listening
-from despina.transport.roster import Roster
+from despina import BodyBudget, Listener, Roster, listen, stop_listening
 
 from despina_frontend_grpc.connection_limits import ConnectionLimits
 from despina_frontend_grpc.grpc_calls import INFLATE_THREADS, GrpcCalls, Route

@@ -54,8 +54,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from despina.transport.listen import Listener, listen, stop_listening
-from despina.transport.roster import Roster
+from despina import Listener, Roster, listen, stop_listening
 
 from despina_frontend_http.body import too_large
 from despina_frontend_http.context import Context
