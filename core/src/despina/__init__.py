@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-#: Public name -> the module defining it (a module's own name exports the module).
+#: Public name -> the module defining it; the names in :data:`_MODULES` export the module.
 _EXPORTS: dict[str, str] = {
     # the plugin contract
     "hookimpl": "despina.hookspecs",
@@ -131,6 +131,9 @@ _EXPORTS: dict[str, str] = {
     "StartupError": "despina.server",
 }
 
+#: Public names that are modules themselves.
+_MODULES = frozenset({"errors"})
+
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
@@ -140,7 +143,7 @@ def __getattr__(name: str) -> Any:
     if module_name is None:
         raise AttributeError(f"module 'despina' has no attribute '{name}'")
     module = importlib.import_module(module_name)
-    value = module if module_name.rpartition(".")[2] == name else getattr(module, name)
+    value = module if name in _MODULES else getattr(module, name)
     globals()[name] = value
     return value
 
