@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from despina.config import mc
 from despina.errors import DespinaError, InvalidArgument
 from despina.inference import InferenceRequest, InferenceResponse
-from despina.loader import ModelState
+from despina.model_versions import ModelState
 from despina.signatures import backend_setting, default_max_batch_size
 from despina.tensors import config_to_datatype
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from despina.custom_metrics import CustomMetrics
     from despina.devices import GpuInventory
     from despina.inference import ResponseStream
-    from despina.loader import ModelVersion
+    from despina.model_versions import ModelVersion
     from despina.models import ModelManager
     from despina.plugins import Plugins
     from despina.ports import FrontendHost

@@ -21,7 +21,7 @@ from despina.devices import GpuInventory, discover
 from despina.errors import DespinaError, Internal, Unavailable
 from despina.flags import parse_settings, plugin_modules
 from despina.inference import InferenceRequest, InferenceResponse, ResponseStream
-from despina.loader import ModelVersion
+from despina.model_versions import ModelVersion
 from despina.models import ModelManager
 from despina.pipeline import admit
 from despina.plugins import create_plugins
