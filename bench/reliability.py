@@ -64,7 +64,7 @@ from tritonclient.utils import InferenceServerException
 HERE = Path(__file__).resolve().parent
 MODEL = "add_sub"
 SLOW = "sleepy"
-STUB = b"despina_backend_python.stub"
+STUB = b"despina_backend_python.model_process.stub"
 #: Bounds of the loops that otherwise run until the clients finish: readiness polls,
 #: reloads.
 MAX_STEPS = 10**6

@@ -35,7 +35,7 @@ class PythonConformance(BackendConformance):
     }
 
     def backend_class(self) -> type:
-        from despina_backend_python.backend import PythonBackend
+        from despina_backend_python.server.backend import PythonBackend
 
         return PythonBackend
 

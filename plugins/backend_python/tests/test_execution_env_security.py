@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import tritonclient.http as httpclient
 from despina import ConfigError
-from despina_backend_python import execution_env
-from despina_backend_python.execution_env import resolve_environment
+from despina_backend_python.server import execution_env
+from despina_backend_python.server.execution_env import resolve_environment
 from tritonclient.utils import InferenceServerException
 
 from .helpers import infer, pair

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from despina_backend_python.process import PIPELINE_DEPTH
+from despina_backend_python.server.process_mode import PIPELINE_DEPTH
 from tritonclient.utils import InferenceServerException
 
 from .helpers import infer, pair

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from despina import claim_shm
-from despina_backend_python import shm
-from despina_backend_python.shm import RING_MESSAGE_LIMIT, SHM_DIR, Arena, Ring, unpack
+from despina_backend_python.wire import shm
+from despina_backend_python.wire.shm import RING_MESSAGE_LIMIT, SHM_DIR, Arena, Ring, unpack
 
 
 @pytest.fixture

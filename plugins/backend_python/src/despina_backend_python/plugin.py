@@ -13,6 +13,6 @@ if TYPE_CHECKING:
 @hookimpl
 def despina_backends() -> list[type[Backend]]:
     """The ``python`` backend (``model.py`` files written for Triton's Python backend)."""
-    from despina_backend_python.backend import PythonBackend
+    from despina_backend_python.server.backend import PythonBackend
 
     return [PythonBackend]

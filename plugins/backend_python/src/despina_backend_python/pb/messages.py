@@ -64,6 +64,31 @@ class Responder(abc.ABC):
         """The model took the request's response sender (called once)."""
 
 
+class BlsHost(abc.ABC):
+    """A host that runs the BLS requests of model code (:meth:`InferenceRequest.exec`);
+    its methods may be called from any thread of the model."""
+
+    #: Whether the model may send BLS requests now: not while ``initialize`` or
+    #: ``finalize`` runs (Triton's rule; the backend sets it around them).
+    bls_allowed: bool = True
+
+    @abc.abstractmethod
+    def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Run a BLS request and wait; errors come back as the response's error."""
+
+    @abc.abstractmethod
+    def infer_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        """Run a BLS request on a decoupled model; yield its responses as they come."""
+
+    @abc.abstractmethod
+    async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
+        """:meth:`infer` for ``async def execute``."""
+
+    @abc.abstractmethod
+    async def infer_stream_async(self, request: InferenceRequest) -> list[InferenceResponse]:
+        """Every response of a decoupled BLS request, once the final one arrived."""
+
+
 def _text(value: Any) -> str:
     """A string argument; bytes (e.g. an element of a BYTES tensor) decode as UTF-8."""
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -346,10 +371,10 @@ class InferenceRequest:
         return await host.infer_async(self)
 
 
-def _bls_host() -> runtime.Runtime:
+def _bls_host() -> BlsHost:
     """The host to send a BLS request to; raises outside ``execute`` (as Triton)."""
     host = runtime.current()
-    if not host.bls_allowed:
+    if not isinstance(host, BlsHost) or not host.bls_allowed:
         raise TritonModelException("BLS is only supported during the 'execute' function.")
     return host
 

@@ -1,4 +1,5 @@
-"""What the pb_utils API needs from its host: BLS, logging, metrics, model control.
+"""What the pb_utils API needs from its host: logging, metrics, model control (BLS is
+:class:`.messages.BlsHost`, which every host also is).
 
 In the server process (in-process mode) the host is the server itself; in a child
 process it forwards each call to the server over the instance's channel. The active host
@@ -10,11 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextvars
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse
+from typing import Any
 
 
 class Runtime(abc.ABC):
@@ -24,34 +21,14 @@ class Runtime(abc.ABC):
     #: The model's version folder, what ``pb_utils.get_model_dir()`` returns.
     model_dir: str = ""
 
-    #: Whether the model may send BLS requests now: not while ``initialize`` or
-    #: ``finalize`` runs (Triton's rule; the backend sets it around them).
-    bls_allowed: bool = True
-
-    @abc.abstractmethod
-    def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Run a BLS request and wait; errors come back as the response's error."""
-
-    @abc.abstractmethod
-    def infer_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
-        """Run a BLS request on a decoupled model; yield its responses as they come."""
-
-    @abc.abstractmethod
-    async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
-        """:meth:`infer` for ``async def execute``."""
-
-    @abc.abstractmethod
-    async def infer_stream_async(self, request: InferenceRequest) -> list[InferenceResponse]:
-        """Every response of a decoupled BLS request, once the final one arrived."""
-
     @abc.abstractmethod
     def log(self, level: str, message: str) -> None:
         """Write ``message`` to the server log; level is INFO/WARNING/ERROR/VERBOSE."""
 
     @abc.abstractmethod
     def metric(self, action: str, family: str, **fields: Any) -> float:
-        """A custom-metric operation on the server's registry (see
-        :meth:`.server_runtime.ServerRuntime.metric`); returns a handle or a value."""
+        """A custom-metric operation on the server's registry (see ``ServerRuntime.metric``
+        in :mod:`despina_backend_python.server.model_host`); returns a handle or a value."""
 
     @abc.abstractmethod
     def model_control(self, action: str, **fields: Any) -> Any:

@@ -1,6 +1,6 @@
 """Process mode (the default, as Triton): each instance runs ``model.py`` in its own child.
 
-Tensors cross through shared memory (:mod:`.shm`). When a child dies (crash, kill,
+Tensors cross through shared memory (:mod:`despina_backend_python.wire.shm`). When a child dies (crash, kill,
 ``os._exit`` in user code) or an ``execute`` outlives ``DESPINA_EXECUTE_TIMEOUT_SECONDS``
 (then the child is killed), the requests it held fail with a clear error, the instance
 reports itself unhealthy (so the model is not ready) and a new child is started; requests
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from despina import (
     CONCURRENT_EXECUTIONS,
@@ -20,6 +20,7 @@ from despina import (
     InferenceResponse as CoreResponse,
     InstanceSpec,
     Internal,
+    ModelContext,
     ModelInstance,
     Unavailable,
     number_parameter,
@@ -27,15 +28,12 @@ from despina import (
     report_compute,
 )
 
-from despina_backend_python import convert, responses
-from despina_backend_python.child import ChildDied, ChildProcess, spawn
-from despina_backend_python.execution_env import resolve_environment
 from despina_backend_python.pb.messages import InferenceResponse
-from despina_backend_python.server_runtime import ServerRuntime
-from despina_backend_python.shm import PoolExhausted, new_tag
-
-if TYPE_CHECKING:
-    from despina_backend_python.backend import PythonBackend
+from despina_backend_python.server import core_responses, pb_convert
+from despina_backend_python.server.child_process import ChildDied, ChildProcess, spawn
+from despina_backend_python.server.execution_env import resolve_environment
+from despina_backend_python.server.model_host import ServerRuntime
+from despina_backend_python.wire.shm import PoolExhausted, new_tag
 
 TIMEOUT_KEY = "DESPINA_EXECUTE_TIMEOUT_SECONDS"
 #: How long an idle child polls its channel before sleeping (microseconds; 0: never).
@@ -51,14 +49,15 @@ FINALIZE_TIMEOUT_S = 30.0
 
 
 async def start_instance(
-    backend: PythonBackend, spec: InstanceSpec, host: ServerRuntime
+    ctx: ModelContext, spec: InstanceSpec, args: dict[str, str], host: ServerRuntime
 ) -> ProcessInstance:
-    """Start the child of ``spec``; raises Internal with ``initialize``'s error."""
-    instance = ProcessInstance(backend, spec, host)
+    """Start the child of ``spec`` (``initialize`` gets ``args``); raises Internal with
+    ``initialize``'s error."""
+    instance = ProcessInstance(ctx, spec, args, host)
     await instance.start()
     if instance.is_async:
         instance.__class__ = AsyncProcessInstance
-    elif _may_pipeline(backend.context.config, instance.timeout):
+    elif _may_pipeline(ctx.config, instance.timeout):
         instance.max_in_flight = PIPELINE_DEPTH
     return instance
 
@@ -78,8 +77,9 @@ def _may_pipeline(config: Any, timeout: float) -> bool:
 class ProcessInstance(ModelInstance):
     """One instance backed by a child process, restarted when it dies."""
 
-    def __init__(self, backend: PythonBackend, spec: InstanceSpec, host: ServerRuntime) -> None:
-        ctx = backend.context
+    def __init__(
+        self, ctx: ModelContext, spec: InstanceSpec, args: dict[str, str], host: ServerRuntime
+    ) -> None:
         self.spec = spec
         self.host = host
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
@@ -91,7 +91,7 @@ class ProcessInstance(ModelInstance):
             "model_name": ctx.name,
             "model_dir": str(ctx.version_dir),
             "model_file": str(ctx.model_file),
-            "args": backend.args_for(spec),
+            "args": args,
         }
         self.timeout = number_parameter(ctx.parameters, TIMEOUT_KEY, 0.0, "seconds")
         self.hello["poll_us"] = number_parameter(
@@ -186,7 +186,7 @@ class ProcessInstance(ModelInstance):
             message = self._execute_message(exec_id, child, requests, tokens)
         except PoolExhausted as exc:  # no room for the inputs: these requests fail
             _forget(child, tokens)
-            raise responses.execute_failed(self.spec.name, str(exc)) from None
+            raise core_responses.execute_failed(self.spec.name, str(exc)) from None
         try:
             future = child.execute(exec_id, message)
             reply = await (asyncio.wait_for(future, self.timeout) if self.timeout > 0 else future)
@@ -194,7 +194,7 @@ class ProcessInstance(ModelInstance):
             self._back.clear()
             _forget(child, tokens)
             child.kill()
-            raise responses.execute_failed(
+            raise core_responses.execute_failed(
                 self.spec.name,
                 f"execute did not finish within {self.timeout:g} s; the instance "
                 "process was killed and is restarting",
@@ -205,14 +205,14 @@ class ProcessInstance(ModelInstance):
         result = reply.get("unpacked")
         try:
             if "exception" in reply:
-                raise responses.execute_failed(self.spec.name, reply["exception"])
+                raise core_responses.execute_failed(self.spec.name, reply["exception"])
             if "invalid_result" in reply:
-                raise responses.execute_failed(
+                raise core_responses.execute_failed(
                     self.spec.name,
                     f"Expected a list in the execute return, got {reply['invalid_result']}",
                 )
             unanswered = reply.get("unanswered", ())
-            collected = responses.collect(
+            collected = core_responses.collect(
                 self.spec.name, result, requests, self.decoupled, self._convert, unanswered
             )
         except Internal:  # failed (final) by the scheduler: no stream stays open
@@ -227,7 +227,7 @@ class ProcessInstance(ModelInstance):
                 child,
                 [t for i, t in enumerate(tokens) if items[i] is not None or i in unanswered],
             )
-        responses.reschedule(self.spec.name, requests, again, self.host.logger)
+        core_responses.reschedule(self.spec.name, requests, again, self.host.logger)
         report_compute(requests, *reply["span"])
         return collected
 
@@ -237,7 +237,7 @@ class ProcessInstance(ModelInstance):
         tensors: list[tuple[str, Any]] = []
         fields: list[dict[str, Any]] = []
         for request, token in zip(requests, tokens, strict=True):
-            scalar = convert.request_fields(request, self.output_names)
+            scalar = pb_convert.request_fields(request, self.output_names)
             child.open[token] = (request, scalar["outputs"])
             tensors.extend(request.inputs.items())
             corr = scalar["correlation_id"]
@@ -263,11 +263,11 @@ class ProcessInstance(ModelInstance):
 
     def _convert(self, item: Any, request: CoreRequest) -> CoreResponse:
         if isinstance(item, str):
-            raise responses.execute_failed(
+            raise core_responses.execute_failed(
                 self.spec.name, f"Expected an InferenceResponse in the execute return, got {item}"
             )
         assert isinstance(item, InferenceResponse)
-        return convert.response_to_core(item, request.requested_output_names)
+        return pb_convert.response_to_core(item, request.requested_output_names)
 
     async def close(self) -> None:
         """Let the open requests (a decoupled model's streams, a default model's requests
@@ -279,7 +279,7 @@ class ProcessInstance(ModelInstance):
         child = self.child
         if child is not None and child.alive:
             if child.open:  # decoupled streams, or default requests answered by senders
-                await responses.settle_streams(
+                await core_responses.settle_streams(
                     lambda: [request for request, _ in child.open.values()],
                     self.host.unload_wait_s,
                     self.hello["model_name"],

@@ -1,6 +1,6 @@
 """The child process of a ``process``-mode instance: runs one ``model.py``.
 
-Started as ``python -m despina_backend_python.stub <fd>`` with one end of a socket pair.
+Started as ``python -m despina_backend_python.model_process.stub <fd>`` with one end of a socket pair.
 The first message is ``init`` (import the model, ``initialize``, answer ``ready``) or
 ``auto_complete`` (answer the completed config, then exit). After ``ready``:
 
@@ -37,25 +37,26 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from despina_backend_python import cuda_ipc, wire
-from despina_backend_python.channel import BlockingChannel
-from despina_backend_python.loading import describe_exception, load_model_class
+from despina_backend_python.hosting.loading import describe_exception, load_model_class
+from despina_backend_python.hosting.returned import (
+    ReturnedError,
+    check_returned,
+    close_senders,
+    rescheduled_indices,
+)
 from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.errors import TritonError, TritonModelException
 from despina_backend_python.pb.messages import (
+    BlsHost,
     InferenceRequest,
     InferenceResponse,
     ParentTrace,
     Responder,
 )
 from despina_backend_python.pb.model_config import ModelConfig
-from despina_backend_python.returned import (
-    ReturnedError,
-    check_returned,
-    close_senders,
-    rescheduled_indices,
-)
-from despina_backend_python.shm import (
+from despina_backend_python.wire import cuda_ipc, pb_codec
+from despina_backend_python.wire.channel import BlockingChannel
+from despina_backend_python.wire.shm import (
     LINKED_OP,
     Arena,
     PoolExhausted,
@@ -72,7 +73,7 @@ def _unsent(exc: PoolExhausted) -> InferenceResponse:
     return InferenceResponse(error=TritonError(str(exc)))
 
 
-class ChildRuntime(pb_runtime.Runtime):
+class ChildRuntime(pb_runtime.Runtime, BlsHost):
     """Forwards the model's calls to the server and waits for the replies."""
 
     def __init__(
@@ -116,7 +117,7 @@ class ChildRuntime(pb_runtime.Runtime):
         in order)."""
         op, call_id = message["op"], message["id"]
         if "responses" in message:
-            message["unpacked"] = wire.unpack_responses(message, self.incoming)
+            message["unpacked"] = pb_codec.unpack_responses(message, self.incoming)
         target = self.waiting.get(call_id)
         if isinstance(target, queue.SimpleQueue):
             target.put(_END if op == "stream_end" else message)
@@ -133,7 +134,7 @@ class ChildRuntime(pb_runtime.Runtime):
         return item
 
     def _packer(self, request: InferenceRequest) -> Any:
-        return lambda: wire.pack_request(self.arena, request)
+        return lambda: pb_codec.pack_request(self.arena, request)
 
     def infer(self, request: InferenceRequest) -> InferenceResponse:
         try:
@@ -197,7 +198,7 @@ class ChildResponder(Responder):
         items = [] if response is None else [response]
         self.stub.channel.send(
             {"op": "send", "token": self.token, "final": final},
-            lambda: wire.pack_responses(self.stub.arena, items),
+            lambda: pb_codec.pack_responses(self.stub.arena, items),
         )
 
     def is_cancelled(self) -> bool:
@@ -293,7 +294,7 @@ class Stub:
 
     def _requests(self, message: dict[str, Any]) -> list[InferenceRequest]:
         tensors = unpack(message, self.incoming)
-        make = wire.tensor_maker(message)
+        make = pb_codec.tensor_maker(message)
         requests, at = [], 0
         for fields in message["requests"]:
             inputs = [make(n, a) for n, a in tensors[at : at + fields["n"]]]
@@ -381,7 +382,7 @@ class Stub:
         pack = None
         if isinstance(result, list | tuple):
             items = list(result)
-            pack = lambda: wire.pack_responses(self.arena, items)  # noqa: E731
+            pack = lambda: pb_codec.pack_responses(self.arena, items)  # noqa: E731
         elif result is not None:
             reply["invalid_result"] = type(result).__name__
         try:

@@ -17,7 +17,7 @@ from despina import (
     Unavailable,
 )
 
-from despina_backend_python.loading import describe_exception
+from despina_backend_python.hosting.loading import describe_exception
 
 
 def execute_failed(instance_name: str, detail: str) -> Internal:
@@ -40,7 +40,7 @@ def collect(
     unanswered: Sequence[int] = (),
 ) -> list[CoreResponse] | None:
     """The server responses for ``result`` (what ``execute`` returned, checked by
-    :func:`~despina_backend_python.returned.check_returned`).
+    :func:`~despina_backend_python.hosting.returned.check_returned`).
 
     Decoupled models answer through their response senders: None. A default model's
     ``result`` is None or holds one item per request (else raises Internal with Triton's

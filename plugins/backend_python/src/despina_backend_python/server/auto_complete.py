@@ -5,30 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from despina import ConfigError, private_shm_dir
+from despina import ConfigError, ModelContext, private_shm_dir
 
-from despina_backend_python.child import ChildDied, spawn
-from despina_backend_python.execution_env import resolve_environment
-from despina_backend_python.loading import MODEL_ERRORS, describe_exception, load_model_class
+from despina_backend_python.hosting.loading import (
+    MODEL_ERRORS,
+    describe_exception,
+    load_model_class,
+)
 from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.model_config import ModelConfig
-from despina_backend_python.server_runtime import ServerRuntime
-from despina_backend_python.shm import new_tag
-
-if TYPE_CHECKING:
-    from despina_backend_python.backend import PythonBackend
+from despina_backend_python.server.child_process import ChildDied, spawn
+from despina_backend_python.server.execution_env import resolve_environment
+from despina_backend_python.server.model_host import ServerRuntime
+from despina_backend_python.wire.shm import new_tag
 
 
 async def run_auto_complete(
-    backend: PythonBackend, config_json: str, in_process: bool
+    ctx: ModelContext, config_json: str, in_process: bool
 ) -> dict[str, Any] | None:
     """The completed config as a JSON dict; None when the model defines no hook.
 
     Raises ConfigError with the model's error (the model becomes UNAVAILABLE).
     """
-    ctx = backend.context
     try:
         if "auto_complete_config" not in ctx.model_file.read_text(
             encoding="utf-8", errors="replace"
@@ -38,7 +38,7 @@ async def run_auto_complete(
         pass  # reported by the load itself
     host = ServerRuntime(ctx.host, asyncio.get_running_loop(), ctx.name, str(ctx.version_dir))
     if in_process:
-        text = await asyncio.to_thread(_in_this_process, backend, config_json, host)
+        text = await asyncio.to_thread(_in_this_process, ctx, config_json, host)
     else:
         python, env = resolve_environment(ctx.parameters, ctx.model_dir)
         hello = {
@@ -61,8 +61,7 @@ async def run_auto_complete(
     return json.loads(text) if text else None
 
 
-def _in_this_process(backend: PythonBackend, config_json: str, host: ServerRuntime) -> str:
-    ctx = backend.context
+def _in_this_process(ctx: ModelContext, config_json: str, host: ServerRuntime) -> str:
     token = pb_runtime.activate(host)  # pb_utils.get_model_dir(), logging
     try:
         model_class = load_model_class(ctx.model_file, f"despina_autocomplete_{id(ctx):x}")

@@ -18,7 +18,7 @@ from despina_backend_python.pb.messages import (
     PreferredMemory,
 )
 from despina_backend_python.pb.tensor import Tensor, any_tensor
-from despina_backend_python.shm import Arena, Ring, unpack
+from despina_backend_python.wire.shm import Arena, Ring, unpack
 
 
 def tensor_maker(message: dict[str, Any]) -> Callable[[str, Any], Tensor]:

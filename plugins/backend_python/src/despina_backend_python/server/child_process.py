@@ -1,10 +1,10 @@
 """The server's handle on one child process (one incarnation of an instance).
 
-:func:`spawn` starts ``python -m despina_backend_python.stub`` with one end of a socket
+:func:`spawn` starts ``python -m despina_backend_python.model_process.stub`` with one end of a socket
 pair and sends the first message. :class:`ChildProcess` then reads everything the child
 sends: ``executed`` replies complete ``execute`` calls, ``send`` messages go to the
 requests' streams, BLS / metrics / log / model-control calls are served through the
-:class:`~.server_runtime.ServerRuntime`. When the channel ends, every call waiting on
+:class:`~.model_host.ServerRuntime`. When the channel ends, every call waiting on
 this child fails with ``ChildDied`` and ``on_exit`` runs.
 """
 
@@ -21,11 +21,12 @@ from typing import Any, cast
 
 from despina import InferenceRequest as CoreRequest, claim_shm
 
-from despina_backend_python import channel, convert, cuda_ipc, wire
 from despina_backend_python.pb.errors import TritonError, TritonModelException
 from despina_backend_python.pb.messages import InferenceResponse, ParentTrace
-from despina_backend_python.server_runtime import ServerRuntime
-from despina_backend_python.shm import (
+from despina_backend_python.server import pb_convert
+from despina_backend_python.server.model_host import ServerRuntime
+from despina_backend_python.wire import channel, cuda_ipc, pb_codec
+from despina_backend_python.wire.shm import (
     LINKED_OP,
     SHM_DIR,
     Arena,
@@ -35,7 +36,8 @@ from despina_backend_python.shm import (
     set_link_handler,
 )
 
-_SRC = str(Path(__file__).resolve().parent.parent)
+#: The folder holding this package, put on the child's PYTHONPATH.
+_SRC = str(Path(__file__).resolve().parents[2])
 
 
 class ChildDied(Exception):
@@ -74,7 +76,7 @@ async def spawn(
         process = await asyncio.create_subprocess_exec(
             python,
             "-m",
-            "despina_backend_python.stub",
+            "despina_backend_python.model_process.stub",
             str(theirs.fileno()),
             pass_fds=(theirs.fileno(),),
             env=full_env,
@@ -175,14 +177,14 @@ class ChildProcess(asyncio.Protocol):
             claim_shm((int(dev), int(ino)))
         elif op == "executed":
             if "responses" in message:  # copied out now, in order (frees the ring)
-                message["unpacked"] = wire.unpack_responses(message, self.incoming)
+                message["unpacked"] = pb_codec.unpack_responses(message, self.incoming)
             future = self.executions.pop(message["id"], None)
             if future is not None and not future.done():
                 future.set_result(message)
         elif op == "send":
             self._deliver(message)
         elif op in ("bls", "bls_stream"):
-            request = wire.unpack_request(message, self.incoming)  # in order: frees the ring
+            request = pb_codec.unpack_request(message, self.incoming)  # in order: frees the ring
             if isinstance(parent := request.trace(), ParentTrace):  # the caller's trace
                 entry = self.open.get(parent.token)
                 request._trace = entry[0].trace if entry is not None else None
@@ -212,14 +214,14 @@ class ChildProcess(asyncio.Protocol):
         stream = request.stream
         if stream is None:
             return
-        items = wire.unpack_responses(message, self.incoming)
+        items = pb_codec.unpack_responses(message, self.incoming)
         item = items[0] if items else None
         if item is None:
             stream.send(None, final)
             return
         if isinstance(item, str):
             raise TritonModelException(f"send() expects an InferenceResponse, got {item}")
-        request.respond(convert.response_to_core(item, outputs), final)
+        request.respond(pb_convert.response_to_core(item, outputs), final)
 
     async def _serve_bls(self, op: str, call_id: int, request: Any) -> None:
         """Run a BLS request of the model and send back its response(s)."""
@@ -235,10 +237,10 @@ class ChildProcess(asyncio.Protocol):
         """A BLS response for the model; one whose outputs find no room in shared memory
         becomes that error (as Triton's)."""
         try:
-            return wire.pack_responses(self.arena, [response])
+            return pb_codec.pack_responses(self.arena, [response])
         except PoolExhausted as exc:
             error = InferenceResponse(error=TritonError(str(exc)))
-            return wire.pack_responses(self.arena, [error])
+            return pb_codec.pack_responses(self.arena, [error])
 
     async def _serve(self, op: str, message: dict[str, Any]) -> None:
         """Answer a call of the model (metric, model control, cancellation)."""

@@ -2,7 +2,7 @@
 (``bls_infer``/``bls_stream``, each call recorded for ``unload_dependents``), ``Logger``
 into the server log, custom metrics into ``host.custom_metrics``, and the model loading
 API. In-process models call it directly; child processes reach it through
-their instance's channel (:mod:`.process`), which uses the async methods.
+their instance's channel (:mod:`.child_process`), which uses the async methods.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from despina import DespinaError, InvalidArgument, NeedsThread, running_inline
 
-from despina_backend_python import convert
 from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.logger import python_level
-from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse
+from despina_backend_python.pb.messages import BlsHost, InferenceRequest, InferenceResponse
 from despina_backend_python.pb.runtime import Runtime
+from despina_backend_python.server import pb_convert
 
 if TYPE_CHECKING:
     from despina import BackendHost, CustomMetrics, Metric, MetricFamily
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _END = object()
 
 
-class ServerRuntime(Runtime):
+class ServerRuntime(Runtime, BlsHost):
     """Host for the models of one Backend; ``loop`` is the server's event loop."""
 
     def __init__(
@@ -67,10 +67,12 @@ class ServerRuntime(Runtime):
 
     async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
         try:
-            response = await self.host.bls_infer(self.model_name, convert.request_to_core(request))
+            response = await self.host.bls_infer(
+                self.model_name, pb_convert.request_to_core(request)
+            )
         except DespinaError as exc:
-            return InferenceResponse(error=convert.error_to_pb(exc))
-        return convert.response_to_pb(response, request._preferred_memory)
+            return InferenceResponse(error=pb_convert.error_to_pb(exc))
+        return pb_convert.response_to_pb(response, request._preferred_memory)
 
     def infer_stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
         self._off_loop("exec(decoupled=True)")
@@ -95,12 +97,12 @@ class ServerRuntime(Runtime):
         ended the stream with the final flag alone (as Triton)."""
         last_final = False
         try:
-            core_request = convert.request_to_core(request)
+            core_request = pb_convert.request_to_core(request)
             async for response in self.host.bls_stream(self.model_name, core_request):
                 last_final = response.final
-                yield convert.response_to_pb(response, request._preferred_memory)
+                yield pb_convert.response_to_pb(response, request._preferred_memory)
         except DespinaError as exc:
-            yield InferenceResponse(error=convert.error_to_pb(exc))
+            yield InferenceResponse(error=pb_convert.error_to_pb(exc))
             return
         if not last_final:
             yield InferenceResponse()
@@ -110,7 +112,7 @@ class ServerRuntime(Runtime):
         self.logger.log(python_level(level), "%s", message)
 
     def metric(self, action: str, family: str, **fields: Any) -> float:
-        """A custom-metric call of the model, by handle (see :mod:`.pb.metrics`):
+        """A custom-metric call of the model, by handle (see :mod:`despina_backend_python.pb.metrics`):
 
         - ``family`` (``description``, ``kind``): register family ``family``; its handle;
         - ``metric`` (``handle`` of the family, ``labels``, ``buckets``): a metric's handle;

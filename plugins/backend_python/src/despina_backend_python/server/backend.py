@@ -28,10 +28,12 @@ from despina import (
 )
 from google.protobuf import json_format
 
-from despina_backend_python import inprocess
-from despina_backend_python.loading import initialize_args
+from despina_backend_python.hosting.loading import initialize_args
 from despina_backend_python.pb import device
-from despina_backend_python.server_runtime import ServerRuntime
+from despina_backend_python.server import in_process_mode
+from despina_backend_python.server.auto_complete import run_auto_complete
+from despina_backend_python.server.model_host import ServerRuntime
+from despina_backend_python.server.process_mode import start_instance
 
 #: The config parameter choosing the execution mode.
 MODE_KEY = "DESPINA_EXECUTION_MODE"
@@ -89,21 +91,19 @@ class PythonBackend(Backend):
 
     async def auto_complete(self) -> None:
         """Run the model's ``auto_complete_config`` (if any) and take its config."""
-        from despina_backend_python.autocomplete import run_auto_complete
-
         config = self.context.config
         given = json.dumps(to_json_dict(config))
-        completed = await run_auto_complete(self, given, in_process=self.mode == IN_PROCESS)
+        completed = await run_auto_complete(self.context, given, in_process=self.mode == IN_PROCESS)
         if completed is not None:
             config.Clear()
             json_format.ParseDict(completed, config)
 
     async def load(self) -> None:
-        self.shared: inprocess.SharedModel | None = None
+        self.shared: in_process_mode.SharedModel | None = None
         device_inputs = self.device_inputs
         if self.mode == IN_PROCESS:
             first = instance_specs(self.context.config)[0]
-            shared = inprocess.SharedModel(
+            shared = in_process_mode.SharedModel(
                 self.context, self._runtime(), self.args_for(first), device_inputs
             )
             await shared.load()
@@ -113,15 +113,15 @@ class PythonBackend(Backend):
         instance: ModelInstance
         if self.shared is not None:
             cls = (
-                inprocess.AsyncInProcessInstance
+                in_process_mode.AsyncInProcessInstance
                 if self.shared.is_async
-                else inprocess.InProcessInstance
+                else in_process_mode.InProcessInstance
             )
             instance = cls(self.shared, spec)
         else:
-            from despina_backend_python.process import start_instance
-
-            instance = await start_instance(self, spec, self._runtime())
+            instance = await start_instance(
+                self.context, spec, self.args_for(spec), self._runtime()
+            )
             if self.device_inputs and not instance.has_cupy:
                 self.context.logger.warning(
                     "model '%s' instance '%s': %s is \"no\" but the model's environment "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 #: Frames left out of a model's traceback: this package's and the import system's.
-_OWN_FILES = (str(Path(__file__).parent), "<frozen ")
+_OWN_FILES = (str(Path(__file__).parents[1]), "<frozen ")
 
 
 def _server_files() -> tuple[str, ...]:

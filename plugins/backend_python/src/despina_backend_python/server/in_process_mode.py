@@ -33,18 +33,22 @@ from despina import (
     report_compute,
 )
 
-from despina_backend_python import convert, responses
-from despina_backend_python.loading import MODEL_ERRORS, describe_exception, load_model_class
-from despina_backend_python.pb import runtime as pb_runtime
-from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
-from despina_backend_python.pb.tensor import Tensor
-from despina_backend_python.returned import (
+from despina_backend_python.hosting.loading import (
+    MODEL_ERRORS,
+    describe_exception,
+    load_model_class,
+)
+from despina_backend_python.hosting.returned import (
     ReturnedError,
     check_returned,
     close_senders,
     rescheduled_indices,
 )
-from despina_backend_python.server_runtime import ServerRuntime
+from despina_backend_python.pb import runtime as pb_runtime
+from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
+from despina_backend_python.pb.tensor import Tensor
+from despina_backend_python.server import core_responses, pb_convert
+from despina_backend_python.server.model_host import ServerRuntime
 
 
 class CoreResponder(Responder):
@@ -82,7 +86,7 @@ class CoreResponder(Responder):
         if response is None:
             stream.send(None, final)
         else:
-            self.request.respond(convert.response_to_core(response, self.wanted), final)
+            self.request.respond(pb_convert.response_to_core(response, self.wanted), final)
 
     def is_cancelled(self) -> bool:
         return self.request.cancelled
@@ -101,7 +105,7 @@ class SharedModel:
         """``device_inputs``: inputs may be DeviceArrays (they become GPU tensors)."""
         self.context = context
         #: How a request's input becomes a pb tensor.
-        self.make_tensor = convert.input_tensor if device_inputs else Tensor._trusted
+        self.make_tensor = pb_convert.input_tensor if device_inputs else Tensor._trusted
         self.host = host
         self.args = args
         self.decoupled = bool(context.config.model_transaction_policy.decoupled)
@@ -153,7 +157,7 @@ class SharedModel:
         ``finalize`` (if the model has one) and stop the worker threads."""
         loop = asyncio.get_running_loop()
         if self._open_requests():
-            await responses.settle_streams(
+            await core_responses.settle_streams(
                 self._open_requests, self.host.unload_wait_s, self.context.name
             )
             self.open.clear()
@@ -182,7 +186,7 @@ class SharedModel:
         make = self.make_tensor
         incoming = []
         for r in requests:
-            fields = convert.request_fields(r, self.output_names)
+            fields = pb_convert.request_fields(r, self.output_names)
             request = InferenceRequest.incoming(
                 CoreResponder(r, fields["outputs"], self.open, self.decoupled),
                 [make(name, array) for name, array in r.inputs.items()],
@@ -196,7 +200,7 @@ class SharedModel:
 
 
 def _convert(item: Any, request: CoreRequest) -> CoreResponse:
-    return convert.response_to_core(item, request.requested_output_names)
+    return pb_convert.response_to_core(item, request.requested_output_names)
 
 
 async def _awaited(value: Any) -> Any:
@@ -235,7 +239,7 @@ class InProcessInstance(ModelInstance):
     def _failed(self, pb_requests: list[InferenceRequest], exc: BaseException) -> Internal:
         """The error of an ``execute`` that raised; its requests' senders are closed."""
         close_senders(pb_requests)
-        return responses.exception_failed(self.spec.name, exc)
+        return core_responses.exception_failed(self.spec.name, exc)
 
     def _collect(
         self,
@@ -252,12 +256,12 @@ class InProcessInstance(ModelInstance):
             unanswered = check_returned(self.spec.name, pb_requests, result, decoupled)
         except ReturnedError as exc:
             close_senders(pb_requests)
-            raise responses.execute_failed(self.spec.name, str(exc)) from None
-        collected = responses.collect(
+            raise core_responses.execute_failed(self.spec.name, str(exc)) from None
+        collected = core_responses.collect(
             self.spec.name, result, requests, decoupled, _convert, unanswered
         )
         again = rescheduled_indices(pb_requests)
-        responses.reschedule(self.spec.name, requests, again, self.shared.host.logger)
+        core_responses.reschedule(self.spec.name, requests, again, self.shared.host.logger)
         report_compute(requests, start_ns, end_ns)
         return collected
 

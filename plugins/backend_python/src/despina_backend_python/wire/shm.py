@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from despina_backend_python import cuda_ipc
 from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.types import (
     WIRE_TO_DTYPE,
@@ -34,6 +33,7 @@ from despina_backend_python.pb.types import (
     bytes_payload,
     wire_datatype,
 )
+from despina_backend_python.wire import cuda_ipc
 
 SHM_DIR = "/dev/shm"
 RING_BYTES = 8 << 20
