@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 from despina.testing import RunningServer
-from despina_frontend_grpc import http2
+from despina_frontend_grpc import h2_frames
 from test_http2_abuse import RawClient, assert_serves, grpc_message
 from tritonclient.grpc import service_pb2 as pb
 
@@ -18,7 +18,9 @@ UNAVAILABLE = 14
 
 def server_pings(client: RawClient) -> list[bytes]:
     """The payloads of the PINGs the server sent (not its acknowledgements)."""
-    return [p for k, flags, _, p in client.frames if k == http2.PING and not flags & http2.ACK]
+    return [
+        p for k, flags, _, p in client.frames if k == h2_frames.PING and not flags & h2_frames.ACK
+    ]
 
 
 def test_keepalive_pings_and_closes_without_an_ack(
@@ -47,7 +49,7 @@ def test_max_connection_age_drains_the_connection(
     running = serve("--grpc-max-connection-age=100")
     client = connect(running)
     client.read_until(lambda: client.goaway() is not None)
-    assert client.goaway() == http2.NO_ERROR
+    assert client.goaway() == h2_frames.NO_ERROR
     client.read_to_close()
     assert_serves(running)
 
@@ -64,11 +66,13 @@ def test_max_connection_age_grace_ends_running_calls(
     request.raw_input_contents.append(np.array([50.0], np.float32).tobytes())  # 5 s
     sid = client.new_stream()
     client.send(
-        http2.frame(http2.HEADERS, http2.END_HEADERS, sid, client.block()),
-        http2.frame(http2.DATA, http2.END_STREAM, sid, grpc_message(request.SerializeToString())),
+        h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, sid, client.block()),
+        h2_frames.frame(
+            h2_frames.DATA, h2_frames.END_STREAM, sid, grpc_message(request.SerializeToString())
+        ),
     )
     client.read_until(lambda: "grpc-status" in client.headers(sid))
-    assert client.goaway() == http2.NO_ERROR
+    assert client.goaway() == h2_frames.NO_ERROR
     assert client.headers(sid)["grpc-status"] == str(UNAVAILABLE)
     client.read_to_close()
     assert_serves(running)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from despina.testing import RunningServer
-from despina_frontend_grpc import http2
+from despina_frontend_grpc import h2_frames
 from test_http2_abuse import RawClient
 from test_http2_limits import add_sub_inputs
 from tritonclient.utils import InferenceServerException
@@ -89,7 +89,7 @@ def test_a_connection_without_the_preface_is_closed_after_the_timeout(
     running = serve("--grpc-handshake-timeout-secs=1")
     speaker = connect(running)  # sent the preface and SETTINGS, then nothing
     with idle_sockets(running, 3) as silent:
-        silent[0].sendall(http2.PREFACE[:10])  # a preface begun is not a preface
+        silent[0].sendall(h2_frames.PREFACE[:10])  # a preface begun is not a preface
         start = time.monotonic()
         assert all(closed_by_server(sock, 3.0) for sock in silent)
         assert 0.8 < time.monotonic() - start < 2.5
@@ -153,7 +153,7 @@ def test_when_every_connection_is_busy_a_new_one_is_refused(serve: Serve) -> Non
             )
         time.sleep(0.3)  # both calls in flight
         with idle_sockets(running, 1) as (third,):  # closed at once, before any frame
-            third.sendall(http2.PREFACE + http2.settings_frame(()))
+            third.sendall(h2_frames.PREFACE + h2_frames.settings_frame(()))
             assert closed_by_server(third, 1.0)
         with pytest.raises(InferenceServerException) as refused:
             timed_infer(running)

@@ -28,7 +28,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from despina.request_bodies import INFLATE_STEP
 from despina.testing import RunningServer
-from despina_frontend_grpc import http2
+from despina_frontend_grpc import h2_frames
 from despina_frontend_grpc.h2_limits import (
     MAX_CONCURRENT_STREAMS,
     MAX_CONTINUATIONS,
@@ -92,11 +92,13 @@ class RawClient:
         self.closed = False
         self.next_stream = 1
         if reads:
-            windows = http2.settings_frame(((http2.INITIAL_WINDOW_SIZE, http2.MAX_WINDOW),))
-            windows += http2.window_update(0, http2.MAX_WINDOW - http2.DEFAULT_WINDOW)
+            windows = h2_frames.settings_frame(
+                ((h2_frames.INITIAL_WINDOW_SIZE, h2_frames.MAX_WINDOW),)
+            )
+            windows += h2_frames.window_update(0, h2_frames.MAX_WINDOW - h2_frames.DEFAULT_WINDOW)
         else:
-            windows = http2.settings_frame(())
-        self.sock.sendall(http2.PREFACE + windows)
+            windows = h2_frames.settings_frame(())
+        self.sock.sendall(h2_frames.PREFACE + windows)
         self.read_until(lambda: bool(self.frames))  # the server's SETTINGS, acknowledged
 
     def block(self, *extra: tuple[str, str]) -> bytes:
@@ -160,11 +162,11 @@ class RawClient:
             payload = bytes(self.buffer[9 : 9 + size])
             del self.buffer[: 9 + size]
             self.frames.append((kind, flags, sid, payload))
-            if kind == http2.HEADERS:  # the server splits no block we provoke here
+            if kind == h2_frames.HEADERS:  # the server splits no block we provoke here
                 fields = self.fields.setdefault(sid, {})
                 fields.update((str(k), str(v)) for k, v in self.decoder.decode(payload))
-            elif kind == http2.SETTINGS and not flags & http2.ACK:
-                self.sock.sendall(http2.frame(http2.SETTINGS, http2.ACK, 0))
+            elif kind == h2_frames.SETTINGS and not flags & h2_frames.ACK:
+                self.sock.sendall(h2_frames.frame(h2_frames.SETTINGS, h2_frames.ACK, 0))
 
     def read_until(self, done: Callable[[], bool]) -> None:
         """Read until ``done()`` or the connection closes (each read within TIMEOUT)."""
@@ -179,26 +181,28 @@ class RawClient:
     def goaway(self) -> int | None:
         """The error code of the server's GOAWAY, None before one came."""
         for kind, _, _, payload in self.frames:
-            if kind == http2.GOAWAY:
+            if kind == h2_frames.GOAWAY:
                 return int(_U32.unpack_from(payload, 4)[0])
         return None
 
     def goaway_debug(self) -> bytes:
-        return next(p[8:] for k, _, _, p in self.frames if k == http2.GOAWAY)
+        return next(p[8:] for k, _, _, p in self.frames if k == h2_frames.GOAWAY)
 
     def goaway_last_stream(self) -> int:
-        return next(int(_U32.unpack(p[:4])[0]) for k, _, _, p in self.frames if k == http2.GOAWAY)
+        return next(
+            int(_U32.unpack(p[:4])[0]) for k, _, _, p in self.frames if k == h2_frames.GOAWAY
+        )
 
     def acks(self, kind: int) -> int:
         """How many SETTINGS or PING acknowledgements came."""
-        return sum(1 for k, flags, _, _ in self.frames if k == kind and flags & http2.ACK)
+        return sum(1 for k, flags, _, _ in self.frames if k == kind and flags & h2_frames.ACK)
 
     def resets(self) -> dict[int, int]:
         """Stream -> error code of each RST_STREAM the server sent."""
         return {
             sid: int(_U32.unpack_from(payload)[0])
             for kind, _, sid, payload in self.frames
-            if kind == http2.RST_STREAM
+            if kind == h2_frames.RST_STREAM
         }
 
     def headers(self, sid: int) -> dict[str, str]:
@@ -250,10 +254,10 @@ def test_rapid_reset_gets_goaway(serve: Serve, connect: Callable[..., RawClient]
     def frames() -> Iterator[bytes]:
         for _ in range(flood_size(10_000, MAX_RESETS)):
             sid = client.new_stream()
-            yield http2.frame(http2.HEADERS, http2.END_HEADERS, sid, client.block())
-            yield http2.rst_stream(sid, http2.CANCEL)
+            yield h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, sid, client.block())
+            yield h2_frames.rst_stream(sid, h2_frames.CANCEL)
 
-    flood = goaway_after_flood(client, frames(), http2.ENHANCE_YOUR_CALM)
+    flood = goaway_after_flood(client, frames(), h2_frames.ENHANCE_YOUR_CALM)
     assert client.goaway_debug() == b"too many streams reset"
     opened = (client.goaway_last_stream() + 1) // 2
     assert opened == MAX_RESETS + 1
@@ -264,14 +268,14 @@ def test_rapid_reset_gets_goaway(serve: Serve, connect: Callable[..., RawClient]
 def test_settings_flood_gets_goaway(serve: Serve, connect: Callable[..., RawClient]) -> None:
     running = serve()
     client = connect(running)
-    settings = http2.settings_frame(((http2.ENABLE_PUSH, 0),))
+    settings = h2_frames.settings_frame(((h2_frames.ENABLE_PUSH, 0),))
     frames = (settings for _ in range(flood_size(500_000, MAX_CONTROL_FRAMES)))
-    flood = goaway_after_flood(client, frames, http2.ENHANCE_YOUR_CALM)
+    flood = goaway_after_flood(client, frames, h2_frames.ENHANCE_YOUR_CALM)
     assert client.goaway_debug() == b"too many control frames"
     # the budget also counted the client's first SETTINGS (acknowledged) and its ACK of
     # the server's; the frame past the budget got no ACK
-    assert client.acks(http2.SETTINGS) == MAX_CONTROL_FRAMES - 1
-    report("SETTINGS flood", flood, client.acks(http2.SETTINGS))
+    assert client.acks(h2_frames.SETTINGS) == MAX_CONTROL_FRAMES - 1
+    report("SETTINGS flood", flood, client.acks(h2_frames.SETTINGS))
     assert_serves(running)
 
 
@@ -284,10 +288,10 @@ def test_ping_flood_gets_goaway(
     flags = () if strikes is None else (f"--grpc-http2-max-ping-strikes={strikes}",)
     running = serve(*flags)
     client = connect(running)
-    ping = http2.frame(http2.PING, 0, 0, b"flooding")
+    ping = h2_frames.frame(h2_frames.PING, 0, 0, b"flooding")
     frames = (ping for _ in range(flood_size(500_000, MAX_CONTROL_FRAMES)))
-    flood = goaway_after_flood(client, frames, http2.ENHANCE_YOUR_CALM)
-    answered = client.acks(http2.PING)
+    flood = goaway_after_flood(client, frames, h2_frames.ENHANCE_YOUR_CALM)
+    answered = client.acks(h2_frames.PING)
     if strikes is None:
         assert client.goaway_debug() == b"too_many_pings"
         assert answered == 3
@@ -305,14 +309,14 @@ def test_empty_continuation_flood_gets_goaway(
     running = serve()
     client = connect(running)
     sid = client.new_stream()
-    empty = http2.frame(http2.CONTINUATION, 0, sid)
+    empty = h2_frames.frame(h2_frames.CONTINUATION, 0, sid)
 
     def frames() -> Iterator[bytes]:
-        yield http2.frame(http2.HEADERS, 0, sid, client.block())  # no END_HEADERS
+        yield h2_frames.frame(h2_frames.HEADERS, 0, sid, client.block())  # no END_HEADERS
         for _ in range(flood_size(100_000, MAX_CONTINUATIONS)):
             yield empty
 
-    flood = goaway_after_flood(client, frames(), http2.ENHANCE_YOUR_CALM)
+    flood = goaway_after_flood(client, frames(), h2_frames.ENHANCE_YOUR_CALM)
     assert client.goaway_debug() == b"too many CONTINUATION frames"
     report("CONTINUATION flood (HEADERS, then empty frames)", flood, 1 + MAX_CONTINUATIONS + 1)
     assert_serves(running)
@@ -326,18 +330,18 @@ def test_header_block_over_the_limit_gets_goaway(
     sid = client.new_stream()
     piece = b"\0" * (MAX_HEADER_BLOCK // 4)  # never decoded: the size alone is refused
     client.send(
-        http2.frame(http2.HEADERS, 0, sid, client.block()),
-        *(http2.frame(http2.CONTINUATION, 0, sid, piece) for _ in range(5)),
+        h2_frames.frame(h2_frames.HEADERS, 0, sid, client.block()),
+        *(h2_frames.frame(h2_frames.CONTINUATION, 0, sid, piece) for _ in range(5)),
     )
     client.read_to_close()
-    assert client.goaway() == http2.ENHANCE_YOUR_CALM
+    assert client.goaway() == h2_frames.ENHANCE_YOUR_CALM
     assert client.goaway_debug() == b"header block too large"
     # one HEADERS frame over the limit, with END_HEADERS
     other = connect(running)
     big = other.block(("x-big", "v" * MAX_HEADER_BLOCK))
-    other.send(http2.frame(http2.HEADERS, http2.END_HEADERS, other.new_stream(), big))
+    other.send(h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, other.new_stream(), big))
     other.read_to_close()
-    assert other.goaway() == http2.ENHANCE_YOUR_CALM
+    assert other.goaway() == h2_frames.ENHANCE_YOUR_CALM
     assert_serves(running)
 
 
@@ -349,10 +353,12 @@ def test_hpack_bomb_gets_goaway(serve: Serve, connect: Callable[..., RawClient])
     block = client.block(("x-bomb", "a" * 4000))  # the last field: dynamic index 62
     block += bytes((0x80 | 62,)) * 10_000
     start = time.perf_counter()
-    client.send(http2.frame(http2.HEADERS, http2.END_HEADERS, client.new_stream(), block))
+    client.send(
+        h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, client.new_stream(), block)
+    )
     client.read_to_close()
     seconds = time.perf_counter() - start
-    assert client.goaway() == http2.ENHANCE_YOUR_CALM
+    assert client.goaway() == h2_frames.ENHANCE_YOUR_CALM
     assert client.goaway_debug() == b"header list too large"
     print(f"\nHPACK bomb ({len(block)} bytes -> 40 MB): GOAWAY in {seconds * 1000:.0f} ms")
     assert_serves(running)
@@ -366,9 +372,9 @@ def test_connection_window_overflow_is_flow_control_error(
 ) -> None:
     running = serve()
     client = connect(running)
-    client.send(http2.window_update(0, http2.MAX_WINDOW))  # 65,535 + 2^31-1
+    client.send(h2_frames.window_update(0, h2_frames.MAX_WINDOW))  # 65,535 + 2^31-1
     client.read_to_close()
-    assert client.goaway() == http2.FLOW_CONTROL_ERROR
+    assert client.goaway() == h2_frames.FLOW_CONTROL_ERROR
     assert_serves(running)
 
 
@@ -379,22 +385,22 @@ def test_stream_window_overflow_is_a_stream_error(
     client = connect(running)
     sid = client.new_stream()
     client.send(
-        http2.frame(http2.HEADERS, http2.END_HEADERS, sid, client.block()),
-        http2.window_update(sid, http2.MAX_WINDOW),
+        h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, sid, client.block()),
+        h2_frames.window_update(sid, h2_frames.MAX_WINDOW),
     )
     client.read_until(lambda: sid in client.resets())
-    assert client.resets()[sid] == http2.FLOW_CONTROL_ERROR
+    assert client.resets()[sid] == h2_frames.FLOW_CONTROL_ERROR
     # a WINDOW_UPDATE of 0 on a stream is its PROTOCOL_ERROR
     zero = client.new_stream()
     client.send(
-        http2.frame(http2.HEADERS, http2.END_HEADERS, zero, client.block()),
-        http2.window_update(zero, 0),
+        h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, zero, client.block()),
+        h2_frames.window_update(zero, 0),
     )
     client.read_until(lambda: zero in client.resets())
-    assert client.resets()[zero] == http2.PROTOCOL_ERROR
+    assert client.resets()[zero] == h2_frames.PROTOCOL_ERROR
     # the connection goes on: a PING is answered
-    client.send(http2.frame(http2.PING, 0, 0, b"still up"))
-    client.read_until(lambda: any(f[0] == http2.PING for f in client.frames))
+    client.send(h2_frames.frame(h2_frames.PING, 0, 0, b"still up"))
+    client.read_until(lambda: any(f[0] == h2_frames.PING for f in client.frames))
     assert client.goaway() is None
 
 
@@ -405,12 +411,14 @@ def test_initial_window_setting_overflowing_a_stream_is_flow_control_error(
     client = connect(running)
     sid = client.new_stream()
     client.send(
-        http2.frame(http2.HEADERS, http2.END_HEADERS, sid, client.block()),
-        http2.window_update(sid, http2.MAX_WINDOW - http2.DEFAULT_WINDOW),  # at the maximum
-        http2.settings_frame(((http2.INITIAL_WINDOW_SIZE, http2.DEFAULT_WINDOW + 1),)),
+        h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, sid, client.block()),
+        h2_frames.window_update(
+            sid, h2_frames.MAX_WINDOW - h2_frames.DEFAULT_WINDOW
+        ),  # at the maximum
+        h2_frames.settings_frame(((h2_frames.INITIAL_WINDOW_SIZE, h2_frames.DEFAULT_WINDOW + 1),)),
     )
     client.read_to_close()
-    assert client.goaway() == http2.FLOW_CONTROL_ERROR
+    assert client.goaway() == h2_frames.FLOW_CONTROL_ERROR
     assert_serves(running)
 
 
@@ -420,31 +428,38 @@ def test_streams_beyond_max_concurrent_streams_are_refused(
     running = serve()
     client = connect(running)
     kind, _, _, payload = client.frames[0]
-    assert kind == http2.SETTINGS
-    assert (http2.MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS) in http2.parse_settings(payload)
+    assert kind == h2_frames.SETTINGS
+    assert (h2_frames.MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS) in h2_frames.parse_settings(
+        payload
+    )
     # streams left open (no END_STREAM): the one past the limit is refused
     opened = [client.new_stream() for _ in range(MAX_CONCURRENT_STREAMS + 1)]
     client.send(
-        *(http2.frame(http2.HEADERS, http2.END_HEADERS, sid, client.block()) for sid in opened)
+        *(
+            h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, sid, client.block())
+            for sid in opened
+        )
     )
     client.read_until(lambda: bool(client.resets()))
-    assert client.resets() == {opened[-1]: http2.REFUSED_STREAM}
+    assert client.resets() == {opened[-1]: h2_frames.REFUSED_STREAM}
     # once one ends, a new stream is served
-    client.send(http2.rst_stream(opened[0], http2.CANCEL))
+    client.send(h2_frames.rst_stream(opened[0], h2_frames.CANCEL))
     sid = client.new_stream()
     message = grpc_message(add_sub_request())
     client.send(
-        http2.frame(http2.HEADERS, http2.END_HEADERS, sid, client.block()),
-        http2.frame(http2.DATA, http2.END_STREAM, sid, message),
+        h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, sid, client.block()),
+        h2_frames.frame(h2_frames.DATA, h2_frames.END_STREAM, sid, message),
     )
     client.read_until(lambda: "grpc-status" in client.headers(sid))
     assert client.headers(sid)["grpc-status"] == "0"
     # a client that keeps opening streams past the limit spends the reset budget
     more = (
-        http2.frame(http2.HEADERS, http2.END_HEADERS, client.new_stream(), client.block())
+        h2_frames.frame(
+            h2_frames.HEADERS, h2_frames.END_HEADERS, client.new_stream(), client.block()
+        )
         for _ in range(MAX_RESETS + 2 * BATCH)
     )
-    flood = goaway_after_flood(client, more, http2.ENHANCE_YOUR_CALM)
+    flood = goaway_after_flood(client, more, h2_frames.ENHANCE_YOUR_CALM)
     assert client.goaway_debug() == b"too many stream errors"
     # the first takes the free slot; the budget counted one refused and one reset above
     refused = (client.goaway_last_stream() - sid) // 2 - 1
@@ -484,12 +499,14 @@ INFLATED = 10 << 20
 def send_gzip_call(client: RawClient, message: bytes) -> int:
     sid = client.new_stream()
     client.send(
-        http2.frame(http2.HEADERS, http2.END_HEADERS, sid, client.block(("grpc-encoding", "gzip"))),
+        h2_frames.frame(
+            h2_frames.HEADERS, h2_frames.END_HEADERS, sid, client.block(("grpc-encoding", "gzip"))
+        ),
         *(
-            http2.frame(http2.DATA, 0, sid, message[i : i + 16384])
+            h2_frames.frame(h2_frames.DATA, 0, sid, message[i : i + 16384])
             for i in range(0, len(message), 16384)
         ),
-        http2.frame(http2.DATA, http2.END_STREAM, sid),
+        h2_frames.frame(h2_frames.DATA, h2_frames.END_STREAM, sid),
     )
     return sid
 
@@ -569,7 +586,7 @@ def test_gzip_message_under_the_limit_is_served(
     sid = send_gzip_call(client, grpc_message(body, compressed=True))
     client.read_until(lambda: "grpc-status" in client.headers(sid))
     assert client.headers(sid)["grpc-status"] == "0"
-    payload = b"".join(p for k, _, s, p in client.frames if k == http2.DATA and s == sid)
+    payload = b"".join(p for k, _, s, p in client.frames if k == h2_frames.DATA and s == sid)
     response = pb.ModelInferResponse.FromString(payload[5:])
     out = np.frombuffer(response.raw_output_contents[0], np.float32)
     assert out.shape == (rows * 16,) and (out == 4.0).all()

@@ -16,8 +16,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from despina import BodyBudget, Inflation, inflate
 from despina.testing import RunningServer
-from despina_frontend_grpc import grpc_framing, http2
-from despina_frontend_grpc.grpc_calls import INLINE_INFLATE
+from despina_frontend_grpc import grpc_framing, h2_frames
+from despina_frontend_grpc.connection_calls import INLINE_INFLATE
 from test_http2_abuse import (
     RESOURCE_EXHAUSTED,
     RawClient,
@@ -111,7 +111,7 @@ def test_large_compressed_messages_are_served_whole(
     for sid in sids:
         client.read_until(lambda sid=sid: "grpc-status" in client.headers(sid))  # type: ignore[misc]
         assert client.headers(sid)["grpc-status"] == "0", client.headers(sid)
-        payload = b"".join(p for k, _, s, p in client.frames if k == http2.DATA and s == sid)
+        payload = b"".join(p for k, _, s, p in client.frames if k == h2_frames.DATA and s == sid)
         response = pb.ModelInferResponse.FromString(payload[5:])
         out = np.frombuffer(response.raw_output_contents[0], np.float32)
         assert out.shape == (rows * 16,) and (out == 4.0).all()
@@ -160,14 +160,17 @@ def test_max_concurrent_streams_flag(serve: Serve, connect: Callable[..., RawCli
     running = serve("--grpc-max-concurrent-streams=4")
     client = connect(running)
     kind, _, _, payload = client.frames[0]
-    assert kind == http2.SETTINGS
-    assert (http2.MAX_CONCURRENT_STREAMS, 4) in http2.parse_settings(payload)
+    assert kind == h2_frames.SETTINGS
+    assert (h2_frames.MAX_CONCURRENT_STREAMS, 4) in h2_frames.parse_settings(payload)
     opened = [client.new_stream() for _ in range(5)]
     client.send(
-        *(http2.frame(http2.HEADERS, http2.END_HEADERS, sid, client.block()) for sid in opened)
+        *(
+            h2_frames.frame(h2_frames.HEADERS, h2_frames.END_HEADERS, sid, client.block())
+            for sid in opened
+        )
     )
     client.read_until(lambda: bool(client.resets()))
-    assert client.resets() == {opened[-1]: http2.REFUSED_STREAM}
+    assert client.resets() == {opened[-1]: h2_frames.REFUSED_STREAM}
     # a tritonclient with more calls in flight than that gets every answer (once it has
     # the server's SETTINGS: streams opened before are refused, and grpc fails those)
     with grpcclient.InferenceServerClient(running.grpc_url) as triton:

@@ -20,9 +20,7 @@ from typing import Any, Protocol
 
 import grpc
 from despina import FrontendHost
-from despina_frontend_grpc.infer import Inference
-from despina_frontend_grpc.options import GRPC_OPTIONS
-from despina_frontend_grpc.service import InferenceServicer
+from despina_frontend_grpc import GRPC_OPTIONS, Inference, InferenceServicer
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from despina_deploy_ray.replicated import MODEL_CONTROL, SETTINGS, SHARED_MEMORY

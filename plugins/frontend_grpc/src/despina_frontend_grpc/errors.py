@@ -12,7 +12,7 @@ import grpc
 from despina import DespinaError
 
 if TYPE_CHECKING:
-    from despina_frontend_grpc.calls import ServicerContext
+    from despina_frontend_grpc.servicer_context import ServicerContext
 
 log = logging.getLogger("despina.frontend.grpc")
 
@@ -22,7 +22,7 @@ UNPARSABLE_TEXT = "Unable to parse request"
 
 
 class Unparsable:
-    """Stands for a request message that failed to parse (see :func:`calls.parse`)."""
+    """Stands for a request message that failed to parse (see :func:`rpc_dispatch.parse`)."""
 
 
 UNPARSABLE = Unparsable()

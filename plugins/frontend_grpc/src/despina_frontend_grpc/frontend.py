@@ -1,5 +1,5 @@
 """The gRPC frontend: Despina's own HTTP/2 server
-(:mod:`~despina_frontend_grpc.http2_server`) on the Despina server's event loop.
+(:mod:`~despina_frontend_grpc.grpc_server`) on the Despina server's event loop.
 
 Serves ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health`` (SERVING while the
 server is ready) on ``--grpc-address:--grpc-port``, with the keepalive, message-size,
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
-from despina_frontend_grpc import calls
+from despina_frontend_grpc import rpc_dispatch
 from despina_frontend_grpc.connection_limits import ConnectionLimits
-from despina_frontend_grpc.http2_server import Http2GrpcServer, tls_context
+from despina_frontend_grpc.grpc_server import Http2GrpcServer, tls_context
 from despina_frontend_grpc.infer import Inference
 from despina_frontend_grpc.options import (
     ALLOCATION_POOL_SIZE,
@@ -67,7 +67,7 @@ def bind_address(options: GrpcOptions, port: int | None = None) -> str:
 
 class ReadinessHealth(health_aio.HealthServicer):  # type: ignore[misc]
     """Standard health checking (grpc's asyncio servicer, called through
-    :class:`~despina_frontend_grpc.calls.CallContext`): SERVING while the Despina server
+    :class:`~despina_frontend_grpc.rpc_dispatch.CallContext`): SERVING while the Despina server
     is ready, NOT_FOUND for a service other than ``""`` and Triton's."""
 
     def __init__(self, host: FrontendHost) -> None:
@@ -129,7 +129,7 @@ class GrpcFrontend:
                 options.use_ssl_mutual,
             )
         server = Http2GrpcServer(
-            calls.route_table(servicers),
+            rpc_dispatch.route_table(servicers),
             connection_limits(options),
             method_rules(options.restrictions),
             context,

@@ -21,7 +21,7 @@ from despina import (
     ascii_digits,
 )
 
-from despina_frontend_grpc import http2
+from despina_frontend_grpc import h2_frames
 
 #: Request encodings this server decodes, as announced in ``grpc-accept-encoding``.
 ACCEPTED_ENCODINGS = "identity,deflate,gzip"
@@ -157,21 +157,21 @@ def percent_encode(text: str) -> bytes:
     )
 
 
-_CONTENT_TYPE = http2.literal(b"content-type", b"application/grpc")
+_CONTENT_TYPE = h2_frames.literal(b"content-type", b"application/grpc")
 #: Response headers of a call answered with messages.
-RESPONSE_HEADERS = http2.STATUS_200 + _CONTENT_TYPE
-GZIP_RESPONSE_HEADERS = RESPONSE_HEADERS + http2.literal(b"grpc-encoding", b"gzip")
-OK_TRAILERS = http2.literal(b"grpc-status", b"0")
+RESPONSE_HEADERS = h2_frames.STATUS_200 + _CONTENT_TYPE
+GZIP_RESPONSE_HEADERS = RESPONSE_HEADERS + h2_frames.literal(b"grpc-encoding", b"gzip")
+OK_TRAILERS = h2_frames.literal(b"grpc-status", b"0")
 
 
 #: Added to the trailers refusing a request encoding: the encodings that would work.
-ACCEPT_ENCODING = http2.literal(b"grpc-accept-encoding", ACCEPTED_ENCODINGS.encode())
+ACCEPT_ENCODING = h2_frames.literal(b"grpc-accept-encoding", ACCEPTED_ENCODINGS.encode())
 
 
 def trailers(code: int, details: str, headers_sent: bool, extra: bytes = b"") -> bytes:
     """The trailers of a finished call; a trailers-only response when no headers went out."""
     block = b"" if headers_sent else RESPONSE_HEADERS
-    block += http2.literal(b"grpc-status", str(code).encode())
+    block += h2_frames.literal(b"grpc-status", str(code).encode())
     if details:
-        block += http2.literal(b"grpc-message", percent_encode(details))
+        block += h2_frames.literal(b"grpc-message", percent_encode(details))
     return block + extra

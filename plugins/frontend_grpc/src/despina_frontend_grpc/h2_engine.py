@@ -41,7 +41,7 @@ from typing import Generic, Protocol, TypeVar
 
 import hpack
 
-from despina_frontend_grpc import http2
+from despina_frontend_grpc import h2_frames
 from despina_frontend_grpc.h2_limits import (
     CONNECTION_WINDOW,
     GOAWAY_OPAQUE,
@@ -174,9 +174,9 @@ class H2Engine(Generic[S]):
         self.continuations = 0
         self.resets = Budget(MAX_RESETS, clock)
         self.control_frames = Budget(MAX_CONTROL_FRAMES, clock)
-        self.peer_window = http2.DEFAULT_WINDOW
-        self.peer_max_frame = http2.DEFAULT_MAX_FRAME
-        self.send_window = http2.DEFAULT_WINDOW
+        self.peer_window = h2_frames.DEFAULT_WINDOW
+        self.peer_max_frame = h2_frames.DEFAULT_MAX_FRAME
+        self.send_window = h2_frames.DEFAULT_WINDOW
         self.recv_unacked = 0
         self.table_update_due = True
         #: Set by the owner as the connection closes: no more frames are read.
@@ -194,15 +194,15 @@ class H2Engine(Generic[S]):
     def start(self) -> None:
         """Queue our SETTINGS and the connection window's enlargement."""
         self.out.append(
-            http2.settings_frame(
+            h2_frames.settings_frame(
                 (
-                    (http2.MAX_CONCURRENT_STREAMS, self.policy.max_concurrent_streams),
-                    (http2.INITIAL_WINDOW_SIZE, STREAM_WINDOW),
-                    (http2.MAX_FRAME_SIZE, MAX_FRAME),
-                    (http2.MAX_HEADER_LIST_SIZE, MAX_HEADER_BLOCK),
+                    (h2_frames.MAX_CONCURRENT_STREAMS, self.policy.max_concurrent_streams),
+                    (h2_frames.INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+                    (h2_frames.MAX_FRAME_SIZE, MAX_FRAME),
+                    (h2_frames.MAX_HEADER_LIST_SIZE, MAX_HEADER_BLOCK),
                 )
             )
-            + http2.window_update(0, CONNECTION_WINDOW - http2.DEFAULT_WINDOW)
+            + h2_frames.window_update(0, CONNECTION_WINDOW - h2_frames.DEFAULT_WINDOW)
         )
 
     def data_to_send(self) -> bytes:
@@ -222,93 +222,93 @@ class H2Engine(Generic[S]):
         buffer += data
         try:
             if not self.preface_seen:
-                if len(buffer) < len(http2.PREFACE):
-                    if not http2.PREFACE.startswith(bytes(buffer)):
-                        raise H2Error(http2.PROTOCOL_ERROR, "not an HTTP/2 preface")
+                if len(buffer) < len(h2_frames.PREFACE):
+                    if not h2_frames.PREFACE.startswith(bytes(buffer)):
+                        raise H2Error(h2_frames.PROTOCOL_ERROR, "not an HTTP/2 preface")
                     return None
-                if not buffer.startswith(http2.PREFACE):
-                    raise H2Error(http2.PROTOCOL_ERROR, "not an HTTP/2 preface")
-                del buffer[: len(http2.PREFACE)]
+                if not buffer.startswith(h2_frames.PREFACE):
+                    raise H2Error(h2_frames.PROTOCOL_ERROR, "not an HTTP/2 preface")
+                del buffer[: len(h2_frames.PREFACE)]
                 self.preface_seen = True
             self._frames()
         except H2Error as exc:
-            self.out.append(http2.goaway(self.last_stream, exc.code, str(exc).encode()))
+            self.out.append(h2_frames.goaway(self.last_stream, exc.code, str(exc).encode()))
             return exc
         return None
 
     def _frames(self) -> None:
         buffer = self.buffer
         offset, size = 0, len(buffer)
-        while size - offset >= http2.FRAME_HEADER_SIZE and not self.closing:
+        while size - offset >= h2_frames.FRAME_HEADER_SIZE and not self.closing:
             length = buffer[offset] << 16 | buffer[offset + 1] << 8 | buffer[offset + 2]
             if length > MAX_FRAME:
-                raise H2Error(http2.FRAME_SIZE_ERROR, "frame larger than MAX_FRAME_SIZE")
-            end = offset + http2.FRAME_HEADER_SIZE + length
+                raise H2Error(h2_frames.FRAME_SIZE_ERROR, "frame larger than MAX_FRAME_SIZE")
+            end = offset + h2_frames.FRAME_HEADER_SIZE + length
             if end > size:
                 break
             kind, flags = buffer[offset + 3], buffer[offset + 4]
-            stream_id = http2.u32(buffer, offset + 5)
+            stream_id = h2_frames.u32(buffer, offset + 5)
             with memoryview(buffer) as view:  # one copy of the payload, not two
-                payload = bytes(view[offset + http2.FRAME_HEADER_SIZE : end])
+                payload = bytes(view[offset + h2_frames.FRAME_HEADER_SIZE : end])
             offset = end
             self._frame(kind, flags, stream_id, payload)
         del buffer[:offset]
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        if self.continuing is not None and kind != http2.CONTINUATION:
-            raise H2Error(http2.PROTOCOL_ERROR, "expected a CONTINUATION frame")
-        if kind == http2.DATA:
+        if self.continuing is not None and kind != h2_frames.CONTINUATION:
+            raise H2Error(h2_frames.PROTOCOL_ERROR, "expected a CONTINUATION frame")
+        if kind == h2_frames.DATA:
             self._on_data(flags, stream_id, payload)
-        elif kind == http2.HEADERS:
+        elif kind == h2_frames.HEADERS:
             self._on_headers(flags, stream_id, payload)
-        elif kind == http2.CONTINUATION:
+        elif kind == h2_frames.CONTINUATION:
             self._on_continuation(flags, stream_id, payload)
-        elif kind == http2.SETTINGS:
+        elif kind == h2_frames.SETTINGS:
             self._on_settings(flags, stream_id, payload)
-        elif kind == http2.WINDOW_UPDATE:
+        elif kind == h2_frames.WINDOW_UPDATE:
             self._on_window_update(stream_id, payload)
-        elif kind == http2.PING:
+        elif kind == h2_frames.PING:
             self._on_ping(flags, stream_id, payload)
-        elif kind == http2.RST_STREAM:
+        elif kind == h2_frames.RST_STREAM:
             self._on_reset(stream_id, payload)
-        elif kind == http2.PUSH_PROMISE:
-            raise H2Error(http2.PROTOCOL_ERROR, "clients cannot push")
-        elif kind == http2.GOAWAY and stream_id:
-            raise H2Error(http2.PROTOCOL_ERROR, "GOAWAY on a stream")
+        elif kind == h2_frames.PUSH_PROMISE:
+            raise H2Error(h2_frames.PROTOCOL_ERROR, "clients cannot push")
+        elif kind == h2_frames.GOAWAY and stream_id:
+            raise H2Error(h2_frames.PROTOCOL_ERROR, "GOAWAY on a stream")
         else:  # PRIORITY, GOAWAY from the client (it opens no more streams), unknown types
             self._control_frame()
 
     def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
         if not stream_id:
-            raise H2Error(http2.PROTOCOL_ERROR, "DATA on stream 0")
-        if not payload and not flags & http2.END_STREAM:
+            raise H2Error(h2_frames.PROTOCOL_ERROR, "DATA on stream 0")
+        if not payload and not flags & h2_frames.END_STREAM:
             self._control_frame()
         self.recv_unacked += len(payload)
         if self.recv_unacked >= CONNECTION_WINDOW // 2:
-            self.out.append(http2.window_update(0, self.recv_unacked))
+            self.out.append(h2_frames.window_update(0, self.recv_unacked))
             self.recv_unacked = 0
         stream = self.streams.get(stream_id)
         if stream is None or stream.remote_closed:
             if stream_id > self.last_stream:
-                raise H2Error(http2.PROTOCOL_ERROR, "DATA on an idle stream")
+                raise H2Error(h2_frames.PROTOCOL_ERROR, "DATA on an idle stream")
             return  # a stream we already answered or reset
         stream.unacked += len(payload)
         self.handler.stream_data(stream, _unpad(flags, payload))
-        if flags & http2.END_STREAM:
+        if flags & h2_frames.END_STREAM:
             self._end_remote(stream)
         else:
             self.return_credit(stream)
 
     def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if not stream_id:
-            raise H2Error(http2.PROTOCOL_ERROR, "HEADERS on stream 0")
+            raise H2Error(h2_frames.PROTOCOL_ERROR, "HEADERS on stream 0")
         data = _unpad(flags, payload)
-        if flags & http2.PRIORITY_FLAG:
+        if flags & h2_frames.PRIORITY_FLAG:
             data = data[5:]
         if len(data) > MAX_HEADER_BLOCK:
-            raise H2Error(http2.ENHANCE_YOUR_CALM, "header block too large")
-        end_stream = bool(flags & http2.END_STREAM)
-        if flags & http2.END_HEADERS:
+            raise H2Error(h2_frames.ENHANCE_YOUR_CALM, "header block too large")
+        end_stream = bool(flags & h2_frames.END_STREAM)
+        if flags & h2_frames.END_HEADERS:
             self._header_block(stream_id, end_stream, data)
         else:
             self.continuing = (stream_id, end_stream, bytearray(data))
@@ -316,15 +316,15 @@ class H2Engine(Generic[S]):
 
     def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
         if self.continuing is None or self.continuing[0] != stream_id:
-            raise H2Error(http2.PROTOCOL_ERROR, "unexpected CONTINUATION frame")
+            raise H2Error(h2_frames.PROTOCOL_ERROR, "unexpected CONTINUATION frame")
         self.continuations += 1
         if self.continuations > MAX_CONTINUATIONS:
-            raise H2Error(http2.ENHANCE_YOUR_CALM, "too many CONTINUATION frames")
+            raise H2Error(h2_frames.ENHANCE_YOUR_CALM, "too many CONTINUATION frames")
         block = self.continuing[2]
         block += payload
         if len(block) > MAX_HEADER_BLOCK:
-            raise H2Error(http2.ENHANCE_YOUR_CALM, "header block too large")
-        if flags & http2.END_HEADERS:
+            raise H2Error(h2_frames.ENHANCE_YOUR_CALM, "header block too large")
+        if flags & h2_frames.END_HEADERS:
             end_stream = self.continuing[1]
             self.continuing = None
             self._header_block(stream_id, end_stream, bytes(block))
@@ -333,26 +333,26 @@ class H2Engine(Generic[S]):
         try:
             headers = self.decoder.decode(block)
         except hpack.OversizedHeaderListError:
-            raise H2Error(http2.ENHANCE_YOUR_CALM, "header list too large") from None
+            raise H2Error(h2_frames.ENHANCE_YOUR_CALM, "header list too large") from None
         except hpack.HPACKError as exc:
-            raise H2Error(http2.COMPRESSION_ERROR, f"bad header block: {exc}") from None
+            raise H2Error(h2_frames.COMPRESSION_ERROR, f"bad header block: {exc}") from None
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers from the client end its requests
             if not end_stream:
-                raise H2Error(http2.PROTOCOL_ERROR, "trailers without END_STREAM")
+                raise H2Error(h2_frames.PROTOCOL_ERROR, "trailers without END_STREAM")
             if not stream.remote_closed:
                 self._end_remote(stream)
             return
         if stream_id % 2 == 0 or stream_id <= self.last_stream:
             if stream_id in self.reset_sent:
                 return
-            raise H2Error(http2.PROTOCOL_ERROR, f"bad new stream id {stream_id}")
+            raise H2Error(h2_frames.PROTOCOL_ERROR, f"bad new stream id {stream_id}")
         self.last_stream = stream_id
         if len(self.streams) >= self.policy.max_concurrent_streams:
-            self._reset_for_client(stream_id, http2.REFUSED_STREAM)
+            self._reset_for_client(stream_id, h2_frames.REFUSED_STREAM)
             return
         if self.goaway_sent:  # opened after the last GOAWAY: the client retries it elsewhere
-            self.out.append(http2.rst_stream(stream_id, http2.REFUSED_STREAM))
+            self.out.append(h2_frames.rst_stream(stream_id, h2_frames.REFUSED_STREAM))
             self.reset_sent.append(stream_id)
             return
         stream = self.new_stream(stream_id, self.peer_window)
@@ -368,57 +368,57 @@ class H2Engine(Generic[S]):
 
     def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id:
-            raise H2Error(http2.PROTOCOL_ERROR, "SETTINGS on a stream")
+            raise H2Error(h2_frames.PROTOCOL_ERROR, "SETTINGS on a stream")
         self._control_frame()
-        if flags & http2.ACK:
+        if flags & h2_frames.ACK:
             return
         try:
-            values = http2.parse_settings(payload)
+            values = h2_frames.parse_settings(payload)
         except ValueError as exc:
-            raise H2Error(http2.FRAME_SIZE_ERROR, str(exc)) from None
+            raise H2Error(h2_frames.FRAME_SIZE_ERROR, str(exc)) from None
         grown = False
         for key, value in values:
-            if key == http2.HEADER_TABLE_SIZE:
+            if key == h2_frames.HEADER_TABLE_SIZE:
                 self.table_update_due = True
-            elif key == http2.INITIAL_WINDOW_SIZE:
-                if value > http2.MAX_WINDOW:
-                    raise H2Error(http2.FLOW_CONTROL_ERROR, "initial window too large")
+            elif key == h2_frames.INITIAL_WINDOW_SIZE:
+                if value > h2_frames.MAX_WINDOW:
+                    raise H2Error(h2_frames.FLOW_CONTROL_ERROR, "initial window too large")
                 delta = value - self.peer_window
                 self.peer_window = value
                 for stream in self.streams.values():
                     stream.send_window += delta
-                    if stream.send_window > http2.MAX_WINDOW:
-                        raise H2Error(http2.FLOW_CONTROL_ERROR, "stream window overflow")
+                    if stream.send_window > h2_frames.MAX_WINDOW:
+                        raise H2Error(h2_frames.FLOW_CONTROL_ERROR, "stream window overflow")
                 grown = grown or delta > 0
-            elif key == http2.MAX_FRAME_SIZE:
-                if not http2.DEFAULT_MAX_FRAME <= value <= 0xFFFFFF:
-                    raise H2Error(http2.PROTOCOL_ERROR, "bad SETTINGS_MAX_FRAME_SIZE")
+            elif key == h2_frames.MAX_FRAME_SIZE:
+                if not h2_frames.DEFAULT_MAX_FRAME <= value <= 0xFFFFFF:
+                    raise H2Error(h2_frames.PROTOCOL_ERROR, "bad SETTINGS_MAX_FRAME_SIZE")
                 self.peer_max_frame = value
-            elif key == http2.ENABLE_PUSH and value > 1:
-                raise H2Error(http2.PROTOCOL_ERROR, "bad SETTINGS_ENABLE_PUSH")
-        self.out.append(http2.frame(http2.SETTINGS, http2.ACK, 0))
+            elif key == h2_frames.ENABLE_PUSH and value > 1:
+                raise H2Error(h2_frames.PROTOCOL_ERROR, "bad SETTINGS_ENABLE_PUSH")
+        self.out.append(h2_frames.frame(h2_frames.SETTINGS, h2_frames.ACK, 0))
         if grown:
             self._pump_blocked()
 
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
-            raise H2Error(http2.FRAME_SIZE_ERROR, "WINDOW_UPDATE of bad length")
-        increment = http2.u32(payload)
+            raise H2Error(h2_frames.FRAME_SIZE_ERROR, "WINDOW_UPDATE of bad length")
+        increment = h2_frames.u32(payload)
         if not stream_id:
             if not increment:
-                raise H2Error(http2.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+                raise H2Error(h2_frames.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
             self.send_window += increment
-            if self.send_window > http2.MAX_WINDOW:
-                raise H2Error(http2.FLOW_CONTROL_ERROR, "connection window overflow")
+            if self.send_window > h2_frames.MAX_WINDOW:
+                raise H2Error(h2_frames.FLOW_CONTROL_ERROR, "connection window overflow")
             self._pump_blocked()
             return
         stream = self.streams.get(stream_id)
         if stream is None:
             return
         stream.send_window += increment
-        if not increment or stream.send_window > http2.MAX_WINDOW:
+        if not increment or stream.send_window > h2_frames.MAX_WINDOW:
             # RFC 9113 6.9: a stream error, PROTOCOL_ERROR for 0, else FLOW_CONTROL_ERROR
-            code = http2.FLOW_CONTROL_ERROR if increment else http2.PROTOCOL_ERROR
+            code = h2_frames.FLOW_CONTROL_ERROR if increment else h2_frames.PROTOCOL_ERROR
             self._reset_for_client(stream_id, code)
             self.forget(stream, reset=True)
             return
@@ -426,11 +426,11 @@ class H2Engine(Generic[S]):
 
     def _on_ping(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id:
-            raise H2Error(http2.PROTOCOL_ERROR, "PING on a stream")
+            raise H2Error(h2_frames.PROTOCOL_ERROR, "PING on a stream")
         if len(payload) != 8:
-            raise H2Error(http2.FRAME_SIZE_ERROR, "PING of bad length")
+            raise H2Error(h2_frames.FRAME_SIZE_ERROR, "PING of bad length")
         self._control_frame()
-        if flags & http2.ACK:
+        if flags & h2_frames.ACK:
             if payload == KEEPALIVE_OPAQUE:
                 self.keepalive_pending = False
             elif payload == GOAWAY_OPAQUE:
@@ -444,33 +444,33 @@ class H2Engine(Generic[S]):
             self.ping_strikes += 1
         self.last_ping_received = now
         if policy.max_ping_strikes and self.ping_strikes > policy.max_ping_strikes:
-            raise H2Error(http2.ENHANCE_YOUR_CALM, "too_many_pings")
-        self.out.append(http2.frame(http2.PING, http2.ACK, 0, payload))
+            raise H2Error(h2_frames.ENHANCE_YOUR_CALM, "too_many_pings")
+        self.out.append(h2_frames.frame(h2_frames.PING, h2_frames.ACK, 0, payload))
 
     def _on_reset(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
-            raise H2Error(http2.FRAME_SIZE_ERROR, "RST_STREAM of bad length")
+            raise H2Error(h2_frames.FRAME_SIZE_ERROR, "RST_STREAM of bad length")
         if not stream_id or stream_id > self.last_stream:
-            raise H2Error(http2.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
+            raise H2Error(h2_frames.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         stream = self.streams.get(stream_id)
         if stream is None:
             self._control_frame()
         elif not self.resets.spend():
-            raise H2Error(http2.ENHANCE_YOUR_CALM, "too many streams reset")
+            raise H2Error(h2_frames.ENHANCE_YOUR_CALM, "too many streams reset")
         else:
             self.forget(stream, reset=True)
 
     def _control_frame(self) -> None:
         """Count a frame that carries no request data (see ``MAX_CONTROL_FRAMES``)."""
         if not self.control_frames.spend():
-            raise H2Error(http2.ENHANCE_YOUR_CALM, "too many control frames")
+            raise H2Error(h2_frames.ENHANCE_YOUR_CALM, "too many control frames")
 
     def _reset_for_client(self, stream_id: int, code: int) -> None:
         """RST_STREAM ``code`` for the client's stream error, counted as a reset (see
         ``MAX_RESETS``)."""
         if not self.resets.spend():
-            raise H2Error(http2.ENHANCE_YOUR_CALM, "too many stream errors")
-        self.out.append(http2.rst_stream(stream_id, code))
+            raise H2Error(h2_frames.ENHANCE_YOUR_CALM, "too many stream errors")
+        self.out.append(h2_frames.rst_stream(stream_id, code))
         self.reset_sent.append(stream_id)
 
     # --- sending
@@ -478,9 +478,9 @@ class H2Engine(Generic[S]):
     def send_headers(self, stream_id: int, block: bytes, end_stream: bool) -> None:
         """Queue a header block (HPACK-encoded without the dynamic table) at once."""
         if self.table_update_due:
-            block = http2.TABLE_SIZE_ZERO + block
+            block = h2_frames.TABLE_SIZE_ZERO + block
             self.table_update_due = False
-        self.out.append(http2.header_frames(stream_id, block, end_stream, self.peer_max_frame))
+        self.out.append(h2_frames.header_frames(stream_id, block, end_stream, self.peer_max_frame))
         self._sent_something()
 
     def end_with_headers(self, stream: S, block: bytes) -> None:
@@ -541,13 +541,13 @@ class H2Engine(Generic[S]):
             return
         if stream.holds_credit():
             return
-        self.out.append(http2.window_update(stream.id, stream.unacked))
+        self.out.append(h2_frames.window_update(stream.id, stream.unacked))
         stream.unacked = 0
 
     def _closed_locally(self, stream: S) -> None:
         """Our END_STREAM went out: stop the client's sending if it has not finished."""
         if not stream.remote_closed:
-            self.out.append(http2.rst_stream(stream.id, http2.NO_ERROR))
+            self.out.append(h2_frames.rst_stream(stream.id, h2_frames.NO_ERROR))
             self.reset_sent.append(stream.id)
         self.forget(stream)
 
@@ -581,7 +581,7 @@ class H2Engine(Generic[S]):
             return False
         self.pings_without_data += 1
         self.keepalive_pending = True
-        self.out.append(http2.frame(http2.PING, 0, 0, KEEPALIVE_OPAQUE))
+        self.out.append(h2_frames.frame(h2_frames.PING, 0, 0, KEEPALIVE_OPAQUE))
         return True
 
     def drain(self) -> bool:
@@ -591,8 +591,8 @@ class H2Engine(Generic[S]):
         if self.draining or self.closing:
             return False
         self.draining = True
-        self.out.append(http2.goaway(MAX_STREAM_ID, http2.NO_ERROR))
-        self.out.append(http2.frame(http2.PING, 0, 0, GOAWAY_OPAQUE))
+        self.out.append(h2_frames.goaway(MAX_STREAM_ID, h2_frames.NO_ERROR))
+        self.out.append(h2_frames.frame(h2_frames.PING, 0, 0, GOAWAY_OPAQUE))
         return True
 
     def last_goaway(self) -> None:
@@ -601,20 +601,20 @@ class H2Engine(Generic[S]):
         if self.goaway_sent or self.closing:
             return
         self.goaway_sent = True
-        self.out.append(http2.goaway(self.last_stream, http2.NO_ERROR))
+        self.out.append(h2_frames.goaway(self.last_stream, h2_frames.NO_ERROR))
         if not self.streams:
             self.handler.drained()
 
 
 def _unpad(flags: int, payload: bytes) -> bytes:
-    if not flags & http2.PADDED:
+    if not flags & h2_frames.PADDED:
         return payload
     if not payload or payload[0] >= len(payload):
-        raise H2Error(http2.PROTOCOL_ERROR, "bad padding")
+        raise H2Error(h2_frames.PROTOCOL_ERROR, "bad padding")
     return payload[1 : len(payload) - payload[0]]
 
 
 def _data_header(size: int, stream_id: int) -> bytes:
     return bytes(
-        (size >> 16 & 0xFF, size >> 8 & 0xFF, size & 0xFF, http2.DATA, 0)
+        (size >> 16 & 0xFF, size >> 8 & 0xFF, size & 0xFF, h2_frames.DATA, 0)
     ) + stream_id.to_bytes(4, "big")

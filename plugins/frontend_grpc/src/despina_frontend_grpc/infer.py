@@ -26,7 +26,7 @@ from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_tex
 if TYPE_CHECKING:
     from despina import FrontendHost, ModelVersion
 
-    from despina_frontend_grpc.calls import ServicerContext
+    from despina_frontend_grpc.servicer_context import ServicerContext
 
 #: Requests of one stream running at once; further messages wait unread, so HTTP/2 flow
 #: control holds back a client that sends without reading its responses.

@@ -4,7 +4,7 @@ The flag's value is ``<group>[,<group>...]:<key>=<value>``; a call of a restrict
 must carry the metadata ``triton-grpc-protocol-<key>: <value>``, else it fails with
 UNAVAILABLE and Triton's text. The values are parsed by
 :func:`despina_frontend_grpc.options.parse_restrictions`; :func:`method_rules` gives the
-HTTP/2 server (:meth:`~despina_frontend_grpc.http2_server.Http2GrpcServer.refusal`) the
+HTTP/2 server (:meth:`~despina_frontend_grpc.grpc_server.Http2GrpcServer.refusal`) the
 header each restricted method needs.
 """
 

@@ -13,7 +13,7 @@ Three layers serve a connection:
 
 * :mod:`~despina_frontend_grpc.h2_engine`: HTTP/2 without I/O (framing, flow control, the
   limits on abuse of :mod:`~despina_frontend_grpc.h2_limits`, the two-step GOAWAY);
-* :mod:`~despina_frontend_grpc.grpc_calls`: gRPC call semantics over the engine's events
+* :mod:`~despina_frontend_grpc.connection_calls`: gRPC call semantics over the engine's events
   (calls, message framing, deadlines, statuses, the handler tasks);
 * :class:`Connection` here: the asyncio Protocol that feeds the engine what the socket
   reads, writes what it queues (once per loop iteration), passes pause/resume on, and
@@ -47,8 +47,8 @@ from typing import Any
 
 from despina import BodyBudget, Listener, Roster, listen, stop_listening
 
+from despina_frontend_grpc.connection_calls import INFLATE_THREADS, GrpcCalls, Route
 from despina_frontend_grpc.connection_limits import ConnectionLimits
-from despina_frontend_grpc.grpc_calls import INFLATE_THREADS, GrpcCalls, Route
 
 log = logging.getLogger("despina.frontend.grpc")
 

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import grpc
 from despina import BodyBudget, BodyBudgetExhausted, BodyCharge, Inflation
 
-from despina_frontend_grpc import calls, grpc_framing as framing, http2
+from despina_frontend_grpc import grpc_framing as framing, h2_frames, rpc_dispatch
 from despina_frontend_grpc.connection_limits import ConnectionLimits
 from despina_frontend_grpc.errors import INTERNAL_TEXT
 from despina_frontend_grpc.h2_engine import H2Engine, H2Stream
@@ -59,7 +59,7 @@ OUTBOX_LIMIT = 1 << 22
 INLINE_INFLATE = 1 << 20
 INFLATE_THREADS = min(4, os.cpu_count() or 1)
 
-Route = tuple[calls.Method, Callable[..., Any]]
+Route = tuple[rpc_dispatch.Method, Callable[..., Any]]
 
 #: gRPC status numbers for the trailers, by grpc.StatusCode name.
 _OK = grpc.StatusCode.OK.value[0]
@@ -381,9 +381,9 @@ class GrpcCalls:
     async def _unary(self, stream: Call, data: bytes) -> None:
         assert stream.route is not None
         method, handler = stream.route
-        context = calls.CallContext(stream.metadata)
-        code, reply = await calls.run_unary(handler, method, data, context)
-        if code != calls.OK:
+        context = rpc_dispatch.CallContext(stream.metadata)
+        code, reply = await rpc_dispatch.run_unary(handler, method, data, context)
+        if code != rpc_dispatch.OK:
             self._finish(stream, code, reply.decode())
         elif self._send_message(stream, reply) is not False:
             self._finish(stream, _OK, "")
@@ -404,15 +404,15 @@ class GrpcCalls:
 
         def send(data: bytes) -> Awaitable[Any] | None:
             if self._send_message(stream, data) is False:
-                raise calls.Aborted(
+                raise rpc_dispatch.Aborted(
                     grpc.StatusCode.RESOURCE_EXHAUSTED, _too_large(len(data), self.limits.max_send)
                 )
             if stream.writable is not None and not stream.writable.is_set():
                 return stream.writable.wait()
             return None
 
-        context = calls.CallContext(stream.metadata, send)
-        code, details = await calls.run_streaming(handler, method, requests(), context, send)
+        context = rpc_dispatch.CallContext(stream.metadata, send)
+        code, details = await rpc_dispatch.run_streaming(handler, method, requests(), context, send)
         self._finish(stream, code, details)
 
     def _expire(self, stream: Call) -> None:
@@ -429,7 +429,7 @@ class GrpcCalls:
     def _refuse(self, stream: Call, status: int) -> None:
         """Answer a request that is not gRPC with a bare HTTP status."""
         stream.finished = True
-        self.engine.end_with_headers(stream, http2.status(status))
+        self.engine.end_with_headers(stream, h2_frames.status(status))
 
     def _send_message(self, stream: Call, data: bytes) -> bool | None:
         """Queue one response message; False when it is over the size limit."""

@@ -1,8 +1,9 @@
 """The RPCs served and running one of them on its servicer, for Despina's HTTP/2 server
-(:mod:`despina_frontend_grpc.grpc_calls`).
+(:mod:`despina_frontend_grpc.connection_calls`).
 
 :data:`METHODS` lists every RPC of ``inference.GRPCInferenceService`` and
-``grpc.health.v1.Health``. The servicers get a :class:`ServicerContext`; here it is a
+``grpc.health.v1.Health``. The servicers get a
+:class:`~despina_frontend_grpc.servicer_context.ServicerContext`; here it is a
 :class:`CallContext`: ``abort`` raises :class:`Aborted` (the call's status), ``write``
 sends a stream message, ``invocation_metadata`` holds the call's metadata. Every call ends
 with a status code and either the response bytes (unary, OK) or the status details.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -69,18 +70,8 @@ def _methods() -> list[Method]:
 METHODS: list[Method] = _methods()
 
 
-class ServicerContext(Protocol):
-    """What the servicers use of a call's context (:class:`CallContext` here; the Ray
-    Serve deployment passes its own)."""
-
-    def invocation_metadata(self) -> tuple[tuple[str, Any], ...]: ...
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        """End the call with ``code`` and ``details``: raises, never returns."""
-
-
 class CallContext:
-    """The :class:`ServicerContext` of a call on Despina's HTTP/2 server."""
+    """The :class:`~despina_frontend_grpc.servicer_context.ServicerContext` of a call on Despina's HTTP/2 server."""
 
     def __init__(self, metadata: tuple[tuple[str, Any], ...], send: Send | None = None) -> None:
         self.metadata = metadata
