@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from despina_frontend_http.decode import HeaderLayouts
-from despina_frontend_http.options import HTTP_OPTIONS
-from despina_frontend_http.plugin import (
+from despina_frontend_http.options import (
     DEFAULT_MAX_HEADER_SIZE,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_OUTPUTS,
+    HTTP_OPTIONS,
 )
 from despina_frontend_http.restricted import Restrictions
 

@@ -31,7 +31,7 @@ from despina import (
 )
 
 from despina_frontend_http.limits import check_json_depth
-from despina_frontend_http.plugin import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_OUTPUTS
+from despina_frontend_http.options import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_OUTPUTS
 
 _OBJECT = np.dtype(np.object_)
 #: How many header layouts :class:`HeaderLayouts` keeps (the oldest is dropped first).

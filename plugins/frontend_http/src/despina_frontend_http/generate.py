@@ -36,7 +36,7 @@ from despina import (
 
 from despina_frontend_http.decode import tensor_from_json
 from despina_frontend_http.encode import json_data
-from despina_frontend_http.plugin import DEFAULT_MAX_JSON_DEPTH
+from despina_frontend_http.options import DEFAULT_MAX_JSON_DEPTH
 from despina_frontend_http.responses import json_body
 
 #: Input name -> (datatype, metadata shape with -1 for variable dimensions).

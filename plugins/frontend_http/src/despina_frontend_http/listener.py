@@ -18,7 +18,7 @@ from despina_frontend_http.context import Context
 from despina_frontend_http.front import Front
 from despina_frontend_http.h1_engine import Limits
 from despina_frontend_http.limits import head_too_large
-from despina_frontend_http.plugin import DEFAULT_MAX_HEADER_SIZE, DEFAULT_MAX_INPUT_SIZE
+from despina_frontend_http.options import DEFAULT_MAX_HEADER_SIZE, DEFAULT_MAX_INPUT_SIZE
 from despina_frontend_http.router import Router
 
 if TYPE_CHECKING:

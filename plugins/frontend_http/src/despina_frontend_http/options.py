@@ -14,6 +14,14 @@ from despina_frontend_http.tls import server_context
 
 #: The flag whose values restrict endpoint groups.
 RESTRICTED_FLAG = "--http-restricted-api"
+#: Triton's default for --http-max-input-size (bytes).
+DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
+#: Defaults of the other limit flags (the limits themselves: :mod:`.limits`).
+DEFAULT_MAX_HEADER_SIZE = 64 * 1024
+DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_HANDSHAKE_TIMEOUT = 5.0
+DEFAULT_MAX_JSON_DEPTH = 64
+DEFAULT_MAX_OUTPUTS = 256
 
 
 @dataclass(frozen=True)

@@ -7,18 +7,19 @@ from typing import TYPE_CHECKING, Any
 
 from despina import hookimpl, triton_bool
 
+from despina_frontend_http.options import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEADER_SIZE,
+    DEFAULT_MAX_INPUT_SIZE,
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_OUTPUTS,
+    HTTP_OPTIONS,
+    HttpOptions,
+)
+
 if TYPE_CHECKING:
     from despina import Stash
-
-#: Triton's default for --http-max-input-size (bytes).
-DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024
-#: Defaults of the other limit flags (as in :mod:`despina_frontend_http.limits`, which
-#: imports numpy: this module stays cheap to import).
-DEFAULT_MAX_HEADER_SIZE = 64 * 1024
-DEFAULT_MAX_CONNECTIONS = 4096
-DEFAULT_HANDSHAKE_TIMEOUT = 5.0
-DEFAULT_MAX_JSON_DEPTH = 64
-DEFAULT_MAX_OUTPUTS = 256
 
 
 @hookimpl
@@ -156,8 +157,6 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
 
 @hookimpl
 def despina_configure(settings: argparse.Namespace, stash: Stash) -> None:
-    from despina_frontend_http.options import HTTP_OPTIONS, HttpOptions
-
     stash[HTTP_OPTIONS] = HttpOptions.from_namespace(settings)
 
 

@@ -12,7 +12,7 @@ import orjson
 from despina import DespinaError, InvalidArgument
 
 from despina_frontend_http.limits import check_json_depth
-from despina_frontend_http.plugin import DEFAULT_MAX_JSON_DEPTH
+from despina_frontend_http.options import DEFAULT_MAX_JSON_DEPTH
 
 log = logging.getLogger("despina.http")
 
