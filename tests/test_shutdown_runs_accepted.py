@@ -352,3 +352,65 @@ def test_exit_timeout_answers_what_is_still_queued(model_repository: RepositoryB
     assert status == 0, log
     assert exited < 8
     assert "exit timeout reached" in log
+
+
+def _infer_request(value: float) -> bytes:
+    """A keep-alive inference request to ``sleepy`` adding 1 to ``value``."""
+    body = json.dumps(
+        {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [value]}]}
+    ).encode()
+    head = (
+        "POST /v2/models/sleepy/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _answers(sock: socket.socket) -> list[tuple[int, bool, Any]]:
+    """Every answer on ``sock`` until one says ``Connection: close``: (status, whether it
+    says so, its JSON body)."""
+    found = []
+    reader = sock.makefile("rb")
+    closing = False
+    while not closing:
+        status_line = reader.readline()
+        assert status_line, f"closed without Connection: close after {found}"
+        headers = {}
+        while (line := reader.readline().strip()) != b"":
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = json.loads(reader.read(int(headers["content-length"])))
+        closing = headers.get("connection") == "close"
+        found.append((int(status_line.split()[1]), closing, body))
+    assert reader.read() == b""  # nothing more: the server closed the connection
+    return found
+
+
+def test_sigterm_runs_requests_pipelined_before_it(model_repository: RepositoryBuilder) -> None:
+    """HTTP/1.1 requests the server had read whole before the signal, pipelined behind
+    the one executing, run and are answered in order, the last with ``Connection:
+    close`` (before: 503 "Server is stopping"); a request written after the signal on a
+    connection opened before it is refused (503) and closes it."""
+    model_repository.add("sleepy", sleepy_config(0.3, 1), {"1/model.py": SLEEPY_PY})
+    with serving(model_repository.root) as running:
+        pipelined = socket.create_connection(("127.0.0.1", running.http_port), timeout=30)
+        pipelined.sendall(b"".join(_infer_request(i) for i in range(4)))
+        late = socket.create_connection(("127.0.0.1", running.http_port), timeout=30)
+        late.sendall(_infer_request(10))
+        time.sleep(0.15)  # the first executes, the other four were read
+        running.terminate()
+        running.wait_for_drain()
+        late.sendall(_infer_request(11))
+        with pipelined, late:
+            answered = _answers(pipelined)
+            refused = _answers(late)
+        status, log = running.exit_status()
+    assert [(s, c, b["outputs"][0]["data"]) for s, c, b in answered] == [
+        (200, False, [1]),
+        (200, False, [2]),
+        (200, False, [3]),
+        (200, True, [4]),
+    ]
+    assert [(s, c) for s, c, _ in refused] == [(200, False), (503, True)]
+    assert refused[1][2] == {"error": "Server is stopping"}
+    assert status == 0, log

@@ -66,7 +66,9 @@ class Core(Protocol):
     @property
     def extensions(self) -> list[str]: ...
 
-    def inference_model(self, name: str, version: str = "") -> ModelVersion: ...
+    def inference_model(
+        self, name: str, version: str = "", *, received_ns: int = 0
+    ) -> ModelVersion: ...
 
     def submit(
         self,
@@ -74,6 +76,8 @@ class Core(Protocol):
         streaming: bool = True,
         model: ModelVersion | None = None,
         inner: bool = False,
+        *,
+        received_ns: int = 0,
     ) -> tuple[ModelVersion, ResponseStream]: ...
 
     async def infer(

@@ -79,7 +79,9 @@ def despina_frontends() -> list[type[Any]]:
     models load (a frontend disabled by its flags starts nothing). ``name`` must be unique.
     An optional synchronous ``drain()`` is called as the server begins to stop, before the
     models unload: stop accepting connections and close the open ones gracefully; ``stop()``
-    follows once the models are unloaded.
+    follows once the models are unloaded. An optional ``settled`` property (False while the
+    frontend holds requests received before the stop that it has not answered, perhaps not
+    yet submitted) is waited for with the models' queues, within ``--exit-timeout-secs``.
     """
     raise NotImplementedError
 

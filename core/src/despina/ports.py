@@ -56,16 +56,26 @@ class FrontendHost(Protocol):
     @property
     def ready(self) -> bool: ...
 
-    def inference_model(self, name: str, version: str = "") -> ModelVersion:
-        """The version a new request runs on; Unavailable once the server is stopping."""
+    def inference_model(
+        self, name: str, version: str = "", *, received_ns: int = 0
+    ) -> ModelVersion:
+        """The version a new request runs on; Unavailable once the server is stopping,
+        unless the request was received before: ``received_ns``, ``time.monotonic_ns()``
+        when the frontend had read it whole (0: not said)."""
         ...
 
     def submit(
-        self, request: InferenceRequest, streaming: bool = True, model: ModelVersion | None = None
+        self,
+        request: InferenceRequest,
+        streaming: bool = True,
+        model: ModelVersion | None = None,
+        *,
+        received_ns: int = 0,
     ) -> tuple[ModelVersion, ResponseStream]:
         """Validate and queue a request (``model``: what :meth:`inference_model` returned
-        for it, if looked up already); raises synchronously for a request that cannot run,
-        and Unsupported for a decoupled model unless ``streaming``."""
+        for it, if looked up already; ``received_ns``: as for it); raises synchronously
+        for a request that cannot run, and Unsupported for a decoupled model unless
+        ``streaming``."""
         ...
 
     async def infer(

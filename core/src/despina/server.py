@@ -132,6 +132,9 @@ class Server:
         self.exporters: list[Any] = []
         self.live = False
         self._stopping = False
+        #: ``time.monotonic_ns()`` as :meth:`stop` began: a client's request a frontend
+        #: received before it is accepted work (:meth:`_refuses`).
+        self._stop_ns = 0
         #: Set by :meth:`shutdown`: not ready any more, still serving (the grace period).
         self.draining = False
         self.poller: RepositoryPoller | None = None
@@ -220,6 +223,7 @@ class Server:
         if self._stopping:
             return
         self._stopping = True
+        self._stop_ns = time.monotonic_ns()
         for frontend in reversed(self.frontends):
             drain = getattr(frontend, "drain", None)
             if drain is not None:
@@ -246,29 +250,46 @@ class Server:
 
     async def _settle(self, timeout_s: float) -> bool:
         """Wait until every READY version has run what it accepted, all at once (an
-        ensemble's next step or a BLS call may land on a model that was idle), for at
-        most ``timeout_s``; whether they did."""
+        ensemble's next step or a BLS call may land on a model that was idle), and every
+        frontend with a ``settled`` property has answered the requests it received before
+        the stop (one may still hold some it has not submitted), for at most
+        ``timeout_s``; whether they did."""
         deadline = time.monotonic() + timeout_s
-        while not all(
-            v.scheduler is None or v.scheduler.settled for v in self.models.ready_versions()
+        while not (
+            all(v.scheduler is None or v.scheduler.settled for v in self.models.ready_versions())
+            and all(getattr(frontend, "settled", True) for frontend in self.frontends)
         ):
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(DRAIN_POLL_S)
         return True
 
-    def inference_model(self, name: str, version: str = "") -> ModelVersion:
+    def _refuses(self, received_ns: int) -> bool:
+        """Whether a client's request is new work for a stopping server: the server is
+        stopping and the request was not received before :meth:`stop` began.
+        ``received_ns``: ``time.monotonic_ns()`` when its frontend had read it whole (its
+        body included), 0 when not said (refused once stopping)."""
+        return self._stopping and not 0 < received_ns < self._stop_ns
+
+    def inference_model(
+        self, name: str, version: str = "", *, received_ns: int = 0
+    ) -> ModelVersion:
         """The model version a new inference request runs on (``models.get``). Once the
-        server is stopping: Unavailable "Server is stopping" (its models may be gone: not
-        a 404), except on a model whose scheduler ``takes_follow_ons`` (a sequence model:
-        :meth:`submit` asks it about the request)."""
+        server is stopping: Unavailable "Server is stopping" where no version is found
+        (its models may be gone: not a 404), and for a request not received before the
+        stop (``received_ns``, see :meth:`_refuses`) except on a model whose scheduler
+        ``takes_follow_ons`` (a sequence model: :meth:`submit` asks it about the
+        request); a request received before the stop is accepted work, looked up as
+        ever."""
         if not self._stopping:
             return self.models.get(name, version)
         try:
             model = self.models.get(name, version)
         except DespinaError:
             raise Unavailable(STOPPING) from None
-        if model.scheduler is None or not model.scheduler.takes_follow_ons:
+        if self._refuses(received_ns) and (
+            model.scheduler is None or not model.scheduler.takes_follow_ons
+        ):
             raise Unavailable(STOPPING)
         return model
 
@@ -278,6 +299,8 @@ class Server:
         streaming: bool = True,
         model: ModelVersion | None = None,
         inner: bool = False,
+        *,
+        received_ns: int = 0,
     ) -> tuple[ModelVersion, ResponseStream]:
         """Admit a request (:func:`despina.pipeline.admit`: validated, answered from the
         cache or queued); return the model and the stream to read.
@@ -285,13 +308,18 @@ class Server:
         ``model``: the version :meth:`inference_model` returned for the request, when the
         caller looked it up already (with no await since). ``inner``: a request of work
         already accepted (an ensemble step, a BLS call), run while the server stops too.
-        Raises DespinaError (unknown model, invalid input, full queue, stopping)
-        synchronously, and Unsupported for a decoupled model unless ``streaming``.
+        ``received_ns``: when a client's request was received (:meth:`_refuses`): one
+        received before the stop began runs as any request did before it. Raises
+        DespinaError (unknown model, invalid input, full queue, stopping) synchronously,
+        and Unsupported for a decoupled model unless ``streaming``.
         """
         if model is None:
             name, version = request.model_name, request.model_version
-            model = self.models.get(name, version) if inner else self.inference_model(name, version)
-        if self._stopping and not inner:
+            if inner:
+                model = self.models.get(name, version)
+            else:
+                model = self.inference_model(name, version, received_ns=received_ns)
+        if not inner and self._refuses(received_ns):
             assert model.scheduler is not None
             model.scheduler.admit_while_stopping(request)
         return model, admit(model, request, self.shared_memory, streaming)

@@ -37,8 +37,11 @@ closed at once. Running out of descriptors pauses accepting briefly
 (:class:`~despina.transport.listen.Listener`).
 
 Stopping (:meth:`Front.drain`, as the server begins to stop): the listener closes; on each
-connection the answer that leaves nothing read unanswered says ``Connection: close``, and
-the connection closes after it in the same staged way. An idle connection stays open
+connection the requests read whole before the stop began (pipelined behind the one
+answered) run and are answered in turn, later ones are refused ("Server is stopping"); the
+answer that leaves nothing read unanswered says ``Connection: close``, and the connection
+closes after it in the same staged way. The server's stop waits for them
+(:attr:`Front.settled`) before the models unload. An idle connection stays open
 :data:`DRAIN_IDLE_S` for a request its client may be sending already (answered so), then
 closes: a request is answered or never sent, not cut by the close.
 """
@@ -337,6 +340,7 @@ class FrontConnection(asyncio.Protocol):
                 forwarded_headers(ctx, headers),
                 headers,
                 incoming.begin_ns,
+                incoming.read_ns,
             )
         except Exception as exc:  # noqa: BLE001 - answered in Triton's error format
             self.engine.send_error(incoming, *failure(exc, "infer"))
@@ -383,6 +387,7 @@ class FrontConnection(asyncio.Protocol):
             self.front.ssl_context is not None,
             connected=self.connected,
             received_ns=incoming.begin_ns,
+            read_ns=incoming.read_ns,
         )
 
     def connected(self) -> bool:
@@ -493,6 +498,13 @@ class Front:
             stop_listening(self.listener, lambda: FrontConnection(self), self.ssl_context)
         for connection in list(self.connections):
             connection.engine.drain()
+
+    @property
+    def settled(self) -> bool:
+        """No connection has a request read and not answered: a stopping server waits for
+        this with its models' queues (a request waiting its turn is not submitted yet)."""
+        engine = (c.engine for c in self.connections)
+        return not any(e.waiting or e.answering is not None for e in engine)
 
     async def stop(self) -> None:
         """:meth:`drain` unless draining; wait for the connections to close, then close

@@ -71,6 +71,12 @@ class HttpFrontend:
         if self._front is not None:
             self._front.drain()
 
+    @property
+    def settled(self) -> bool:
+        """Every request read is answered (:attr:`~despina_frontend_http.front.Front.settled`):
+        the server's stop waits for it before the models unload."""
+        return self._front is None or self._front.settled
+
     async def stop(self) -> None:
         """Drain unless draining; once the connections closed (those still open after
         :data:`~despina_frontend_http.front.CLOSE_WAIT_S` are cut), release the threads."""

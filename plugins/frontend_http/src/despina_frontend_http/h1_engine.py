@@ -21,8 +21,10 @@ turn, then the connection stops writing and drops what the client still sends un
 closes (:meth:`Handler.linger`; closing on unread bytes would reset the connection and
 lose the answer).
 
-Draining (:meth:`H1Engine.drain`, as the server stops): the answer that leaves nothing
-read unanswered says ``Connection: close``, and the connection lingers after it. An idle
+Draining (:meth:`H1Engine.drain`, as the server stops): the requests read meanwhile are
+answered in turn (those read whole before the stop began run, :attr:`Incoming.read_ns`;
+the server refuses later ones), the answer that leaves nothing read unanswered says
+``Connection: close``, and the connection lingers after it. An idle
 connection asks for a wait (:meth:`Handler.wait_idle`) for a request its client may be
 sending already, then closes unless one began (:meth:`H1Engine.idle_over`).
 """
@@ -77,6 +79,7 @@ class Incoming:
         "method",
         "over_limit",
         "raw_headers",
+        "read_ns",
         "refusal",
         "refusal_status",
         "size",
@@ -105,6 +108,9 @@ class Incoming:
         self.refusal_status = 400
         #: When its first byte came, taken only while tracing is on (else 0).
         self.begin_ns = 0
+        #: When it was read whole, head and body (``time.monotonic_ns``; 0 until then):
+        #: one read before the server began stopping runs (the server compares).
+        self.read_ns = 0
 
 
 class Answering(Protocol):
@@ -512,6 +518,7 @@ class H1Engine:
         self.in_head = True  # what follows is the next request's head
         self.chunks.end()
         incoming = self.current
+        incoming.read_ns = time.monotonic_ns()
         incoming.early_due = False  # its body came: answered in turn
         if self.closed:
             return

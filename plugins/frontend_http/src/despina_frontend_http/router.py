@@ -60,6 +60,9 @@ class Request:
     connected: Callable[[], bool] = _always
     #: When the request's first byte came (``time.monotonic_ns``), or 0 when not timed.
     received_ns: int = 0
+    #: When the request was read whole (``time.monotonic_ns``), or 0 when not known: an
+    #: inference read before the server began stopping runs while it stops.
+    read_ns: int = 0
     #: What the inflated body holds of the server-wide budget (set by
     #: :func:`~despina_frontend_http.body.read_body`; released once the handler returned).
     charge: BodyCharge | None = None

@@ -47,15 +47,19 @@ def start_infer(
     forwarded: Mapping[str, str] | None,
     headers: Mapping[str, str] | None = None,
     received_ns: int = 0,
+    read_ns: int = 0,
 ) -> Started:
     """Decode and submit a request (a cheap model may have answered it already: its
     stream has then :attr:`~despina.inference.ResponseStream.ended`). Raises DespinaError
     with Triton's status and text for a request that cannot run. While tracing is on, the
     request may get a trace (``headers``' ``traceparent`` continues the client's;
     ``received_ns``: when its first byte came, else when it was decoded); whoever writes
-    the answer then calls :func:`trace_sending` and :func:`trace_sent`."""
+    the answer then calls :func:`trace_sending` and :func:`trace_sent`. ``read_ns``: when
+    the request was read whole (``time.monotonic_ns``, 0: not known); one read before the
+    server began stopping runs while it stops, any other is refused then."""
     host = ctx.host
-    model = host.inference_model(name, version)  # unknown model/version: before the body
+    # unknown model/version: before the body
+    model = host.inference_model(name, version, received_ns=read_ns)
     if model.decoupled:
         raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
     request = decode_request(
@@ -76,7 +80,7 @@ def start_infer(
         trace = request.trace = host.tracer.sample(name, traceparent)
         if trace is not None:
             trace.received("HTTP", received_ns or request.received_ns)
-    model, stream = host.submit(request, streaming=False, model=model)
+    model, stream = host.submit(request, streaming=False, model=model, received_ns=read_ns)
     return Started(request, model, stream)
 
 
@@ -168,6 +172,7 @@ def routes(ctx: Context) -> list[Route]:
             forwarded_headers(ctx, headers),
             headers,
             request.received_ns,
+            request.read_ns,
         )
         header, blobs = await finish_infer(ctx, started, request.connected)
         trace_sending(started)
