@@ -779,7 +779,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--python-backend-repo", type=Path, default=os.environ.get("PYTHON_BACKEND_REPO")
     )
-    parser.add_argument("--suite", action="append", choices=sorted(SUITES))
+    sys.modules.setdefault("run", sys.modules[__name__])  # core_suites imports its helpers
+    from core_suites import FOLDERS, SUITES as CORE_SUITES
+
+    suites = {**SUITES, **CORE_SUITES}
+    parser.add_argument("--suite", action="append", choices=sorted(suites))
     parser.add_argument(
         "--server-cmd",
         # Triton 2.51 bounds no HTTP body; Despina's 64 MB default is newer Triton's
@@ -812,7 +816,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give --triton-repo (or TRITON_SERVER_REPO): a copy of Triton's server repo")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers on the way out
     work = Path(tempfile.mkdtemp(prefix="triton-qa-")).resolve()
-    for part in ("L0_backend_python", "python_models", "common"):
+    for part in ("L0_backend_python", "python_models", "common", *FOLDERS):
         shutil.copytree(opts.triton_repo / "qa" / part, work / "qa" / part)
     ctx = Context(
         work,
@@ -823,8 +827,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     total = failed = 0
     try:
-        for name in opts.suite or SUITES:
-            SUITES[name](ctx)
+        for name in opts.suite or suites:
+            suites[name](ctx)
             cases = ctx.cases.get(name, [])
             bad = [c for c in cases if not c.passed]
             total, failed = total + len(cases), failed + len(bad)
