@@ -75,8 +75,8 @@ async def core_path(rounds: int, count: int) -> dict[str, tuple[float, float]]:
     default within each round), the configurations interleaved round by round."""
     import bench_backend
     import numpy as np
-    from despina.inference import InferenceRequest
-    from despina.server import Server
+    from despina.inference.request import InferenceRequest
+    from despina.serving.server import Server
 
     servers = {}
     for name, flags in CONFIGS.items():

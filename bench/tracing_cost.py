@@ -110,8 +110,8 @@ async def in_process(rounds: int, count: int, folder: Path) -> dict[str, float]:
     sys.path.insert(0, str(ROOT / "bench"))
     import bench_backend
     import numpy as np
-    from despina.inference import InferenceRequest
-    from despina.server import Server
+    from despina.inference.request import InferenceRequest
+    from despina.serving.server import Server
 
     server = Server.from_args(
         [

@@ -53,7 +53,7 @@ def test_cuda_regions_over_http_and_grpc(
     pytest.importorskip("despina_frontend_grpc")
     import device_backend
     from cuda_standin import installed
-    from despina.cuda_memory import probe_cuda
+    from despina.memory.cuda_memory import probe_cuda
 
     with installed() if cuda == "standin" else contextlib.nullcontext():
         support = probe_cuda()
@@ -88,7 +88,7 @@ def test_tritonclient_cuda_shared_memory_utilities(
     pytest.importorskip("despina_frontend_http")
     pytest.importorskip("despina_frontend_grpc")
     import device_backend
-    from despina.cuda_memory import probe_cuda
+    from despina.memory.cuda_memory import probe_cuda
 
     support = probe_cuda()
     if not support.available or getattr(sys.modules.get("cupy"), "DESPINA_STANDIN", False):

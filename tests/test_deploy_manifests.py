@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from despina.flags import parse_settings
-from despina.plugins import create_plugins
+from despina.plugin.manager import create_plugins
+from despina.serving.flags import parse_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -1,4 +1,4 @@
-"""A prepared config is frozen (issue 38): once :mod:`despina.config_pipeline` hands it
+"""A prepared config is frozen (issue 38): once :mod:`despina.repository.config_pipeline` hands it
 over, nothing writes to it. One server loads a model of each kind (Python in a process
 and in-process, Python auto-completed, ONNX auto-completed with dynamic batching, an
 ensemble, a sequence model with the Oldest strategy); each model's config must serialize
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from despina.config_pipeline import PreparedConfig
+from despina.repository.config_pipeline import PreparedConfig
 from despina.testing import RepositoryBuilder, RunningServer
-from despina.testing_client import ModelClient
+from despina.testing.client import ModelClient
 
 pytest.importorskip("despina_backend_onnx")
 pytest.importorskip("despina_backend_python")

@@ -111,7 +111,7 @@ def test_load_errors_name_no_server_paths(
 
 
 def test_safe_text_rewrites_only_absolute_paths(tmp_path: Path) -> None:
-    from despina.redact import safe_text
+    from despina.repository.redact import safe_text
 
     root = tmp_path / "repo"
     model = root / "m"

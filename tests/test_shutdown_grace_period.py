@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import toy_backend
-from despina.flags import parse_settings
-from despina.plugins import create_plugins
+from despina.plugin.manager import create_plugins
+from despina.serving.flags import parse_settings
 from despina.testing import RepositoryBuilder, free_port
 from toy_backend import toy_config
 

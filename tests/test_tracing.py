@@ -319,7 +319,7 @@ def test_opentelemetry_spans(
 def test_bad_trace_flags_stop_the_start(
     repo: RepositoryBuilder, despina_server: Callable[..., RunningServer]
 ) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match="unknown trace setting 'speed'"):
         despina_server(repo.root, args=[*LOCAL, "--trace-config=speed=3"])

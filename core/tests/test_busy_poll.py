@@ -8,7 +8,7 @@ import selectors
 import socket
 import time
 
-from despina.busy_poll import BusyPollSelector, loop_factory
+from despina.serving.busy_poll import BusyPollSelector, loop_factory
 
 
 def test_zero_keeps_the_default_loop() -> None:

@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from despina.tensors import PADDED_BYTES_LIMIT, deserialize_bytes, serialize_bytes
+from despina.inference.tensors import PADDED_BYTES_LIMIT, deserialize_bytes, serialize_bytes
 from tritonclient.utils import serialize_byte_tensor
 
 _RANDOM = random.Random(7)

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from despina.flags import parse_settings
-from despina.plugins import create_plugins
-from despina.settings import CoreSettings
+from despina.plugin.manager import create_plugins
+from despina.serving.flags import parse_settings
+from despina.serving.settings import CoreSettings
 
 FLAGS_FILE = Path(__file__).with_name("tritonserver_flags.txt")
 #: Flags whose string value is one of a few choices.
@@ -138,7 +138,7 @@ FRAMEWORKS = ("torch", "onnxruntime", "openvino", "tensorrt", "tensorflow", "cup
 def test_plugins_and_help_import_no_ml_framework() -> None:
     code = (
         "import sys, contextlib, io\n"
-        "from despina.cli import main\n"
+        "from despina.serving.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    main(['plugins']); main(['--help'])\n"
         f"print(sorted(m for m in {FRAMEWORKS!r} if m in sys.modules))\n"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from despina import config as cfg, instance_groups
-from despina.config_pipeline import normalize
 from despina.errors import ConfigError
+from despina.repository import config as cfg, instance_groups
+from despina.repository.config_pipeline import normalize
 
 VALID = """
 name: "m"

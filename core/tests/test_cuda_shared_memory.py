@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from despina import SharedMemoryRegistry
-from despina.cuda_memory import IPC_HANDLE_SIZE, probe_cuda
 from despina.errors import InvalidArgument, NotFound, PermissionDenied
+from despina.memory.cuda_memory import IPC_HANDLE_SIZE, probe_cuda
 from despina.testing import RunningServer, http_post
 
 pytest.importorskip("despina_frontend_http")
@@ -175,7 +175,7 @@ def test_grpc_refusals(running: RunningServer) -> None:
 
 def test_importing_despina_and_its_frontends_loads_no_cuda() -> None:
     code = (
-        "import sys, despina, despina.shared_memory, despina.cuda_memory, despina.server\n"
+        "import sys, despina, despina.memory.shared_memory, despina.memory.cuda_memory, despina.serving.server\n"
         "import despina_frontend_http.plugin, despina_frontend_grpc.plugin\n"
         "maps = open('/proc/self/maps').read()\n"
         "loaded = [m for m in ('cupy', 'cuda') if m in sys.modules]\n"

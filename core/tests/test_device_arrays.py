@@ -19,7 +19,7 @@ import pytest
 import toy_backend
 from cuda_standin import installed
 from despina import DeviceArray, is_on_device, to_host
-from despina.device_arrays import concatenate
+from despina.memory.device_arrays import concatenate
 from despina.testing import RepositoryBuilder, RunningServer
 from test_ensemble import ensemble, step
 from toy_backend import toy_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from despina.devices import Gpu, GpuInventory, discover, visible_devices
+from despina.memory.gpus import Gpu, GpuInventory, discover, visible_devices
 
 MIG_A = Gpu(1, "A100 MIG 0", "MIG-aaaa-1111", (8, 0))
 MIG_B = Gpu(1, "A100 MIG 1", "MIG-bbbb-2222", (8, 0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from despina.validation import DimsPattern
+from despina.inference.validation import DimsPattern
 
 DIMS = [(), (4,), (-1,), (1,), (-1, 16), (2, -1, 3), (-1, -1), (5, 6)]
 SHAPES = [(), (1,), (4,), (0,), (16,), (7, 16), (7, 15), (2, 9, 3), (2, 9, 4), (3, 3), (5, 6)]

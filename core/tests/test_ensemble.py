@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import seq_backend
 from despina.errors import Cancelled, InvalidArgument, Unavailable, Unsupported
-from despina.inference import InferenceRequest, RequestedOutput
+from despina.inference.request import InferenceRequest, RequestedOutput
 from despina.testing import RepositoryBuilder, RunningServer
 from test_sequence import run_interleaved, seq_config
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import toy_backend
 from despina.errors import InvalidArgument, NotFound, Unavailable
-from despina.inference import InferenceRequest, RequestedOutput
+from despina.inference.request import InferenceRequest, RequestedOutput
 from despina.testing import RepositoryBuilder, RunningServer
 from toy_backend import toy_config, toy_request
 

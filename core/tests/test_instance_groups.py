@@ -4,9 +4,9 @@ two GPUs, none, a backend that cannot use them; and Triton's instance names."""
 from __future__ import annotations
 
 import pytest
-from despina import config as cfg, instance_groups as ig
-from despina.config_pipeline import normalize
 from despina.errors import ConfigError
+from despina.repository import config as cfg, instance_groups as ig
+from despina.repository.config_pipeline import normalize
 
 CPU_ONLY = "the installed torch 2.13.0+cpu is a CPU-only build"
 

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import queue
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
-from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.errors import Cancelled, InvalidArgument, Unavailable
-from despina.hookspecs import hookimpl
-from despina.inference import InferenceRequest, InferenceResponse, SequenceFlags
+from despina.inference.request import InferenceRequest, InferenceResponse, SequenceFlags
+from despina.plugin.backend import Backend, InstanceSpec, ModelInstance
+from despina.plugin.hookspecs import hookimpl
 from despina.testing import RepositoryBuilder, RunningServer
 
 pytest.importorskip("despina_frontend_http")

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import toy_backend
 from despina.errors import Unavailable
-from despina.flags import parse_settings
-from despina.inference import InferenceRequest, SequenceFlags
-from despina.plugins import create_plugins
+from despina.inference.request import InferenceRequest, SequenceFlags
+from despina.plugin.manager import create_plugins
 from despina.scheduling.base import DEFAULT_MAX_PENDING_REQUESTS
-from despina.settings import CoreSettings
+from despina.serving.flags import parse_settings
+from despina.serving.settings import CoreSettings
 from despina.testing import RepositoryBuilder, RunningServer
 from toy_backend import toy_config, toy_request
 

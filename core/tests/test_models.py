@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import toy_backend
 from despina.errors import InvalidArgument, NotFound, Unavailable
-from despina.server import StartupError
+from despina.serving.server import StartupError
 from despina.testing import RepositoryBuilder, RunningServer, start_server
 from toy_backend import toy_config, toy_request
 

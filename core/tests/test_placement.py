@@ -10,9 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pytest
-from despina.config import ModelConfig, parse_text
 from despina.errors import ConfigError
-from despina.placement import (
+from despina.models.call_placement import (
     FIRST_STREAK,
     LEAVE_SHARE,
     SHARE_WEIGHT,
@@ -21,6 +20,7 @@ from despina.placement import (
     inline_budget,
     running_inline,
 )
+from despina.repository.config import ModelConfig, parse_text
 
 T = TypeVar("T")
 

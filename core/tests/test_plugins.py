@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import toy_backend
-from despina.backend import Backend
-from despina.hookspecs import hookimpl
-from despina.plugins import PluginError, create_plugins
-from despina.server import Server
+from despina.plugin.backend import Backend
+from despina.plugin.hookspecs import hookimpl
+from despina.plugin.manager import PluginError, create_plugins
+from despina.serving.server import Server
 from despina.testing import RepositoryBuilder, RunningServer, free_port
 from toy_backend import toy_config
 
@@ -39,9 +39,9 @@ dependencies = ["despina"]
 
 # What a backend author writes: one hook returning one Backend class.
 DOUBLER = """
-from despina.backend import Backend, ModelInstance
-from despina.hookspecs import hookimpl
-from despina.inference import InferenceResponse
+from despina.plugin.backend import Backend, ModelInstance
+from despina.plugin.hookspecs import hookimpl
+from despina.inference.request import InferenceResponse
 
 
 class Doubler(ModelInstance):

@@ -55,7 +55,7 @@ def test_importing_the_plugin_contract_stays_cheap() -> None:
     code = (
         "import sys\n"
         "from despina import hookimpl\n"
-        "heavy = [m for m in ('numpy', 'google.protobuf', 'tritonclient', 'despina.server')"
+        "heavy = [m for m in ('numpy', 'google.protobuf', 'tritonclient', 'despina.serving.server')"
         " if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import toy_backend
-from despina.rate_limiter import parse_resource_flags
+from despina.scheduling.rate_limiter import parse_resource_flags
 from despina.testing import RepositoryBuilder, RunningServer
 from toy_backend import toy_config, toy_request
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from despina import config as cfg
 from despina.errors import ConfigError, NotFound
-from despina.repository import ModelRepository, available_versions, select_versions
+from despina.repository import config as cfg
+from despina.repository.folders import ModelRepository, available_versions, select_versions
 
 
 def _model(root: Path, name: str, versions: list[str]) -> Path:

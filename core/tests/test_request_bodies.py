@@ -1,4 +1,4 @@
-"""The request-body budget and the shared inflater (despina.request_bodies)."""
+"""The request-body budget and the shared inflater (despina.inference.request_bodies)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from despina import (
     Inflation,
     inflate,
 )
-from despina.request_bodies import INFLATE_STEP, available_memory, default_budget
+from despina.inference.request_bodies import INFLATE_STEP, available_memory, default_budget
 
 
 def compressed(data: bytes, wbits: int) -> bytes:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from despina.inference import InferenceRequest
+from despina.inference.request import InferenceRequest
 from despina.scheduling.queue import RequestQueue
 
 

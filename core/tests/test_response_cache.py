@@ -7,8 +7,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import toy_backend
-from despina.inference import RequestedOutput
-from despina.server import StartupError
+from despina.inference.request import RequestedOutput
+from despina.serving.server import StartupError
 from despina.testing import RepositoryBuilder, RunningServer, start_server
 from toy_backend import toy_config, toy_request
 
@@ -52,7 +52,7 @@ def test_identical_requests_hit_the_cache(
 
 
 def test_cache_evicts_least_recently_used_within_its_budget() -> None:
-    from despina.response_cache import ResponseCache
+    from despina.inference.response_cache import ResponseCache
 
     cache = ResponseCache(capacity_bytes=64)
     block = np.zeros(8, np.float32)  # 32 bytes

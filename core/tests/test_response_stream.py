@@ -6,7 +6,7 @@ import asyncio
 import threading
 from typing import Any
 
-from despina.inference import InferenceResponse, ResponseStream
+from despina.inference.request import InferenceResponse, ResponseStream
 
 
 def response(text: str) -> InferenceResponse:

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 from despina.errors import InvalidArgument
-from despina.flags import parse_settings
-from despina.plugins import create_plugins
-from despina.runtime_settings import LogSettings, TraceSettings
+from despina.plugin.manager import create_plugins
+from despina.serving.flags import parse_settings
+from despina.serving.runtime_settings import LogSettings, TraceSettings
 from despina.tracing.config import TraceConfig
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import seq_backend
 from despina.errors import Cancelled, InvalidArgument, Unavailable
-from despina.inference import InferenceRequest, RequestedOutput, SequenceFlags
-from despina.plugins import create_plugins
+from despina.inference.request import InferenceRequest, RequestedOutput, SequenceFlags
+from despina.plugin.manager import create_plugins
 from despina.testing import RepositoryBuilder, RunningServer
 
 Start = Callable[..., RunningServer]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 #: Modules the plugin imports only in the fixtures and functions that need them.
-HEAVY = ("despina.server", "numpy", "google.protobuf", "tritonclient", "grpc", "aiohttp")
+HEAVY = ("despina.serving.server", "numpy", "google.protobuf", "tritonclient", "grpc", "aiohttp")
 
 
 def test_importing_the_plugin_imports_nothing_heavy() -> None:

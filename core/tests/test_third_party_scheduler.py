@@ -1,5 +1,5 @@
 """A third-party scheduler that only chooses batches and runs them with
-:func:`despina.pipeline.execute_on` still gets everything the request pipeline gives: the
+:func:`despina.inference.pipeline.execute_on` still gets everything the request pipeline gives: the
 response cache, classification, per-model statistics and the trace, on a real server
 over HTTP with tritonclient."""
 
@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 import toy_backend
-from despina.config import ModelConfig
-from despina.hookspecs import hookimpl
-from despina.inference import InferenceRequest
-from despina.pipeline import execute_on, reject
+from despina.inference.pipeline import execute_on, reject
+from despina.inference.request import InferenceRequest
+from despina.plugin.hookspecs import hookimpl
+from despina.repository.config import ModelConfig
 from despina.scheduling.base import Scheduler, stopping_error
 from despina.testing import RepositoryBuilder, RunningServer
 
@@ -144,7 +144,7 @@ def test_a_scheduler_that_only_chooses_batches_gets_the_whole_pipeline(
 
 def test_the_builtin_schedulers_answer_only_through_the_pipeline() -> None:
     """No scheduler module sends on a stream, counts statistics, classifies or caches:
-    :mod:`despina.pipeline` does, for them all."""
+    :mod:`despina.inference.pipeline` does, for them all."""
     import despina.scheduling
 
     bypasses = ("stream.send(", ".respond(", ".record_", "classify_outputs", "cache.store(")

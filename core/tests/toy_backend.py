@@ -9,10 +9,10 @@ import json
 from collections.abc import Sequence
 
 import numpy as np
-from despina.backend import Backend, InstanceSpec, ModelInstance
 from despina.errors import InvalidArgument
-from despina.hookspecs import hookimpl
-from despina.inference import InferenceRequest, InferenceResponse
+from despina.inference.request import InferenceRequest, InferenceResponse
+from despina.plugin.backend import Backend, InstanceSpec, ModelInstance
+from despina.plugin.hookspecs import hookimpl
 
 
 class ToyInstance(ModelInstance):

@@ -62,12 +62,12 @@ UNKNOWN_BACKEND = "a config naming a backend that is not installed is a 400 (was
 NO_VERSION = "a load override whose files hold no version folder is a 400 (was 503)"
 TEMP_LEAK = (
     "a load with file overrides that fails (a refused path, a bad config, a failing model) "
-    "left its despina-override-* temporary folder behind (fixed: despina/models.py removed it "
+    "left its despina-override-* temporary folder behind (fixed: despina/models/manager.py removed it "
     "only when a loaded version retires): every failed request leaks a folder"
 )
 DIRECTORY_PATH = (
     "a file override whose path names a folder that another override creates ('file:1/' "
-    "beside 'file:1/model.toy') failed with 500 (fixed): despina/models.py "
+    "beside 'file:1/model.toy') failed with 500 (fixed): despina/models/manager.py "
     "writes bytes onto the folder (IsADirectoryError); it should be a 400"
 )
 

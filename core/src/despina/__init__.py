@@ -11,15 +11,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from despina.version import __version__
 
 #: Public name -> the module defining it; the names in :data:`_MODULES` export the module.
 _EXPORTS: dict[str, str] = {
     # the plugin contract
-    "hookimpl": "despina.hookspecs",
-    "BackendHost": "despina.ports",
-    "FrontendHost": "despina.ports",
-    "MetricsHost": "despina.ports",
+    "hookimpl": "despina.plugin.hookspecs",
+    "BackendHost": "despina.plugin.ports",
+    "FrontendHost": "despina.plugin.ports",
+    "MetricsHost": "despina.plugin.ports",
     # errors, one per status
     "errors": "despina.errors",
     "AlreadyExists": "despina.errors",
@@ -35,100 +35,100 @@ _EXPORTS: dict[str, str] = {
     "Unknown": "despina.errors",
     "Unsupported": "despina.errors",
     # backends
-    "Backend": "despina.backend",
-    "CONCURRENT_EXECUTIONS": "despina.backend",
-    "InstanceSpec": "despina.backend",
-    "ModelContext": "despina.backend",
-    "ModelInstance": "despina.backend",
-    "ThreadedInstance": "despina.threaded",
-    "CallPlacement": "despina.placement",
-    "NeedsThread": "despina.placement",
-    "inline_budget": "despina.placement",
-    "running_inline": "despina.placement",
-    "cpu_instances": "despina.placement",
-    "cores": "despina.placement",
+    "Backend": "despina.plugin.backend",
+    "CONCURRENT_EXECUTIONS": "despina.plugin.backend",
+    "InstanceSpec": "despina.plugin.backend",
+    "ModelContext": "despina.plugin.backend",
+    "ModelInstance": "despina.plugin.backend",
+    "ThreadedInstance": "despina.plugin.threaded_instance",
+    "CallPlacement": "despina.models.call_placement",
+    "NeedsThread": "despina.models.call_placement",
+    "inline_budget": "despina.models.call_placement",
+    "running_inline": "despina.models.call_placement",
+    "cpu_instances": "despina.models.call_placement",
+    "cores": "despina.models.call_placement",
     "DisconnectWatch": "despina.transport.disconnect",
     "Trace": "despina.tracing.trace",
-    "ascii_digits": "despina.digits",
-    "threads_per_instance": "despina.placement",
-    "instance_specs": "despina.instance_groups",
-    "Gpu": "despina.devices",
-    "GpuInventory": "despina.devices",
-    "ModelVersion": "despina.model_versions",
-    "RaggedBatch": "despina.ragged",
-    "batch_sizes": "despina.batching",
-    "TensorSpec": "despina.signatures",
-    "check_config": "despina.signatures",
-    "complete_config": "despina.signatures",
+    "ascii_digits": "despina.serving.digits",
+    "threads_per_instance": "despina.models.call_placement",
+    "instance_specs": "despina.repository.instance_groups",
+    "Gpu": "despina.memory.gpus",
+    "GpuInventory": "despina.memory.gpus",
+    "ModelVersion": "despina.models.versions",
+    "RaggedBatch": "despina.inference.ragged",
+    "batch_sizes": "despina.inference.batching",
+    "TensorSpec": "despina.repository.signatures",
+    "check_config": "despina.repository.signatures",
+    "complete_config": "despina.repository.signatures",
     # requests, responses and tensors
-    "InferenceRequest": "despina.inference",
-    "InferenceResponse": "despina.inference",
-    "RequestedOutput": "despina.inference",
-    "ResponseStream": "despina.inference",
-    "SequenceFlags": "despina.inference",
-    "ModelSignature": "despina.validation",
-    "validate_request": "despina.validation",
-    "repeated_tensor": "despina.validation",
-    "DATATYPE_TO_DTYPE": "despina.tensors",
-    "config_to_datatype": "despina.tensors",
-    "datatype_of": "despina.tensors",
-    "deserialize_bytes": "despina.tensors",
-    "element_count": "despina.tensors",
-    "checked_element_count": "despina.tensors",
-    "MAX_TENSOR_BYTES": "despina.tensors",
-    "serialize_bytes": "despina.tensors",
-    "DeviceArray": "despina.device_arrays",
-    "is_on_device": "despina.device_arrays",
-    "to_host": "despina.device_arrays",
-    "INTERNAL_KEY_PREFIX": "despina.own_shm",
-    "claim_shm": "despina.own_shm",
-    "private_shm_dir": "despina.own_shm",
-    "SharedMemoryRegistry": "despina.shared_memory",
+    "InferenceRequest": "despina.inference.request",
+    "InferenceResponse": "despina.inference.request",
+    "RequestedOutput": "despina.inference.request",
+    "ResponseStream": "despina.inference.request",
+    "SequenceFlags": "despina.inference.request",
+    "ModelSignature": "despina.inference.validation",
+    "validate_request": "despina.inference.validation",
+    "repeated_tensor": "despina.inference.validation",
+    "DATATYPE_TO_DTYPE": "despina.inference.tensors",
+    "config_to_datatype": "despina.inference.tensors",
+    "datatype_of": "despina.inference.tensors",
+    "deserialize_bytes": "despina.inference.tensors",
+    "element_count": "despina.inference.tensors",
+    "checked_element_count": "despina.inference.tensors",
+    "MAX_TENSOR_BYTES": "despina.inference.tensors",
+    "serialize_bytes": "despina.inference.tensors",
+    "DeviceArray": "despina.memory.device_arrays",
+    "is_on_device": "despina.memory.device_arrays",
+    "to_host": "despina.memory.device_arrays",
+    "INTERNAL_KEY_PREFIX": "despina.memory.own_shm",
+    "claim_shm": "despina.memory.own_shm",
+    "private_shm_dir": "despina.memory.own_shm",
+    "SharedMemoryRegistry": "despina.memory.shared_memory",
     # model configuration
-    "ModelConfig": "despina.config",
-    "mc": "despina.config",
-    "config_json": "despina.config",
-    "number_parameter": "despina.config",
-    "parameters_of": "despina.config",
-    "to_json_dict": "despina.config",
-    "safe_join": "despina.paths",
-    "check_model_name": "despina.paths",
+    "ModelConfig": "despina.repository.config",
+    "mc": "despina.repository.config",
+    "config_json": "despina.repository.config",
+    "number_parameter": "despina.repository.config",
+    "parameters_of": "despina.repository.config",
+    "to_json_dict": "despina.repository.config",
+    "safe_join": "despina.repository.paths",
+    "check_model_name": "despina.repository.paths",
     # metrics and statistics
-    "COUNTER": "despina.custom_metrics",
-    "GAUGE": "despina.custom_metrics",
-    "HISTOGRAM": "despina.custom_metrics",
-    "CustomMetrics": "despina.custom_metrics",
-    "Metric": "despina.custom_metrics",
-    "MetricFamily": "despina.custom_metrics",
-    "FAILURE_REASONS": "despina.stats",
-    "LATENCY_OBSERVERS": "despina.stats",
-    "LatencyObserver": "despina.stats",
-    "LatencyObservers": "despina.stats",
-    "report_compute": "despina.stats",
+    "COUNTER": "despina.serving.custom_metrics",
+    "GAUGE": "despina.serving.custom_metrics",
+    "HISTOGRAM": "despina.serving.custom_metrics",
+    "CustomMetrics": "despina.serving.custom_metrics",
+    "Metric": "despina.serving.custom_metrics",
+    "MetricFamily": "despina.serving.custom_metrics",
+    "FAILURE_REASONS": "despina.inference.stats",
+    "LATENCY_OBSERVERS": "despina.inference.stats",
+    "LatencyObserver": "despina.inference.stats",
+    "LatencyObservers": "despina.inference.stats",
+    "report_compute": "despina.inference.stats",
     # settings
-    "CORE": "despina.settings",
-    "CoreSettings": "despina.settings",
-    "Stash": "despina.settings",
-    "StashKey": "despina.settings",
+    "CORE": "despina.serving.settings",
+    "CoreSettings": "despina.serving.settings",
+    "Stash": "despina.serving.settings",
+    "StashKey": "despina.serving.settings",
     # frontends
-    "BodyBudget": "despina.request_bodies",
-    "BodyBudgetExhausted": "despina.request_bodies",
-    "BodyCharge": "despina.request_bodies",
-    "BodyOverBudget": "despina.request_bodies",
-    "BodyTooLarge": "despina.request_bodies",
-    "BodyUndecodable": "despina.request_bodies",
-    "Inflation": "despina.request_bodies",
-    "inflate": "despina.request_bodies",
-    "Restriction": "despina.restricted",
-    "parse_restricted": "despina.restricted",
+    "BodyBudget": "despina.inference.request_bodies",
+    "BodyBudgetExhausted": "despina.inference.request_bodies",
+    "BodyCharge": "despina.inference.request_bodies",
+    "BodyOverBudget": "despina.inference.request_bodies",
+    "BodyTooLarge": "despina.inference.request_bodies",
+    "BodyUndecodable": "despina.inference.request_bodies",
+    "Inflation": "despina.inference.request_bodies",
+    "inflate": "despina.inference.request_bodies",
+    "Restriction": "despina.serving.restricted",
+    "parse_restricted": "despina.serving.restricted",
     "Listener": "despina.transport.listen",
     "listen": "despina.transport.listen",
     "stop_listening": "despina.transport.listen",
     "Roster": "despina.transport.roster",
-    "triton_bool": "despina.triton_flags",
+    "triton_bool": "despina.serving.triton_flags",
     # embedding a server
-    "Server": "despina.server",
-    "StartupError": "despina.server",
+    "Server": "despina.serving.server",
+    "StartupError": "despina.serving.server",
 }
 
 #: Public names that are modules themselves.
@@ -154,37 +154,6 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists equal)
     from despina import errors as errors
-    from despina.backend import (
-        CONCURRENT_EXECUTIONS as CONCURRENT_EXECUTIONS,
-        Backend as Backend,
-        InstanceSpec as InstanceSpec,
-        ModelContext as ModelContext,
-        ModelInstance as ModelInstance,
-    )
-    from despina.batching import batch_sizes as batch_sizes
-    from despina.config import (
-        ModelConfig as ModelConfig,
-        config_json as config_json,
-        mc as mc,
-        number_parameter as number_parameter,
-        parameters_of as parameters_of,
-        to_json_dict as to_json_dict,
-    )
-    from despina.custom_metrics import (
-        COUNTER as COUNTER,
-        GAUGE as GAUGE,
-        HISTOGRAM as HISTOGRAM,
-        CustomMetrics as CustomMetrics,
-        Metric as Metric,
-        MetricFamily as MetricFamily,
-    )
-    from despina.device_arrays import (
-        DeviceArray as DeviceArray,
-        is_on_device as is_on_device,
-        to_host as to_host,
-    )
-    from despina.devices import Gpu as Gpu, GpuInventory as GpuInventory
-    from despina.digits import ascii_digits as ascii_digits
     from despina.errors import (
         AlreadyExists as AlreadyExists,
         Cancelled as Cancelled,
@@ -199,38 +168,16 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         Unknown as Unknown,
         Unsupported as Unsupported,
     )
-    from despina.hookspecs import hookimpl as hookimpl
-    from despina.inference import (
+    from despina.inference.batching import batch_sizes as batch_sizes
+    from despina.inference.ragged import RaggedBatch as RaggedBatch
+    from despina.inference.request import (
         InferenceRequest as InferenceRequest,
         InferenceResponse as InferenceResponse,
         RequestedOutput as RequestedOutput,
         ResponseStream as ResponseStream,
         SequenceFlags as SequenceFlags,
     )
-    from despina.instance_groups import instance_specs as instance_specs
-    from despina.model_versions import ModelVersion as ModelVersion
-    from despina.own_shm import (
-        INTERNAL_KEY_PREFIX as INTERNAL_KEY_PREFIX,
-        claim_shm as claim_shm,
-        private_shm_dir as private_shm_dir,
-    )
-    from despina.paths import check_model_name as check_model_name, safe_join as safe_join
-    from despina.placement import (
-        CallPlacement as CallPlacement,
-        NeedsThread as NeedsThread,
-        cores as cores,
-        cpu_instances as cpu_instances,
-        inline_budget as inline_budget,
-        running_inline as running_inline,
-        threads_per_instance as threads_per_instance,
-    )
-    from despina.ports import (
-        BackendHost as BackendHost,
-        FrontendHost as FrontendHost,
-        MetricsHost as MetricsHost,
-    )
-    from despina.ragged import RaggedBatch as RaggedBatch
-    from despina.request_bodies import (
+    from despina.inference.request_bodies import (
         BodyBudget as BodyBudget,
         BodyBudgetExhausted as BodyBudgetExhausted,
         BodyCharge as BodyCharge,
@@ -240,28 +187,14 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         Inflation as Inflation,
         inflate as inflate,
     )
-    from despina.restricted import Restriction as Restriction, parse_restricted as parse_restricted
-    from despina.server import Server as Server, StartupError as StartupError
-    from despina.settings import (
-        CORE as CORE,
-        CoreSettings as CoreSettings,
-        Stash as Stash,
-        StashKey as StashKey,
-    )
-    from despina.shared_memory import SharedMemoryRegistry as SharedMemoryRegistry
-    from despina.signatures import (
-        TensorSpec as TensorSpec,
-        check_config as check_config,
-        complete_config as complete_config,
-    )
-    from despina.stats import (
+    from despina.inference.stats import (
         FAILURE_REASONS as FAILURE_REASONS,
         LATENCY_OBSERVERS as LATENCY_OBSERVERS,
         LatencyObserver as LatencyObserver,
         LatencyObservers as LatencyObservers,
         report_compute as report_compute,
     )
-    from despina.tensors import (
+    from despina.inference.tensors import (
         DATATYPE_TO_DTYPE as DATATYPE_TO_DTYPE,
         MAX_TENSOR_BYTES as MAX_TENSOR_BYTES,
         checked_element_count as checked_element_count,
@@ -271,7 +204,86 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         element_count as element_count,
         serialize_bytes as serialize_bytes,
     )
-    from despina.threaded import ThreadedInstance as ThreadedInstance
+    from despina.inference.validation import (
+        ModelSignature as ModelSignature,
+        repeated_tensor as repeated_tensor,
+        validate_request as validate_request,
+    )
+    from despina.memory.device_arrays import (
+        DeviceArray as DeviceArray,
+        is_on_device as is_on_device,
+        to_host as to_host,
+    )
+    from despina.memory.gpus import Gpu as Gpu, GpuInventory as GpuInventory
+    from despina.memory.own_shm import (
+        INTERNAL_KEY_PREFIX as INTERNAL_KEY_PREFIX,
+        claim_shm as claim_shm,
+        private_shm_dir as private_shm_dir,
+    )
+    from despina.memory.shared_memory import SharedMemoryRegistry as SharedMemoryRegistry
+    from despina.models.call_placement import (
+        CallPlacement as CallPlacement,
+        NeedsThread as NeedsThread,
+        cores as cores,
+        cpu_instances as cpu_instances,
+        inline_budget as inline_budget,
+        running_inline as running_inline,
+        threads_per_instance as threads_per_instance,
+    )
+    from despina.models.versions import ModelVersion as ModelVersion
+    from despina.plugin.backend import (
+        CONCURRENT_EXECUTIONS as CONCURRENT_EXECUTIONS,
+        Backend as Backend,
+        InstanceSpec as InstanceSpec,
+        ModelContext as ModelContext,
+        ModelInstance as ModelInstance,
+    )
+    from despina.plugin.hookspecs import hookimpl as hookimpl
+    from despina.plugin.ports import (
+        BackendHost as BackendHost,
+        FrontendHost as FrontendHost,
+        MetricsHost as MetricsHost,
+    )
+    from despina.plugin.threaded_instance import ThreadedInstance as ThreadedInstance
+    from despina.repository.config import (
+        ModelConfig as ModelConfig,
+        config_json as config_json,
+        mc as mc,
+        number_parameter as number_parameter,
+        parameters_of as parameters_of,
+        to_json_dict as to_json_dict,
+    )
+    from despina.repository.instance_groups import instance_specs as instance_specs
+    from despina.repository.paths import (
+        check_model_name as check_model_name,
+        safe_join as safe_join,
+    )
+    from despina.repository.signatures import (
+        TensorSpec as TensorSpec,
+        check_config as check_config,
+        complete_config as complete_config,
+    )
+    from despina.serving.custom_metrics import (
+        COUNTER as COUNTER,
+        GAUGE as GAUGE,
+        HISTOGRAM as HISTOGRAM,
+        CustomMetrics as CustomMetrics,
+        Metric as Metric,
+        MetricFamily as MetricFamily,
+    )
+    from despina.serving.digits import ascii_digits as ascii_digits
+    from despina.serving.restricted import (
+        Restriction as Restriction,
+        parse_restricted as parse_restricted,
+    )
+    from despina.serving.server import Server as Server, StartupError as StartupError
+    from despina.serving.settings import (
+        CORE as CORE,
+        CoreSettings as CoreSettings,
+        Stash as Stash,
+        StashKey as StashKey,
+    )
+    from despina.serving.triton_flags import triton_bool as triton_bool
     from despina.tracing.trace import Trace as Trace
     from despina.transport.disconnect import DisconnectWatch as DisconnectWatch
     from despina.transport.listen import (
@@ -280,9 +292,3 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         stop_listening as stop_listening,
     )
     from despina.transport.roster import Roster as Roster
-    from despina.triton_flags import triton_bool as triton_bool
-    from despina.validation import (
-        ModelSignature as ModelSignature,
-        repeated_tensor as repeated_tensor,
-        validate_request as validate_request,
-    )

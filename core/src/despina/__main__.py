@@ -2,6 +2,6 @@
 
 import sys
 
-from despina.cli import main
+from despina.serving.cli import main
 
 sys.exit(main())

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-from despina.conformance import BackendConformance, BuiltModel, Files, RejectingModel
+from despina.testing.conformance import BackendConformance, BuiltModel, Files, RejectingModel
 
 from .conftest import add_sub_model, gather_model, identity_model
 

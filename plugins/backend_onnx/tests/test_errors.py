@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from despina.inference import InferenceRequest, InferenceResponse
-from despina.placement import FIRST_STREAK
+from despina.inference.request import InferenceRequest, InferenceResponse
+from despina.models.call_placement import FIRST_STREAK
 from despina.testing import RepositoryBuilder, RunningServer
 from tritonclient.utils import InferenceServerException
 

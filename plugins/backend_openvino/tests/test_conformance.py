@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from despina.conformance import BackendConformance, BuiltModel, Files, RejectingModel
+from despina.testing.conformance import BackendConformance, BuiltModel, Files, RejectingModel
 
 from .conftest import add_dynamic_ir, add_sub_ir, identity_ir
 

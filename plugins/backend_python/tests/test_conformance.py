@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-from despina.conformance import (
+from despina.testing.conformance import (
     CONFIG_CHECK,
     DEFAULT_MAX_BATCH_SIZE,
     BackendConformance,

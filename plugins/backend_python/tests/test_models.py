@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from despina.inference import InferenceRequest as CoreRequest
-from despina.placement import FIRST_STREAK
+from despina.inference.request import InferenceRequest as CoreRequest
+from despina.models.call_placement import FIRST_STREAK
 from tritonclient.utils import InferenceServerException
 
 from .helpers import infer, pair

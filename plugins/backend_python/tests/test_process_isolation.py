@@ -64,7 +64,7 @@ def test_shared_memory_keys_are_internal(
     model_repository: Any, despina_server: Any, http_client: Any
 ) -> None:
     from despina.errors import InvalidArgument
-    from despina.own_shm import INTERNAL_KEY_PREFIX, private_shm_dir
+    from despina.memory.own_shm import INTERNAL_KEY_PREFIX, private_shm_dir
 
     add(model_repository, "crashy", CRASHY, ADD_SUB_IO, "process")
     running = despina_server(model_repository.root, ["--allow-client-shm=true"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from despina.conformance import (
+from despina.testing.conformance import (
     CONFIG_CHECK,
     NO_CONFIG,
     BackendConformance,

@@ -10,14 +10,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from despina.conformance import (
+from despina.testing import RunningServer
+from despina.testing.conformance import (
     DEFAULT_MAX_BATCH_SIZE,
     BackendConformance,
     BuiltModel,
     Files,
     RejectingModel,
 )
-from despina.testing import RunningServer
 from despina_trt_standin import SimulatedGpu, add_sub_plan, identity_plan
 
 #: Triton datatypes -> TensorRT's (those Triton's tensorrt backend exchanges).

@@ -14,10 +14,10 @@ import asyncio
 from collections.abc import Sequence
 
 import numpy as np
-from despina.backend import CONCURRENT_EXECUTIONS, Backend, InstanceSpec, ModelInstance
 from despina.errors import InvalidArgument
-from despina.hookspecs import hookimpl
-from despina.inference import InferenceRequest, InferenceResponse
+from despina.inference.request import InferenceRequest, InferenceResponse
+from despina.plugin.backend import CONCURRENT_EXECUTIONS, Backend, InstanceSpec, ModelInstance
+from despina.plugin.hookspecs import hookimpl
 
 
 def config(

@@ -1,6 +1,6 @@
 """Shapes no tensor can have (element count or byte size past 64 bits, negative dims)
 are INVALID_ARGUMENT, with the text HTTP's 400 has too
-(:func:`despina.tensors.checked_element_count`); the server keeps serving."""
+(:func:`despina.inference.tensors.checked_element_count`); the server keeps serving."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from despina.tensors import MAX_TENSOR_BYTES
+from despina.inference.tensors import MAX_TENSOR_BYTES
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 

@@ -26,7 +26,7 @@ import hpack
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from despina.request_bodies import INFLATE_STEP
+from despina.inference.request_bodies import INFLATE_STEP
 from despina.testing import RunningServer
 from despina_frontend_grpc import h2_frames
 from despina_frontend_grpc.h2_limits import (

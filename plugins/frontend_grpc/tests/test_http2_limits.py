@@ -193,7 +193,7 @@ def test_max_concurrent_streams_flag(serve: Serve, connect: Callable[..., RawCli
 
 
 def test_max_concurrent_streams_must_be_positive(serve: Serve) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match="--grpc-max-concurrent-streams must be at least 1"):
         serve("--grpc-max-concurrent-streams=0")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from despina.flags import parse_settings
-from despina.plugins import create_plugins
-from despina.server import Registry
+from despina.plugin.manager import create_plugins
+from despina.serving.flags import parse_settings
+from despina.serving.server import Registry
 
 
 def test_discovered_through_entry_point() -> None:

@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from despina.cuda_memory import probe_cuda
+from despina.memory.cuda_memory import probe_cuda
 from despina.testing import RunningServer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException

@@ -76,7 +76,7 @@ def test_restricted_protocols(serve: Callable[..., RunningServer]) -> None:
 def test_malformed_restriction_refuses_to_start(
     serve: Callable[..., RunningServer], value: str
 ) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match="grpc-restricted-protocol"):
         serve(f"--grpc-restricted-protocol={value}")
@@ -184,7 +184,7 @@ def test_mutual_tls(serve: Callable[..., RunningServer], certificates: dict[str,
 
 
 def test_tls_flags_need_files(serve: Callable[..., RunningServer]) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match="--grpc-server-cert"):
         serve("--grpc-use-ssl=true")
@@ -327,7 +327,7 @@ def test_allow_grpc_false_listens_nowhere(serve: Callable[..., RunningServer]) -
 def test_busy_port_fails_start_clearly(
     serve: Callable[..., RunningServer], server: RunningServer
 ) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match="cannot bind gRPC"):
         serve(f"--grpc-port={server.grpc_port}")
@@ -364,7 +364,7 @@ def test_client_shared_memory_is_opt_in(serve: Callable[..., RunningServer]) -> 
 
 
 def test_unbindable_address_fails_start_clearly(serve: Callable[..., RunningServer]) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match=r"cannot bind gRPC to 192\.0\.2\.1"):
         serve("--grpc-address=192.0.2.1")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
-from despina.tensors import DATATYPE_TO_DTYPE
+from despina.inference.tensors import DATATYPE_TO_DTYPE
 from despina.testing import RunningServer
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException

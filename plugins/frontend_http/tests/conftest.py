@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from despina.tensors import DATATYPE_TO_DTYPE
+from despina.inference.tensors import DATATYPE_TO_DTYPE
 from despina.testing import RepositoryBuilder, RunningServer
 
 sys.path.insert(0, str(Path(__file__).parent))  # the in-test backend module beside this file

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from despina.backend import Backend, InstanceSpec, ModelInstance
-from despina.hookspecs import hookimpl
-from despina.inference import InferenceRequest, InferenceResponse
+from despina.inference.request import InferenceRequest, InferenceResponse
+from despina.plugin.backend import Backend, InstanceSpec, ModelInstance
+from despina.plugin.hookspecs import hookimpl
 
 
 class HttpTestInstance(ModelInstance):

@@ -262,7 +262,7 @@ def test_restricted_api_needs_the_header(
 
 
 def test_bad_restricted_api_flag_fails_startup(serve: Callable[..., RunningServer]) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match="unknown restricted API 'everything'"):
         serve("--http-restricted-api=everything:k=v")

@@ -19,9 +19,9 @@ from typing import Any
 import http_test_backend
 import numpy as np
 import pytest
-from despina.backend import Backend, InstanceSpec, ModelInstance
-from despina.hookspecs import hookimpl
-from despina.inference import InferenceRequest, InferenceResponse
+from despina.inference.request import InferenceRequest, InferenceResponse
+from despina.plugin.backend import Backend, InstanceSpec, ModelInstance
+from despina.plugin.hookspecs import hookimpl
 from despina.testing import RepositoryBuilder, RunningServer
 
 #: Seconds any single socket operation may take before the test fails.

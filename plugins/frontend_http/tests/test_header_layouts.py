@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from despina.inference import InferenceRequest
-from despina.shared_memory import SharedMemoryRegistry
+from despina.inference.request import InferenceRequest
+from despina.memory.shared_memory import SharedMemoryRegistry
 from despina.testing import RunningServer
 from despina_frontend_http.decode import HeaderLayouts, decode_request
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from despina.tensors import MAX_TENSOR_BYTES
+from despina.inference.tensors import MAX_TENSOR_BYTES
 from despina.testing import RunningServer
 
 from .helpers import raw

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from despina.flags import build_serve_parser, parse_settings
-from despina.plugins import create_plugins
+from despina.plugin.manager import create_plugins
+from despina.serving.flags import build_serve_parser, parse_settings
 
 
 def test_discovered_through_entry_point() -> None:

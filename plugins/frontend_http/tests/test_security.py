@@ -166,7 +166,7 @@ def test_mutual_tls_needs_a_client_certificate(
 def test_tls_flags_are_checked_at_start(
     serve: Callable[..., RunningServer], flags: list[str], named: str
 ) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match=named):
         serve(*flags)

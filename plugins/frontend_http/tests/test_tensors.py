@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
-from despina.tensors import DATATYPE_TO_DTYPE
+from despina.inference.tensors import DATATYPE_TO_DTYPE
 from despina.testing import RunningServer
 
 from .helpers import add_sub_inputs, infer_ok

@@ -9,7 +9,7 @@ import urllib.request
 
 import numpy as np
 from despina.errors import InvalidArgument
-from despina.inference import InferenceRequest
+from despina.inference.request import InferenceRequest
 from despina.testing import RunningServer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from despina.devices import discover
+from despina.memory.gpus import discover
 from despina.testing import RunningServer
 
 from .helpers import samples, scrape

@@ -190,7 +190,7 @@ def test_summary_window_forgets_old_requests(serve: Callable[..., RunningServer]
 def test_bad_latency_settings_fail_startup(
     serve: Callable[..., RunningServer], setting: str, error: str
 ) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match=error):
         serve(f"--metrics-config={setting}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from despina import COUNTER, GAUGE, HISTOGRAM, InvalidArgument
-from despina.plugins import create_plugins
+from despina.plugin.manager import create_plugins
 from despina.testing import RunningServer
 
 from .helpers import infer, scrape, value
@@ -124,7 +124,7 @@ def test_metrics_can_be_disabled(serve: Callable[..., RunningServer]) -> None:
 
 
 def test_bad_metrics_config_fails_startup(serve: Callable[..., RunningServer]) -> None:
-    from despina.server import StartupError
+    from despina.serving.server import StartupError
 
     with pytest.raises(StartupError, match="unsupported setting 'latency_buckets'"):
         serve("--metrics-config=latency_buckets=1,2")

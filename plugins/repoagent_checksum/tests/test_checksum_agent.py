@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 import toy_backend
-from despina.plugins import create_plugins
+from despina.plugin.manager import create_plugins
 from despina.testing import RepositoryBuilder, RunningServer
 from toy_backend import toy_config, toy_request
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 import toy_backend
-from despina.plugins import create_plugins
-from despina.server import StartupError
+from despina.plugin.manager import create_plugins
+from despina.serving.server import StartupError
 from despina.testing import RunningServer, start_server
 from toy_backend import toy_config, toy_request
 

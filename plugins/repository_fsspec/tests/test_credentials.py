@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import toy_backend
-from despina.server import StartupError
+from despina.serving.server import StartupError
 from despina.testing import RunningServer, start_server
 from toy_backend import toy_config
 

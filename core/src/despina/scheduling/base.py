@@ -3,7 +3,7 @@
 
 A scheduler receives admitted requests through :meth:`Scheduler.submit`, decides which
 requests run together on which instance, and answers them only through
-:mod:`despina.pipeline` (``execute_on`` / ``run_batch`` to run a batch, ``reject`` for a
+:mod:`despina.inference.pipeline` (``execute_on`` / ``run_batch`` to run a batch, ``reject`` for a
 request it will not run), which delivers every response with the response cache,
 classification, statistics and trace; a scheduler never sends on ``request.stream`` nor
 records statistics itself.
@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from despina.backend import ModelInstance
-from despina.config import ModelConfig
 from despina.errors import Unavailable
-from despina.inference import InferenceRequest, InferenceResponse
-from despina.rate_limiter import Needs, RateLimiter
-from despina.response_cache import ResponseCache
-from despina.stats import ModelStats
+from despina.inference.request import InferenceRequest, InferenceResponse
+from despina.inference.response_cache import ResponseCache
+from despina.inference.stats import ModelStats
+from despina.plugin.backend import ModelInstance
+from despina.repository.config import ModelConfig
+from despina.scheduling.rate_limiter import Needs, RateLimiter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator
@@ -108,7 +108,7 @@ class Scheduler(abc.ABC):
     """Queues requests of one model version and runs them on its instances.
 
     Contract: every request :meth:`submit` accepted is answered exactly once, through
-    :mod:`despina.pipeline` only (``execute_on`` / ``run_batch`` / ``run_batch_now``,
+    :mod:`despina.inference.pipeline` only (``execute_on`` / ``run_batch`` / ``run_batch_now``,
     ``reject``; a scheduler without backend executions: ``respond``, ``conclude``,
     ``fail``), so it gets the response cache, classification, statistics and trace.
     """
@@ -129,7 +129,7 @@ class Scheduler(abc.ABC):
 
     @abc.abstractmethod
     def submit(self, request: InferenceRequest) -> None:
-        """Queue a request :func:`despina.pipeline.admit` admitted (valid, ``stream``
+        """Queue a request :func:`despina.inference.pipeline.admit` admitted (valid, ``stream``
         set, not answered by the cache); never blocks.
 
         Raises Unavailable when the queue is full or the scheduler is stopping.

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from despina.hookspecs import hookimpl
+from despina.plugin.hookspecs import hookimpl
 from despina.scheduling.base import Scheduler
+from despina.scheduling.default_scheduler import DefaultScheduler
 from despina.scheduling.dynamic import DynamicBatchScheduler
 from despina.scheduling.ensemble import EnsembleScheduler
 from despina.scheduling.sequence import SequenceBatchScheduler
-from despina.scheduling.workers import DefaultScheduler
 
 
 @hookimpl

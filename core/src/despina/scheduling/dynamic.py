@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from despina.config import ModelConfig, mc
-from despina.inference import InferenceRequest
+from despina.inference.request import InferenceRequest
+from despina.repository.config import ModelConfig, mc
 from despina.scheduling.base import ScheduledModel, batch_size_of
+from despina.scheduling.default_scheduler import QueueScheduler
 from despina.scheduling.queue import QueuePolicy, RequestQueue
-from despina.scheduling.workers import QueueScheduler
 
 
 class DynamicBatchScheduler(QueueScheduler):

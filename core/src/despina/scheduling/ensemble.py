@@ -23,9 +23,9 @@ import asyncio
 import contextlib
 import logging
 
-from despina.config import ENSEMBLE_PLATFORM, ModelConfig
 from despina.errors import ConfigError, DespinaError, InvalidArgument, Unavailable
-from despina.inference import InferenceRequest
+from despina.inference.request import InferenceRequest
+from despina.repository.config import ENSEMBLE_PLATFORM, ModelConfig
 from despina.scheduling.base import ScheduledModel, Scheduler, stopping_error
 from despina.scheduling.ensemble_graph import build_graph, check_composing
 from despina.scheduling.ensemble_run import EnsembleRun

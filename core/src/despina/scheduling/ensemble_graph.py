@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from despina.config import ModelConfig
 from despina.errors import ConfigError
+from despina.repository.config import ModelConfig
 
 
 @dataclass(frozen=True)

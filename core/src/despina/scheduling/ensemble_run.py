@@ -19,13 +19,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from despina.errors import Cancelled, DespinaError, Internal, InvalidArgument
-from despina.inference import InferenceRequest, InferenceResponse, RequestedOutput, SequenceFlags
-from despina.pipeline import conclude, fail, respond
+from despina.inference.pipeline import conclude, fail, respond
+from despina.inference.request import (
+    InferenceRequest,
+    InferenceResponse,
+    RequestedOutput,
+    SequenceFlags,
+)
 from despina.scheduling.base import ScheduledModel, stopping_error
 from despina.scheduling.ensemble_graph import EnsembleGraph, Step
 
 if TYPE_CHECKING:
-    from despina.ports import SchedulerHost
+    from despina.plugin.ports import SchedulerHost
 
 log = logging.getLogger("despina.scheduling")
 

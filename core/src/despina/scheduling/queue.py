@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from despina.errors import Cancelled, DespinaError, Unavailable
-from despina.inference import InferenceRequest
+from despina.inference.request import InferenceRequest
 
 Rejecter = Callable[[InferenceRequest, DespinaError], None]
 #: Triton's text for a request refused by a full queue (UNAVAILABLE).

@@ -11,7 +11,7 @@ any request that neither starts a sequence nor continues a known one, gets Trito
 
 Iterative sequences (``iterative_sequence: true``, Triton's provisional feature): a request
 without a correlation ID starts a sequence of its own under a fresh server-assigned ID
-(counting from 1, as Triton), and a backend may :meth:`~despina.inference.InferenceRequest.reschedule`
+(counting from 1, as Triton), and a backend may :meth:`~despina.inference.request.InferenceRequest.reschedule`
 it: once the execution returns it is queued again in its slot, flags cleared, and runs
 again on the same instance; released without rescheduling, it ends its sequence and frees
 the slot. A rescheduled request that was cancelled, already got its final response, or
@@ -35,10 +35,10 @@ import math
 import time
 from collections import deque
 
-from despina.config import ENSEMBLE_PLATFORM, ModelConfig
 from despina.errors import Cancelled, ConfigError, InvalidArgument, Unavailable
-from despina.inference import InferenceRequest, SequenceFlags
-from despina.pipeline import reject
+from despina.inference.pipeline import reject
+from despina.inference.request import InferenceRequest, SequenceFlags
+from despina.repository.config import ENSEMBLE_PLATFORM, ModelConfig
 from despina.scheduling.base import ScheduledModel, Scheduler, batch_size_of, stopping_error
 from despina.scheduling.queue import QUEUE_FULL
 from despina.scheduling.sequence_batcher import (

@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from despina.backend import ModelInstance
-from despina.config import ModelConfig
-from despina.device_arrays import to_host
-from despina.inference import (
+from despina.inference.pipeline import execute_on
+from despina.inference.request import (
     InferenceRequest,
     InferenceResponse,
     RequestedOutput,
     ResponseStream,
     SequenceFlags,
 )
-from despina.pipeline import execute_on
+from despina.memory.device_arrays import to_host
+from despina.plugin.backend import ModelInstance
+from despina.repository.config import ModelConfig
 from despina.scheduling.dynamic import same_shapes
 
 if TYPE_CHECKING:

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from despina.config import ModelConfig, mc
 from despina.errors import ConfigError
-from despina.inference import SequenceFlags
-from despina.paths import safe_join
-from despina.tensors import DATATYPE_TO_DTYPE, config_to_datatype
+from despina.inference.request import SequenceFlags
+from despina.inference.tensors import DATATYPE_TO_DTYPE, config_to_datatype
+from despina.repository.config import ModelConfig, mc
+from despina.repository.paths import safe_join
 
 Kind = mc.ModelSequenceBatching.Control
 _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from despina.device_arrays import to_host
-from despina.tensors import datatype_of
+from despina.inference.tensors import datatype_of
+from despina.memory.device_arrays import to_host
 
 
 class TracedRequest(Protocol):

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from despina.errors import InvalidArgument
-from despina.runtime_settings import TraceSettings
+from despina.serving.runtime_settings import TraceSettings
 from despina.tracing.config import TraceConfig, parse_int, parse_level
 from despina.tracing.otel import OtelExporter, OtelSink, valid_traceparent
 from despina.tracing.trace import Trace

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from despina.inference import InferenceRequest
+from despina.inference.request import InferenceRequest
 
 #: Seconds between checks that a waiting client is still connected.
 DISCONNECT_POLL_S = 0.1

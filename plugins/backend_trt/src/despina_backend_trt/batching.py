@@ -1,5 +1,5 @@
 """How a TensorRT instance joins a batch and splits its outputs: the core's
-:class:`~despina.ragged.RaggedBatch` (Triton's ragged inputs, batch inputs and scattered
+:class:`~despina.inference.ragged.RaggedBatch` (Triton's ragged inputs, batch inputs and scattered
 batch outputs) with the shape-tensor rule of a batching model on top.
 
 A shape-tensor input of a batching model is joined as the batch's total size followed by

@@ -149,6 +149,12 @@ class GrpcFrontend:
         if self.http2_server is not None:
             self.http2_server.drain()
 
+    @property
+    def settled(self) -> bool:
+        """Always: a call is submitted as soon as its message arrives whole, so the gRPC
+        port holds no request it read and did not hand to the server."""
+        return True
+
     async def stop(self) -> None:
         """Report NOT_SERVING, stop accepting calls; calls still running get a second to
         finish, then UNAVAILABLE."""

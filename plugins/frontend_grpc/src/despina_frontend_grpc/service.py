@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class InferenceServicer:
-    """Serves one server's :class:`despina.ports.FrontendHost`."""
+    """Serves one server's :class:`despina.plugin.ports.FrontendHost`."""
 
     def __init__(self, host: FrontendHost, inference: Inference) -> None:
         self.host = host

@@ -293,7 +293,7 @@ def _decode_input(
 
 def _count(shape: Any, itemsize: int, name: str, model: str) -> int:
     """The element count of a JSON shape; Triton's parse errors for a bad one, and
-    :func:`~despina.tensors.checked_element_count`'s for one no tensor can have."""
+    :func:`~despina.inference.tensors.checked_element_count`'s for one no tensor can have."""
     if type(shape) is not list:
         raise _parse_error("shape", shape, "array")
     for dim in shape:

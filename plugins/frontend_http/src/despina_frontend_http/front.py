@@ -19,7 +19,7 @@ httptools' callbacks (a callback interface: no event object or queue per request
 
 An inference request with nothing ahead of it on its connection is submitted from the
 parser's callback; when its model ran it within ``submit`` (a cheap model, see
-:class:`~despina.scheduling.workers.DefaultScheduler`) it is answered there too, else from
+:class:`~despina.scheduling.default_scheduler.DefaultScheduler`) it is answered there too, else from
 its response stream's end callback (:class:`AnswerDue`): no task either way. A task
 answers the requests that came meanwhile. A connection's requests are answered in order
 (pipelining works); reading pauses while requests wait; a relayed response is read from

@@ -38,6 +38,11 @@ class RouterListener:
         """Stop listening; open connections close after the answer they are owed."""
         self._front.drain()
 
+    @property
+    def settled(self) -> bool:
+        """Every request read is answered (the server's stop waits for it)."""
+        return self._front.settled
+
     async def stop(self) -> None:
         """Drain unless draining, and wait (a few seconds at most) for the connections to
         close."""

@@ -50,7 +50,7 @@ def start_infer(
     read_ns: int = 0,
 ) -> Started:
     """Decode and submit a request (a cheap model may have answered it already: its
-    stream has then :attr:`~despina.inference.ResponseStream.ended`). Raises DespinaError
+    stream has then :attr:`~despina.inference.request.ResponseStream.ended`). Raises DespinaError
     with Triton's status and text for a request that cannot run. While tracing is on, the
     request may get a trace (``headers``' ``traceparent`` continues the client's;
     ``received_ns``: when its first byte came, else when it was decoded); whoever writes

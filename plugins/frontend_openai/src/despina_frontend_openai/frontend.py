@@ -90,6 +90,11 @@ class OpenAIFrontend:
         if self._listener is not None:
             self._listener.drain()
 
+    @property
+    def settled(self) -> bool:
+        """Every request read on the OpenAI port is answered."""
+        return self._listener is None or self._listener.settled
+
     async def stop(self) -> None:
         """Close the listening socket and the connections."""
         if self._listener is not None:

@@ -4,7 +4,7 @@ Every instance of ``count: N`` shares one ``TritonPythonModel`` object (weights 
 once, ``initialize`` called once with the first instance's args). A synchronous
 ``execute`` runs in a worker thread per instance (so N instances run N calls at once,
 truly in parallel for code that releases the GIL) until it proves cheaper than the
-thread hand-off, then inline on the loop (:mod:`despina.placement`; the
+thread hand-off, then inline on the loop (:mod:`despina.models.call_placement`; the
 ``DESPINA_INLINE_EXECUTE_US`` parameter sets the budget, 0 disables); an
 ``async def execute`` runs on the server's event loop and each instance takes many
 requests concurrently.

@@ -1,4 +1,4 @@
-"""The server as host of model code, through its :class:`despina.ports.BackendHost`: BLS
+"""The server as host of model code, through its :class:`despina.plugin.ports.BackendHost`: BLS
 (``bls_infer``/``bls_stream``, each call recorded for ``unload_dependents``), ``Logger``
 into the server log, custom metrics into ``host.custom_metrics``, and the model loading
 API. In-process models call it directly; child processes reach it through

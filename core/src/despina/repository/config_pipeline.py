@@ -1,0 +1,223 @@
+"""How a model's config becomes what its backend and scheduler see: :func:`prepare`.
+
+One pipeline, top to bottom, in Triton's order (which decides which error a config with
+several mistakes gets; the texts are Triton's):
+
+1. read ``config.pbtxt`` (or a load request's JSON) into the *draft*;
+2. run the model's repository agents (:mod:`despina.repository.agents`), which may move its folder;
+3. resolve the backend (:mod:`despina.repository.backend_resolution`), named in the draft with its
+   default model file; check file names and that each version folder holds that file;
+4. the backend's :meth:`~despina.plugin.backend.Backend.auto_complete` fills the draft from the
+   model file (Python: the model's ``auto_complete_config``);
+5. :func:`normalize`: Triton's defaults;
+6. instance groups completed and checked (:mod:`despina.repository.instance_groups`);
+7. validated (:func:`despina.repository.config.validate`), then frozen in a :class:`PreparedConfig`.
+
+The draft is the only ModelConfig written, by this module and the backend's
+``auto_complete`` alone. Once frozen it is read-only for everyone (server, backends,
+schedulers); a protobuf message cannot be made immutable, so the model manager checks
+:meth:`PreparedConfig.changed` when the model unloads. One exception remains: an
+ensemble's scheduler states its ``model_transaction_policy`` when it starts, before the
+version is served, because Triton decides it from the composing models, which may only
+load then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from despina.errors import ConfigError, DespinaError
+from despina.plugin.backend import PYTHON_RUNTIME, Backend, ModelContext
+from despina.repository import config as cfg, instance_groups
+from despina.repository.agents import run_agents
+from despina.repository.backend_resolution import python_based_dir, resolve_backend
+from despina.repository.config import ModelConfig
+from despina.repository.folders import (
+    available_versions,
+    missing_model_file_text,
+    no_version_text,
+    select_versions,
+)
+from despina.repository.redact import without_paths
+
+if TYPE_CHECKING:
+    from despina.models.load_host import LoadHost
+
+#: Triton's default ``sequence_batching.max_sequence_idle_microseconds`` (1 s).
+DEFAULT_IDLE_US = 1_000_000
+
+
+@dataclass(frozen=True)
+class PreparedConfig:
+    """A model's config as it is served, and what the pipeline decided on the way.
+
+    ``config`` is frozen: nothing writes to it once prepared (but an ensemble's scheduler,
+    see the module docstring); every version of the model shares it.
+    """
+
+    config: ModelConfig
+    #: The backend that serves the model; None for an ensemble.
+    backend: type[Backend] | None
+    #: The folder the model loads from (a repository agent may have replaced it).
+    model_dir: Path
+    #: The numeric version folders, ascending.
+    versions: tuple[int, ...]
+    #: A Python-based backend's folder (:func:`python_based_dir`), else None.
+    runtime_dir: Path | None
+    _frozen: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_frozen", self._serialized())
+
+    def changed(self) -> bool:
+        """Whether ``config`` was written to since it was frozen (a broken contract)."""
+        return self._serialized() != self._frozen
+
+    def _serialized(self) -> bytes:
+        config = self.config
+        if config.platform == cfg.ENSEMBLE_PLATFORM:  # its scheduler states this at start
+            config = ModelConfig()
+            config.CopyFrom(self.config)
+            config.ClearField("model_transaction_policy")
+        return bytes(config.SerializeToString(deterministic=True))
+
+
+async def prepare(
+    host: LoadHost, model_dir: Path, config_json: str | bytes | None = None
+) -> PreparedConfig:
+    """The frozen config of the model in ``model_dir``: its ``config.pbtxt``, or
+    ``config_json`` (a load request's), completed, normalized and validated.
+
+    Raises DespinaError with Triton's text for what Triton refuses; past the repository
+    agents the text names no server path (:func:`~despina.repository.redact.without_paths`).
+    """
+    if config_json is not None:
+        draft = cfg.parse_json(config_json, f"config of '{model_dir.name}'")
+    else:
+        draft, _ = cfg.read_model_config(model_dir)
+    model_dir = await run_agents(host.registry.agents, draft, model_dir)
+    name, versions = model_dir.name, available_versions(model_dir)
+    try:
+        backend: type[Backend] | None = None
+        named_file = bool(draft.default_model_filename)
+        if draft.platform != cfg.ENSEMBLE_PLATFORM:
+            if not versions:
+                raise ConfigError(no_version_text(model_dir))
+            backend = resolve_backend(host, draft, model_dir, versions)
+            _name_backend(draft, backend)
+        runtime_dir = python_based_dir(host, draft.backend)
+        if runtime_dir is not None:
+            draft.runtime = PYTHON_RUNTIME
+        cfg.check_file_names(draft, name)  # before auto-complete opens the model file
+        if not draft.name:
+            draft.name = name
+        if backend is not None:
+            if runtime_dir is None:
+                _check_model_files(draft, model_dir, versions, backend.name, named_file)
+            if host.settings.auto_complete:
+                context = ModelContext(
+                    name, versions[-1], model_dir, draft, host.backend_host, runtime_dir=runtime_dir
+                )
+                await backend(context).auto_complete()
+        normalize(draft)
+        if backend is not None:
+            _place_instances(host, draft, backend)
+            _require_tensors(host, draft, backend, name)
+        inputs_optional = backend is not None and backend.inputs_optional
+        cfg.validate(draft, name, inputs_optional=inputs_optional)
+    except DespinaError as exc:
+        without_paths(exc, model_dir, host.models.repository.roots)
+        raise
+    return PreparedConfig(draft, backend, model_dir, tuple(versions), runtime_dir)
+
+
+def _name_backend(draft: ModelConfig, backend: type[Backend]) -> None:
+    """Name the resolved backend (when neither ``backend`` nor ``platform`` does) and its
+    default model file (when the config names none)."""
+    if not draft.backend and not draft.platform:
+        draft.backend = backend.name
+    if not draft.default_model_filename and backend.default_model_filename:
+        draft.default_model_filename = backend.default_model_filename
+
+
+def _check_model_files(
+    draft: ModelConfig, model_dir: Path, versions: list[int], backend: str, named: bool
+) -> None:
+    """ConfigError naming the fix when a version to load lacks its model file (a file
+    under another name, a file beside the version folder); skipped for backends that
+    name no model file and for ``cc_model_filenames``. ``named``: whether the config
+    itself named ``default_model_filename``."""
+    filename = draft.default_model_filename
+    if not filename or draft.cc_model_filenames:
+        return
+    for version in select_versions(draft, versions):
+        if not (model_dir / str(version) / filename).exists():
+            raise ConfigError(missing_model_file_text(model_dir, version, filename, backend, named))
+
+
+def normalize(draft: ModelConfig) -> None:
+    """Fill Triton's defaults: platform (from ``backend``), version policy, the dynamic
+    batcher's preferred batch size (``max_batch_size``); not for ensembles: the sequence
+    batcher's idle time and Oldest preferred batch size (``max_batch_size``), pinned
+    memory on, and no dynamic batcher without batching. Instance groups:
+    :func:`despina.repository.instance_groups.complete`."""
+    if draft.backend in cfg.BACKEND_TO_PLATFORM and not draft.platform:
+        draft.platform = cfg.BACKEND_TO_PLATFORM[draft.backend]
+    if not draft.HasField("version_policy"):
+        draft.version_policy.latest.num_versions = 1
+    if draft.HasField("dynamic_batching") and draft.max_batch_size > 0:
+        preferred = draft.dynamic_batching.preferred_batch_size
+        if not preferred:
+            preferred.append(draft.max_batch_size)
+    if draft.platform == cfg.ENSEMBLE_PLATFORM:
+        return
+    if draft.HasField("sequence_batching"):
+        sequence = draft.sequence_batching
+        if not sequence.max_sequence_idle_microseconds:
+            sequence.max_sequence_idle_microseconds = DEFAULT_IDLE_US
+        oldest = sequence.WhichOneof("strategy_choice") == "oldest"
+        if oldest and not sequence.oldest.preferred_batch_size and draft.max_batch_size > 0:
+            sequence.oldest.preferred_batch_size.append(draft.max_batch_size)
+    optimization = draft.optimization
+    for pinned in ("input_pinned_memory", "output_pinned_memory"):
+        if not optimization.HasField(pinned):
+            getattr(optimization, pinned).enable = True
+    if draft.HasField("dynamic_batching") and draft.max_batch_size == 0:
+        draft.ClearField("dynamic_batching")
+
+
+def _place_instances(host: LoadHost, draft: ModelConfig, backend: type[Backend]) -> None:
+    """Complete the instance groups for ``backend`` on this server's GPUs; ConfigError
+    (Triton's text) for one that cannot be placed."""
+    support, gpus = backend.gpu_support(), host.gpus.supported
+    groups = instance_groups.complete(draft, gpus, support)
+    del draft.instance_group[:]
+    draft.instance_group.extend(groups)
+    instance_groups.check(draft, gpus, support, host.gpus.min_compute_capability)
+
+
+def _require_tensors(host: LoadHost, draft: ModelConfig, backend: type[Backend], name: str) -> None:
+    """Triton's "must specify at least one input/output" with why none is known: the
+    config lists none and the backend did not (or, auto-complete off, could not) fill
+    them from the model file. Inputs may be missing where ``backend.inputs_optional``."""
+    if (draft.input or backend.inputs_optional) and draft.output:
+        return
+    kind = "output" if not draft.output else "input"
+    if host.settings.auto_complete:
+        why = (
+            f"the config lists no {kind}s and the {backend.name} backend could not complete "
+            f"them from '{draft.default_model_filename}'"
+        )
+        if backend.name == "python":
+            why += " (model.py defines no auto_complete_config)"
+    else:
+        why = (
+            f"the config lists no {kind}s and auto-complete is off "
+            "(--strict-model-config=true or --disable-auto-complete-config)"
+        )
+    raise ConfigError(
+        f"model '{name}': must specify at least one {kind}: {why}; list the model's "
+        f"{kind}s in config.pbtxt ({kind} [ {{ name: ... data_type: ... dims: [ ... ] }} ])"
+    )

@@ -1,0 +1,195 @@
+"""Model repositories: which model folders exist and which versions to serve.
+
+A repository is a folder of model folders (``<repo>/<model>/config.pbtxt`` and numeric
+version folders). Several repositories may be given; a model name found in two is an
+error for that model. :func:`select_versions` applies a config's ``version_policy``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from despina.errors import ConfigError, NotFound
+from despina.repository.config import ModelConfig
+from despina.repository.paths import check_model_name, safe_join
+from despina.serving.digits import ascii_digits
+
+if TYPE_CHECKING:
+    from despina.serving.settings import Stash
+
+
+class ModelRepository:
+    """The union of one or more repositories: local folders, or URLs (``s3://...``) that a
+    repository source plugin copies into a local folder (:meth:`sync`)."""
+
+    def __init__(
+        self,
+        locations: Sequence[str],
+        sources: Mapping[str, type[Any]] | None = None,
+        stash: Stash | None = None,
+    ) -> None:
+        self.locations = list(locations)
+        self._remote: list[tuple[int, Any]] = []
+        self.roots: list[Path] = []
+        for index, location in enumerate(self.locations):
+            scheme, sep, _ = location.partition("://")
+            if not sep:
+                self.roots.append(Path(location).expanduser().resolve())
+                continue
+            source = (sources or {}).get(scheme)
+            if source is None:
+                installed = ", ".join(sorted(sources or {})) or "none"
+                raise ConfigError(
+                    f"no installed repository source handles '{scheme}://' "
+                    f"(installed schemes: {installed})"
+                )
+            self._remote.append((index, source(location, stash)))
+            self.roots.append(Path())  # replaced by sync()
+
+    async def sync(self) -> None:
+        """Bring every remote repository up to date in its local folder (poll mode calls
+        this before each poll); local folders need nothing."""
+        for index, source in self._remote:
+            self.roots[index] = Path(await source.localize())
+
+    def model_names(self) -> list[str]:
+        """Every model folder name, sorted; hidden folders are skipped."""
+        names: set[str] = set()
+        for root in self.roots:
+            if root.is_dir():
+                names.update(
+                    p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                )
+        return sorted(names)
+
+    def model_dir(self, name: str) -> Path:
+        """The folder of model ``name``; InvalidArgument for a name that is not one
+        folder name or a folder that leads out of its repository (:mod:`despina.repository.paths`),
+        NotFound if absent, ConfigError if ambiguous."""
+        check_model_name(name)
+        found = [root / name for root in self.roots if (root / name).is_dir()]
+        for path in found:
+            safe_join(path.parent, name, "model folder")
+        if not found:
+            raise NotFound(f"failed to load '{name}', failed to poll from model repository")
+        if len(found) > 1:
+            raise ConfigError(f"model '{name}' appears in more than one model repository")
+        return found[0]
+
+
+def available_versions(model_dir: Path) -> list[int]:
+    """Numeric version folders of a model, ascending (other entries are ignored)."""
+    versions = []
+    for entry in model_dir.iterdir():
+        if entry.is_dir() and ascii_digits(entry.name) and int(entry.name) > 0:
+            versions.append(int(entry.name))
+    return sorted(versions)
+
+
+def _names(paths: Sequence[Path], limit: int = 4) -> str:
+    shown = ", ".join(f"'{p.name}'" for p in paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _visible(model_dir: Path) -> list[Path]:
+    try:
+        entries = sorted(model_dir.iterdir())
+    except OSError:
+        return []
+    return [e for e in entries if not e.name.startswith(".")]
+
+
+def no_version_text(model_dir: Path) -> str:
+    """Why a model folder has no version to load, and the fix: Triton's text ("at least
+    one version must be available ..."), then what the folder holds instead (a folder
+    ``v1`` that is not a number, a model file lying directly in the model folder)."""
+    name = model_dir.name
+    text = (
+        f"load failed for model '{name}': at least one version must be available under "
+        f"the version policy of model '{name}': the model folder has no version folder "
+        f"(a folder named by a positive integer holding the model file, e.g. '{name}/1/')"
+    )
+    entries = _visible(model_dir)
+    folders = [e for e in entries if e.is_dir()]
+    files = [e for e in entries if e.is_file() and e.name != "config.pbtxt"]
+    hints = []
+    for folder in folders[:4]:
+        digits = re.sub(r"\D", "", folder.name)
+        if digits and int(digits) > 0:
+            hints.append(f"rename folder '{folder.name}' to '{int(digits)}'")
+        else:
+            hints.append(
+                f"folder '{folder.name}' is not a version folder (versions are numbers from 1)"
+            )
+    if files:
+        verb = "lies" if len(files) == 1 else "lie"
+        hints.append(
+            f"{_names(files)} {verb} directly in the model folder: move "
+            f"{'it' if len(files) == 1 else 'them'} into a version folder, e.g. "
+            f"'{name}/1/{files[0].name}'"
+        )
+    if not folders and not files:
+        hints.append("the model folder holds no model file")
+    return f"{text}; {'; '.join(hints)}"
+
+
+def missing_model_file_text(
+    model_dir: Path, version: int, filename: str, backend: str, configured: bool
+) -> str:
+    """A version folder without the file the backend loads (the backend's text: "model
+    file '1/model.onnx' not found", the Python backend's "Python model file not found
+    in ..."), and the fix: another file with the same extension (``resnet.onnx``) to
+    rename or name in ``default_model_filename``, or a model file lying outside the
+    version folder."""
+    name = model_dir.name
+    entries = _visible(model_dir / str(version))
+    label = f"{version}/{filename}"
+    if backend == "python":
+        text = f"Python model file not found in '{label}' (model '{name}')"
+    else:
+        text = f"model '{name}': model file '{label}' not found"
+    named = "the config's default_model_filename" if configured else f"the {backend} backend"
+    suffix = Path(filename).suffix
+    alike = [e for e in entries if suffix and e.suffix == suffix]
+    if alike:
+        other = alike[0].name
+        return (
+            f"{text}: version folder {version} holds '{other}' but {named} looks for "
+            f"'{filename}': rename it to '{filename}' or set default_model_filename: "
+            f'"{other}" in config.pbtxt'
+        )
+    if (model_dir / filename).exists():
+        return (
+            f"{text}: '{filename}' lies directly in the model folder: move it to "
+            f"'{name}/{version}/{filename}'"
+        )
+    held = f"holds {_names(entries)}" if entries else "is empty"
+    return (
+        f"{text}: version folder {version} {held}; {named} looks for '{filename}': put the "
+        "model file there under that name or set default_model_filename in config.pbtxt"
+    )
+
+
+def select_versions(config: ModelConfig, available: Sequence[int]) -> list[int]:
+    """The versions to serve under the config's ``version_policy`` (default: latest 1).
+
+    Raises ConfigError when ``specific`` names a version that has no folder.
+    """
+    policy = config.version_policy
+    kind = policy.WhichOneof("policy_choice")
+    if kind == "all":
+        return sorted(available)
+    if kind == "specific":
+        wanted = sorted(int(v) for v in policy.specific.versions)
+        missing = [v for v in wanted if v not in available]
+        if missing:
+            raise ConfigError(
+                f"model '{config.name}': version_policy names versions {missing} "
+                "that have no version folder"
+            )
+        return wanted
+    count = int(policy.latest.num_versions) if kind == "latest" else 1
+    return sorted(available)[-max(count, 1) :]

@@ -1,0 +1,176 @@
+"""``despina serve`` (a tritonserver command line) and ``despina plugins``.
+
+Importing this module, building the parser and listing plugins import no ML framework:
+backends import theirs only when they load a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from despina.memory.cuda_memory import probe_cuda
+from despina.memory.gpus import DEFAULT_MIN_COMPUTE_CAPABILITY, discover
+from despina.plugin.manager import Plugins, create_plugins
+from despina.plugin.registry import Registry
+from despina.serving.busy_poll import loop_factory
+from despina.serving.flags import build_serve_parser
+from despina.version import __version__
+
+log = logging.getLogger("despina")
+
+
+def configure_logging(log_file: str | None = None, log_format: str = "default") -> None:
+    """Triton-like log lines on stderr (or ``--log-file``), in ``--log-format``."""
+    handler: logging.Handler
+    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler()
+    if log_format == "ISO8601":
+        fmt = "%(asctime)s %(levelname).1s %(process)d %(filename)s:%(lineno)d] %(message)s"
+        handler.setFormatter(logging.Formatter(fmt, "%Y-%m-%dT%H:%M:%SZ"))
+    else:
+        fmt = "%(levelname).1s%(asctime)s %(process)d %(filename)s:%(lineno)d] %(message)s"
+        handler.setFormatter(logging.Formatter(fmt, "%m%d %H:%M:%S"))
+    root = logging.getLogger("despina")
+    root.handlers[:] = [handler]
+    root.propagate = False
+
+
+def print_model_table(server: object) -> None:
+    """Triton's start-up table of models and their states."""
+    rows = server.models.index()  # type: ignore[attr-defined]
+    width = max([len(r["name"]) for r in rows] + [5])
+    lines = [f"{'Model':<{width}} | Version | Status"]
+    for row in rows:
+        state = row.get("state", "")
+        if row.get("reason") and state != "READY":
+            state = f"{state}: {row['reason']}"
+        lines.append(f"{row['name']:<{width}} | {row.get('version', ''):<7} | {state}")
+    log.info("\n%s", "\n".join(lines))
+
+
+def cmd_serve(argv: Sequence[str]) -> int:
+    from despina.serving.server import Server, StartupError
+
+    try:
+        server = Server.from_args(argv)
+    except StartupError as exc:
+        configure_logging()
+        log.error("%s", exc)
+        return 1
+    settings = server.settings
+    configure_logging(settings.log_file, settings.log_format)
+    for warning in settings.inert_flags_given:
+        log.warning("flag has no effect: %s", warning)
+    for failure in server.plugins.failures:
+        log.warning("%s", failure.describe())
+
+    async def run() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await server.start()
+        except StartupError as exc:
+            log.error("%s", exc)
+            return 1
+        print_model_table(server)
+        try:
+            await stop.wait()
+        finally:
+            log.info("shutting down")
+            await server.shutdown()
+        return 0
+
+    with asyncio.Runner(loop_factory=loop_factory(settings.busy_poll_us)) as runner:
+        return runner.run(run())
+
+
+def cmd_plugins(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="despina plugins", description="List installed plugins.")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="also list the GPUs instances may use and whether each backend can run on them "
+        "(imports the backends' frameworks)",
+    )
+    options = parser.parse_args(list(argv))
+    plugins = create_plugins()
+    rows = plugins.describe()
+    gpu = gpu_report(plugins) if options.gpu else None
+    if options.json:
+        print(json.dumps({"plugins": rows, "gpu": gpu} if gpu else rows, indent=2))
+        return 0
+    if gpu is not None:
+        print(gpu["devices"])
+        print(f"  device tensors and CUDA shared memory: {gpu['cuda']}")
+        for name, support in gpu["backends"].items():
+            print(f"  backend {name}: {support}")
+    for row in rows:
+        head = f"{row['name']}  ({row['distribution']} {row['version']})"
+        if "error" in row:
+            print(f"{head}  FAILED: {row['error']}")
+            continue
+        provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in row["provides"].items() if v)
+        print(f"{head}  {provides}")
+    return 0
+
+
+def gpu_report(plugins: Plugins) -> dict[str, Any]:
+    """The GPU inventory (as ``despina serve`` finds it with default flags), whether this
+    process can hold device tensors and open CUDA IPC regions (cupy and a device: it
+    initialises CUDA), and, per installed backend, "can run on GPUs" or why not."""
+    inventory = (
+        plugins.hook.despina_gpu_inventory(min_compute_capability=DEFAULT_MIN_COMPUTE_CAPABILITY)
+        or discover()
+    )
+    backends: dict[str, str] = {}
+    for name, cls in sorted(Registry.build(plugins).backends.items()):
+        try:
+            backends[name] = cls.gpu_support() or "can run on GPUs"
+        except Exception as exc:  # noqa: BLE001 - a broken framework is reported, not raised
+            backends[name] = f"cannot tell: {type(exc).__name__}: {exc}"
+    cuda = probe_cuda()
+    usable = f"usable on {cuda.devices} CUDA device(s)" if cuda.available else cuda.reason
+    return {"devices": inventory.describe(), "cuda": usable, "backends": backends}
+
+
+USAGE = f"""usage: despina [--version] COMMAND [ARGS]
+
+Despina {__version__}: a Triton-compatible model inference server in Python.
+
+commands:
+  serve     serve a model repository (takes tritonserver's flags; see below)
+  plugins   list installed plugins, their distributions and what they provide
+
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``despina`` console script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        parser, _ = build_serve_parser(create_plugins())
+        print(USAGE + parser.format_help())
+        return 0 if args else 2
+    if args[0] == "--version":
+        print(f"despina {__version__}")
+        return 0
+    command, rest = args[0], args[1:]
+    if command == "serve":
+        return cmd_serve(rest)
+    if command == "plugins":
+        return cmd_plugins(rest)
+    print(f"despina: unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

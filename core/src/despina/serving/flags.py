@@ -1,0 +1,317 @@
+"""The ``despina serve`` command line: the core's flags (tritonserver's names and
+defaults), the plugins' (``despina_addoption``) and the inert tritonserver ones, parsed
+into a namespace that the server reads once (:mod:`despina.serving.settings`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from despina.inference.request_bodies import default_budget
+from despina.memory.gpus import DEFAULT_MIN_COMPUTE_CAPABILITY
+from despina.plugin.manager import Plugins
+from despina.serving.busy_poll import default_busy_poll_us
+from despina.serving.settings import DEFAULT_BACKEND_DIRECTORY
+from despina.serving.triton_flags import add_inert_flags, triton_bool
+
+#: Served when no --model-repository is given: the repository's bundled examples.
+EXAMPLES_ENV = "DESPINA_DEFAULT_REPOSITORY"
+
+
+def default_repository() -> Path | None:
+    """``$DESPINA_DEFAULT_REPOSITORY``, else ``examples/model_repository`` of the checkout."""
+    env = os.environ.get(EXAMPLES_ENV)
+    if env:
+        return Path(env)
+    bundled = Path(__file__).resolve().parents[4] / "examples" / "model_repository"
+    return bundled if bundled.is_dir() else None
+
+
+def add_core_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags the core implements, with tritonserver's names and defaults."""
+
+    def non_negative_int(text: str) -> int:
+        value = int(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+        return value
+
+    def non_negative_float(text: str) -> float:
+        value = float(text)
+        if not 0 <= value < float("inf"):  # nan and inf too
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+        return value
+
+    server = parser.add_argument_group("server")
+    server.add_argument(
+        "--id",
+        default="triton",
+        help="server identifier reported in server metadata (default: triton, as tritonserver)",
+    )
+    server.add_argument(
+        "--exit-timeout-secs",
+        type=int,
+        default=30,
+        metavar="INT",
+        help="seconds to wait for in-flight requests on shutdown (default: 30)",
+    )
+    server.add_argument(
+        "--shutdown-grace-period",
+        type=non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, report not ready and keep serving this long before "
+        "draining, so a load balancer stops routing here first (Despina; default: 0)",
+    )
+    server.add_argument(
+        "--exit-on-error",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="exit when a model fails to load at start-up (default: true)",
+    )
+    server.add_argument(
+        "--strict-readiness",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="ready only when every model is ready (default: true)",
+    )
+    server.add_argument(
+        "--busy-poll-us",
+        type=int,
+        default=default_busy_poll_us(),
+        metavar="INT",
+        help="microseconds the event loop polls for new events before sleeping; saves "
+        "the wake-up latency at low concurrency for CPU while traffic flows, 0 turns "
+        f"it off (default: {default_busy_poll_us()}; 0 on a single CPU)",
+    )
+    server.add_argument(
+        "--max-pending-requests",
+        type=non_negative_int,
+        default=4096,
+        metavar="INT",
+        help="requests each model version queues (per priority level) where its config sets "
+        "no max_queue_size; more are refused with UNAVAILABLE 'Exceeds maximum queue size'; "
+        "0 = unbounded, as Triton (Despina; default: 4096)",
+    )
+    budget = default_budget()
+    server.add_argument(
+        "--max-inflight-request-bytes",
+        type=non_negative_int,
+        default=budget,
+        metavar="BYTES",
+        help="bytes all request bodies in flight may hold at once, inflated (gzip, deflate) "
+        "or as sent, server-wide; one that would pass it is refused (gRPC "
+        "RESOURCE_EXHAUSTED, HTTP 503 with Retry-After, 413 for one larger than the whole "
+        "budget); 0 = no budget (Despina; default: half the physical memory or the cgroup "
+        f"limit, here {budget})",
+    )
+    server.add_argument(
+        "--min-supported-compute-capability",
+        type=float,
+        default=DEFAULT_MIN_COMPUTE_CAPABILITY,
+        metavar="FLOAT",
+        help="GPUs of a lower CUDA compute capability get no instances "
+        f"(default: {DEFAULT_MIN_COMPUTE_CAPABILITY}, as Triton)",
+    )
+    parser.add_argument(
+        "--backend-directory",
+        default=DEFAULT_BACKEND_DIRECTORY,
+        metavar="PATH",
+        help="where Python-based backends are found: a model whose backend no plugin "
+        "provides runs <PATH>/<backend>/model.py on the python backend "
+        f"(default: {DEFAULT_BACKEND_DIRECTORY}, as Triton)",
+    )
+    repo = parser.add_argument_group("model repository")
+    repo.add_argument(
+        "--model-repository",
+        "--model-store",
+        dest="model_repository",
+        action="append",
+        metavar="PATH",
+        help="model repository folder; repeat for several (default: the bundled examples)",
+    )
+    repo.add_argument(
+        "--model-control-mode",
+        choices=["none", "explicit", "poll"],
+        default="none",
+        help="none: load all at start-up; explicit: load/unload through the API; "
+        "poll: follow repository changes (default: none)",
+    )
+    repo.add_argument(
+        "--repository-poll-secs",
+        type=int,
+        default=15,
+        metavar="INT",
+        help="with poll mode: seconds between repository polls (default: 15)",
+    )
+    repo.add_argument(
+        "--load-model",
+        action="append",
+        metavar="NAME",
+        help="with explicit mode: model to load at start-up, '*' for all; repeatable",
+    )
+    repo.add_argument(
+        "--model-load-thread-count",
+        type=int,
+        default=4,
+        metavar="INT",
+        help="models loaded in parallel (default: 4)",
+    )
+    repo.add_argument(
+        "--strict-model-config",
+        type=triton_bool,
+        default=False,
+        metavar="BOOL",
+        help="require a complete config.pbtxt, no auto-complete (default: false)",
+    )
+    repo.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="do not auto-complete model configs from model files",
+    )
+    parser.add_argument_group("shared memory").add_argument(
+        "--allow-client-shm",
+        type=triton_bool,
+        default=False,
+        metavar="BOOL",
+        help="let clients register system shared-memory regions (default: false)",
+    )
+    limits = parser.add_argument_group("rate limiter")
+    limits.add_argument(
+        "--rate-limit",
+        choices=["off", "execution_count"],
+        default="off",
+        help="execution_count: instances run only when their rate_limiter resources are free",
+    )
+    limits.add_argument(
+        "--rate-limit-resource",
+        action="append",
+        metavar="NAME:COUNT[:DEVICE]",
+        help="resources available to the rate limiter; repeatable",
+    )
+    cache = parser.add_argument_group("response cache")
+    cache.add_argument(
+        "--cache-config",
+        action="append",
+        metavar="local,size=BYTES",
+        help="enable the response cache for models with response_cache { enable: true }",
+    )
+    cache.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        metavar="INT",
+        help="deprecated form of --cache-config local,size=BYTES",
+    )
+    logs = parser.add_argument_group("logging")
+    logs.add_argument(
+        "--log-verbose",
+        type=int,
+        default=0,
+        metavar="INT",
+        help="verbose logging level; > 0 enables debug logs (default: 0)",
+    )
+    logs.add_argument(
+        "--log-info",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="log info messages (default: true)",
+    )
+    logs.add_argument(
+        "--log-warning",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="log warnings (default: true)",
+    )
+    logs.add_argument(
+        "--log-error",
+        type=triton_bool,
+        default=True,
+        metavar="BOOL",
+        help="log errors (default: true)",
+    )
+    logs.add_argument(
+        "--log-format",
+        choices=["default", "ISO8601"],
+        default="default",
+        help="log line format (default: default)",
+    )
+    logs.add_argument(
+        "--log-file", metavar="PATH", help="write logs to this file instead of stderr"
+    )
+    tracing = parser.add_argument_group("tracing")
+    tracing.add_argument(
+        "--trace-config",
+        action="append",
+        metavar="[MODE,]SETTING=VALUE",
+        help="trace settings, as tritonserver: rate=N, level=TIMESTAMPS|TENSORS|OFF, count=N, "
+        "mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N; "
+        "repeatable (default: level OFF, rate 1000, count -1, mode triton)",
+    )
+    for flag, kind, repeat, setting in (
+        ("--trace-file", str, False, "triton,file"),
+        ("--trace-level", str, True, "level"),
+        ("--trace-rate", int, False, "rate"),
+        ("--trace-count", int, False, "count"),
+        ("--trace-log-frequency", int, False, "triton,log-frequency"),
+    ):
+        tracing.add_argument(
+            flag,
+            type=kind,
+            action="append" if repeat else "store",
+            metavar=kind.__name__.upper(),
+            help=f"deprecated form of --trace-config {setting}=...",
+        )
+    plugins = parser.add_argument_group("plugins")
+    plugins.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE and register it as a plugin; repeatable",
+    )
+
+
+def build_serve_parser(plugins: Plugins) -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    """The ``serve`` parser: core flags, plugins' flags, then the inert tritonserver flags."""
+    parser = argparse.ArgumentParser(
+        prog="despina serve",
+        description="Serve a Triton model repository over Triton's HTTP/gRPC protocols.",
+        allow_abbrev=False,
+    )
+    add_core_flags(parser)
+    plugins.hook.despina_addoption.call_historic(kwargs={"parser": parser})
+    inert = add_inert_flags(parser)
+    return parser, inert
+
+
+def plugin_modules(argv: Sequence[str]) -> list[object]:
+    """The modules ``--plugin MODULE`` flags of a command line name, imported (before the
+    full parse, which needs their flags)."""
+    import importlib
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--plugin", action="append", default=[])
+    known, _ = pre.parse_known_args(list(argv))
+    return [importlib.import_module(name) for name in known.plugin]
+
+
+def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
+    """Parse a serve command line into the flags' namespace (argparse exits on an unknown
+    flag), with the default repository filled in and the inert flags given noted. The
+    server reads it once into typed settings (:mod:`despina.serving.settings`)."""
+    parser, inert = build_serve_parser(plugins)
+    settings = parser.parse_args(list(argv))
+    if not settings.model_repository:
+        default = default_repository()
+        settings.model_repository = [str(default)] if default is not None else []
+    settings.inert_flags_given = [
+        reason for dest, reason in inert.items() if getattr(settings, dest) is not None
+    ]
+    return settings

@@ -1,0 +1,377 @@
+"""The in-process API: a :class:`Server` owns its plugins, models and frontends.
+
+``Server(settings).infer(request)`` works without any frontend, like Triton's in-process
+API, and several servers can live in one process (each has its own plugin manager).
+Frontends call :meth:`Server.submit` / :meth:`Server.infer` and never touch backends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+from despina.errors import DespinaError, Internal, Unavailable
+from despina.inference.pipeline import admit
+from despina.inference.request import InferenceRequest, InferenceResponse, ResponseStream
+from despina.inference.request_bodies import BodyBudget
+from despina.inference.response_cache import ResponseCache, parse_cache_config
+from despina.memory.gpus import GpuInventory, discover
+from despina.memory.shared_memory import SharedMemoryRegistry
+from despina.models.manager import ModelManager
+from despina.models.versions import ModelVersion
+from despina.plugin.manager import create_plugins
+from despina.plugin.ports import (
+    BackendHost,
+    Frontend,
+    FrontendHost,
+    MetricsExporter,
+    MetricsHost,
+    SchedulerHost,
+)
+from despina.plugin.registry import Registry
+from despina.repository.folders import ModelRepository
+from despina.repository.poller import RepositoryPoller
+from despina.scheduling.base import DRAIN_POLL_S, STOPPING
+from despina.scheduling.rate_limiter import RateLimiter, parse_resource_flags
+from despina.serving.custom_metrics import CustomMetrics
+from despina.serving.dataplane import BackendServices, DataPlane, SchedulerServices
+from despina.serving.flags import parse_settings, plugin_modules
+from despina.serving.runtime_settings import LogSettings, TraceSettings
+from despina.serving.settings import CORE, CoreSettings, Stash
+from despina.tracing.config import TraceConfig
+from despina.tracing.tracer import Tracer
+from despina.version import __version__
+
+log = logging.getLogger("despina.server")
+
+
+#: Triton protocol extensions every Despina server implements (both frontends);
+#: cuda_shared_memory follows system_shared_memory where cupy sees a CUDA device.
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+
+class StartupError(Exception):
+    """The server cannot start (a model failed with ``--exit-on-error``, bad flags, ...)."""
+
+
+class Server:
+    """One Despina server. Create, ``await start()``, serve, ``await stop()``."""
+
+    def __init__(
+        self,
+        flags: argparse.Namespace | None = None,
+        plugins: Sequence[object] = (),
+        load_entrypoints: bool = True,
+    ) -> None:
+        self.plugins = create_plugins(plugins, load_entrypoints)
+        #: The parsed command line, read once: here into :attr:`settings`, and by each
+        #: plugin's ``despina_configure`` into its own entry of :attr:`stash`.
+        self.flags = flags if flags is not None else parse_settings([], self.plugins)
+        self.stash = Stash()
+        self.stash[CORE] = CoreSettings.from_namespace(self.flags)
+        #: The core's settings (typed, frozen).
+        self.settings = self.stash[CORE]
+        self.registry = Registry.build(self.plugins)
+        #: The GPUs instances may be placed on (a plugin's answer, else NVML / device nodes).
+        min_cc = self.settings.min_supported_compute_capability
+        self.gpus: GpuInventory = self.plugins.hook.despina_gpu_inventory(
+            min_compute_capability=min_cc
+        ) or discover(min_compute_capability=min_cc)
+        self.id: str = self.settings.id
+        self.version: str = __version__
+        try:
+            repository = ModelRepository(
+                list(self.settings.model_repository), self._sources(), self.stash
+            )
+        except DespinaError as exc:
+            raise StartupError(str(exc)) from None
+        self.models = ModelManager(self, repository)
+        self.shared_memory = SharedMemoryRegistry(self.settings.allow_client_shm)
+        #: Bytes request bodies in flight hold, server-wide (``--max-inflight-request-bytes``).
+        self.request_bodies = BodyBudget(self.settings.max_inflight_request_bytes)
+        self.custom_metrics = CustomMetrics()
+        try:
+            cache_bytes = parse_cache_config(
+                self.settings.cache_config, self.settings.response_cache_byte_size
+            )
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        self.response_cache = ResponseCache(cache_bytes) if cache_bytes else None
+        self.rate_limiter: RateLimiter | None = None
+        if self.settings.rate_limit == "execution_count":
+            try:
+                limits = parse_resource_flags(self.settings.rate_limit_resource)
+            except ValueError as exc:
+                raise StartupError(str(exc)) from None
+            self.rate_limiter = RateLimiter(limits)
+        self.log_settings = LogSettings.from_settings(self.settings)
+        try:
+            trace_config = TraceConfig.parse(self.settings.trace_config)
+            self.tracer = Tracer(trace_config, TraceSettings(trace_config.extension_values()))
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        #: What frontends call: every protocol-independent operation (:mod:`despina.serving.dataplane`).
+        plane = DataPlane(self)
+        self.dataplane: FrontendHost = plane
+        #: What metrics exporters read (the data plane, seen through the MetricsHost port).
+        self.metrics_host: MetricsHost = plane
+        #: What backends and their models use (:class:`despina.plugin.ports.BackendHost`).
+        self.backend_host: BackendHost = BackendServices(self)
+        #: What schedulers use: the other models (:class:`despina.plugin.ports.SchedulerHost`).
+        self.scheduler_host: SchedulerHost = SchedulerServices(self)
+        self.frontends: list[Frontend] = []
+        self.exporters: list[MetricsExporter] = []
+        self.live = False
+        self._stopping = False
+        #: ``time.monotonic_ns()`` as :meth:`stop` began: a client's request a frontend
+        #: received before it is accepted work (:meth:`_refuses`).
+        self._stop_ns = 0
+        #: Set by :meth:`shutdown`: not ready any more, still serving (the grace period).
+        self.draining = False
+        self.poller: RepositoryPoller | None = None
+
+    @classmethod
+    def from_args(cls, argv: Sequence[str], plugins: Sequence[object] = ()) -> Server:
+        """A server configured from a ``despina serve`` / tritonserver command line: the
+        installed plugins, ``plugins``, and the modules its ``--plugin`` flags name."""
+        extra = [*plugins, *plugin_modules(argv)]
+        return cls(parse_settings(list(argv), create_plugins(extra)), extra)
+
+    def _sources(self) -> dict[str, type[Any]]:
+        """Repository source classes by URL scheme."""
+        return {scheme: cls for cls in self.registry.sources.values() for scheme in cls.schemes}
+
+    @property
+    def extensions(self) -> list[str]:
+        """The extensions server metadata reports: ``sequence`` when a sequence scheduler
+        is installed, then :data:`EXTENSIONS`, ``cuda_shared_memory`` among them where CUDA
+        regions can be opened."""
+        sequence = ["sequence"] if "sequence" in self.registry.schedulers else []
+        extensions = [EXTENSIONS[0], *sequence, *EXTENSIONS[1:]]
+        if self.shared_memory.cuda_support().available:
+            extensions.insert(extensions.index("system_shared_memory") + 1, "cuda_shared_memory")
+        return extensions
+
+    @property
+    def ready(self) -> bool:
+        """Triton's readiness: live, neither draining nor stopping, and (strict) every
+        model READY."""
+        if not self.live or self._stopping or self.draining:
+            return False
+        return self.models.all_ready() if self.settings.strict_readiness else True
+
+    async def start(self) -> None:
+        """Configure plugins, load the start-up models, start exporters and frontends.
+
+        Raises StartupError when a model fails and ``--exit-on-error`` is true.
+        """
+        try:
+            self.plugins.hook.despina_configure.call_historic(
+                kwargs={"settings": self.flags, "stash": self.stash}
+            )
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        log.info("%s", self.gpus.describe())
+        log.info("%s", self.shared_memory.cuda_support().describe())
+        self.live = True
+        try:
+            await self.models.repository.sync()
+        except Exception as exc:  # noqa: BLE001 - any source failure stops the start-up
+            raise StartupError(f"failed to fetch the model repository: {exc}") from None
+        await self.models.load_startup()
+        failures = self.models.failures()
+        if failures and self.settings.exit_on_error:
+            await self.models.unload_all()
+            lines = "; ".join(f"{name}: {reason}" for name, reason in failures)
+            raise StartupError(f"failed to load all models: {lines}")
+        for cls in self.registry.exporters.values():
+            exporter = cls(self.metrics_host)
+            await exporter.start()
+            self.exporters.append(exporter)
+        for cls in self.registry.frontends.values():
+            frontend = cls(self.dataplane)
+            try:
+                await frontend.start()
+            except OSError as exc:
+                await self.stop()
+                raise StartupError(f"frontend '{cls.name}' failed to start: {exc}") from None
+            self.frontends.append(frontend)
+        if self.settings.model_control_mode == "poll":
+            self.poller = RepositoryPoller(self.models, float(self.settings.repository_poll_secs))
+            self.poller.remember_loaded()
+            self.poller.start()
+        self.plugins.hook.despina_server_started(server=self.dataplane)
+
+    async def stop(self) -> None:
+        """Stop: refuse new requests ("Server is stopping"; a sequence's next request is
+        still taken, as Triton), and in the same step have every frontend
+        ``drain()``: stop accepting connections and close the open ones gracefully (answers
+        close them). Run everything accepted (queued, executing, open sequences, the
+        ensemble steps and BLS calls they make) within ``--exit-timeout-secs``; what is
+        still queued then is answered with the stopping error. Unload (executions still
+        running finish, for at most another ``--exit-timeout-secs``); then stop the
+        frontends (their last connections close)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._stop_ns = time.monotonic_ns()
+        for frontend in reversed(self.frontends):
+            frontend.drain()
+        if self.poller is not None:
+            await self.poller.stop()
+        self.plugins.hook.despina_server_stopping(server=self.dataplane)
+        timeout = float(self.settings.exit_timeout_secs)
+        if not await self._settle(timeout):
+            log.warning("exit timeout reached: requests not run are answered 'Server is stopping'")
+        try:
+            await asyncio.wait_for(self.models.unload_all(), timeout)
+        except TimeoutError:
+            log.warning(
+                "executions still running %g s after the exit timeout: not waited for", timeout
+            )
+        for frontend in reversed(self.frontends):
+            await frontend.stop()
+        for exporter in self.exporters:
+            await exporter.stop()
+        self.shared_memory.unregister_all()
+        self.tracer.close()
+        self.live = False
+
+    async def _settle(self, timeout_s: float) -> bool:
+        """Wait until every READY version has run what it accepted, all at once (an
+        ensemble's next step or a BLS call may land on a model that was idle), and every
+        frontend is ``settled`` (has answered the requests it received before the stop;
+        one may still hold some it has not submitted), for at most ``timeout_s``; whether
+        they did."""
+        deadline = time.monotonic() + timeout_s
+        while not (
+            all(v.scheduler is None or v.scheduler.settled for v in self.models.ready_versions())
+            and all(frontend.settled for frontend in self.frontends)
+        ):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(DRAIN_POLL_S)
+        return True
+
+    def _refuses(self, received_ns: int) -> bool:
+        """Whether a client's request is new work for a stopping server: the server is
+        stopping and the request was not received before :meth:`stop` began.
+        ``received_ns``: ``time.monotonic_ns()`` when its frontend had read it whole (its
+        body included), 0 when not said (refused once stopping)."""
+        return self._stopping and not 0 < received_ns < self._stop_ns
+
+    def inference_model(
+        self, name: str, version: str = "", *, received_ns: int = 0
+    ) -> ModelVersion:
+        """The model version a new inference request runs on (``models.get``). Once the
+        server is stopping: Unavailable "Server is stopping" where no version is found
+        (its models may be gone: not a 404), and for a request not received before the
+        stop (``received_ns``, see :meth:`_refuses`) except on a model whose scheduler
+        ``takes_follow_ons`` (a sequence model: :meth:`submit` asks it about the
+        request); a request received before the stop is accepted work, looked up as
+        ever."""
+        if not self._stopping:
+            return self.models.get(name, version)
+        try:
+            model = self.models.get(name, version)
+        except DespinaError:
+            raise Unavailable(STOPPING) from None
+        if self._refuses(received_ns) and (
+            model.scheduler is None or not model.scheduler.takes_follow_ons
+        ):
+            raise Unavailable(STOPPING)
+        return model
+
+    def submit(
+        self,
+        request: InferenceRequest,
+        streaming: bool = True,
+        model: ModelVersion | None = None,
+        inner: bool = False,
+        *,
+        received_ns: int = 0,
+    ) -> tuple[ModelVersion, ResponseStream]:
+        """Admit a request (:func:`despina.inference.pipeline.admit`: validated, answered from the
+        cache or queued); return the model and the stream to read.
+
+        ``model``: the version :meth:`inference_model` returned for the request, when the
+        caller looked it up already (with no await since). ``inner``: a request of work
+        already accepted (an ensemble step, a BLS call), run while the server stops too.
+        ``received_ns``: when a client's request was received (:meth:`_refuses`): one
+        received before the stop began runs as any request did before it. Raises
+        DespinaError (unknown model, invalid input, full queue, stopping) synchronously,
+        and Unsupported for a decoupled model unless ``streaming``.
+        """
+        if model is None:
+            name, version = request.model_name, request.model_version
+            if inner:
+                model = self.models.get(name, version)
+            else:
+                model = self.inference_model(name, version, received_ns=received_ns)
+        if not inner and self._refuses(received_ns):
+            assert model.scheduler is not None
+            model.scheduler.admit_while_stopping(request)
+        return model, admit(model, request, self.shared_memory, streaming)
+
+    async def infer(
+        self, request: InferenceRequest, model: ModelVersion | None = None, inner: bool = False
+    ) -> InferenceResponse:
+        """Run a request on a non-decoupled model; return its response or raise its error.
+        ``model``, ``inner``: as for :meth:`submit`."""
+        model, stream = self.submit(request, streaming=False, model=model, inner=inner)
+        return self.outcome(model, await stream.last())
+
+    def outcome(self, model: ModelVersion, response: InferenceResponse | None) -> InferenceResponse:
+        """The last response of a request submitted to ``model`` (not decoupled): returned,
+        named after the model, or its error raised."""
+        if response is None:
+            raise Internal(f"model '{model.name}' sent no response")
+        if response.error is not None:
+            raise response.error
+        response.model_name, response.model_version = model.name, str(model.version)
+        return response
+
+    async def infer_stream(
+        self, request: InferenceRequest, inner: bool = False
+    ) -> AsyncGenerator[InferenceResponse, None]:
+        """Run a request on any model; yield every response (errors as ``error`` set).
+        ``inner``: as for :meth:`submit`."""
+        model, stream = self.submit(request, inner=inner)
+        async for response in stream:
+            response.model_name, response.model_version = model.name, str(model.version)
+            yield response
+
+    async def shutdown(self) -> None:
+        """Leave a load balancer's rotation, then stop: readiness turns false at once while
+        every listener keeps serving for ``--shutdown-grace-period`` seconds, then
+        :meth:`stop` drains within ``--exit-timeout-secs``."""
+        self.draining = True
+        grace = self.settings.shutdown_grace_period
+        if grace > 0:
+            log.info("not ready; serving %g more seconds before draining", grace)
+            await asyncio.sleep(grace)
+        await self.stop()
+
+    async def serve_forever(self, stop_event: asyncio.Event) -> None:
+        """Start, wait for ``stop_event``, then :meth:`shutdown`."""
+        await self.start()
+        try:
+            await stop_event.wait()
+        finally:
+            await self.shutdown()
