@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -39,7 +40,7 @@ from despina.scheduling.base import DRAIN_POLL_S, STOPPING
 from despina.scheduling.rate_limiter import RateLimiter, parse_resource_flags
 from despina.serving.custom_metrics import CustomMetrics
 from despina.serving.dataplane import BackendServices, DataPlane, SchedulerServices
-from despina.serving.flags import parse_settings, plugin_modules
+from despina.serving.flags import build_serve_parser, parse_settings, plugin_modules
 from despina.serving.runtime_settings import LogSettings, TraceSettings
 from despina.serving.settings import CORE, CoreSettings, Stash
 from despina.tracing.config import TraceConfig
@@ -217,6 +218,34 @@ class Server:
             self.poller.remember_loaded()
             self.poller.start()
         self.plugins.hook.despina_server_started(server=self.dataplane)
+
+    async def start_frontend(
+        self, name: str, args: Sequence[str] = ()
+    ) -> Frontend | MetricsExporter:
+        """Start one more frontend or metrics exporter, the installed one called ``name``,
+        over this started server: configured by the server's flags with ``args`` (that
+        plugin's flags, e.g. ``["--http-port=8005"]``) on top. The caller owns it: ``await
+        stop()`` stops it (the server's stop does not). ValueError for an unknown name or
+        a flag refused, OSError when its port cannot be bound."""
+        cls: type[Frontend] | type[MetricsExporter] | None = self.registry.frontends.get(
+            name
+        ) or self.registry.exporters.get(name)
+        if cls is None:
+            raise ValueError(f"no frontend or metrics exporter '{name}' is installed")
+        flags = copy.copy(self.flags)
+        try:
+            build_serve_parser(self.plugins)[0].parse_args(list(args), namespace=flags)
+        except SystemExit:  # argparse wrote why to stderr
+            raise ValueError(f"flags refused: {' '.join(args)}") from None
+        host = DataPlane(self)
+        host.stash = Stash()
+        host.stash[CORE] = self.settings
+        given = {"settings": flags, "stash": host.stash}
+        for impl in self.plugins.hook.despina_configure.get_hookimpls():  # a historic hook
+            impl.function(**{arg: given[arg] for arg in impl.argnames})
+        component = cls(host)
+        await component.start()
+        return component
 
     async def stop(self) -> None:
         """Stop: refuse new requests ("Server is stopping"; a sequence's next request is
