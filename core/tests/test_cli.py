@@ -40,9 +40,12 @@ def tritonserver_flags() -> list[str]:
     return [line for line in lines if line.startswith("--")]
 
 
+@pytest.mark.parametrize("load_entrypoints", [True, False], ids=["plugins", "core-only"])
 @pytest.mark.parametrize("line", tritonserver_flags())
-def test_every_tritonserver_flag_is_recognised(line: str) -> None:
-    settings = parse_settings(_sample_argument(line), create_plugins())
+def test_every_tritonserver_flag_is_recognised(line: str, load_entrypoints: bool) -> None:
+    """With the installed plugins and with the core alone (their flags then inert)."""
+    plugins = create_plugins(load_entrypoints=load_entrypoints)
+    settings = parse_settings(_sample_argument(line), plugins)
     assert settings is not None
 
 
@@ -53,6 +56,16 @@ def test_flags_without_effect_are_reported() -> None:
     joined = "\n".join(settings.inert_flags_given)
     assert "--host-policy: host policies (NUMA, CPU pinning) are not supported" in joined
     assert "--pinned-memory-pool-byte-size" in joined
+
+
+def test_grpc_threads_and_response_pool_are_inert_with_their_reasons() -> None:
+    """Triton 2.56/2.57 flags (``qa/L0_decoupled`` passes the pool size) start the server."""
+    settings = parse_settings(
+        ["--grpc-max-response-pool-size=1", "--grpc-infer-thread-count=4"], create_plugins()
+    )
+    joined = "\n".join(settings.inert_flags_given)
+    assert "--grpc-max-response-pool-size: a streaming call's unsent responses" in joined
+    assert "--grpc-infer-thread-count: the gRPC frontend serves calls on the event loop" in joined
 
 
 def test_tritonserver_boolean_syntax() -> None:
@@ -110,6 +123,7 @@ def test_serve_starts_warns_about_inert_flags_and_stops_on_sigterm(tmp_path: Pat
             "serve",
             f"--model-repository={tmp_path / 'repo'}",
             "--pinned-memory-pool-byte-size=1",
+            "--grpc-max-response-pool-size=1",
             "--allow-http=false",
             "--allow-grpc=false",
             "--allow-metrics=false",
@@ -130,6 +144,7 @@ def test_serve_starts_warns_about_inert_flags_and_stops_on_sigterm(tmp_path: Pat
     output = "".join(seen) + rest
     assert process.returncode == 0, output
     assert "flag has no effect: --pinned-memory-pool-byte-size: Despina keeps tensors" in output
+    assert "flag has no effect: --grpc-max-response-pool-size:" in output
 
 
 FRAMEWORKS = ("torch", "onnxruntime", "openvino", "tensorrt", "tensorflow", "cupy")

@@ -1,4 +1,4 @@
-"""Every tritonserver 2.51 flag, so ``despina serve`` takes a tritonserver command line.
+"""Every tritonserver 2.71 flag, so ``despina serve`` takes a tritonserver command line.
 
 Flags Despina implements are added by the core (:mod:`despina.serving.flags`) or by the plugin that
 implements them (``despina_addoption``). Every flag of :data:`TRITON_FLAGS` that no one
@@ -32,6 +32,11 @@ _GRPC = "the gRPC frontend plugin (despina-frontend-grpc) is not installed"
 _METRICS = "the metrics plugin (despina-metrics-prometheus) is not installed"
 _NO_SAGEMAKER = "Despina has no SageMaker frontend"
 _NO_VERTEX = "Despina has no Vertex AI frontend"
+_GRPC_THREADS = "the gRPC frontend serves calls on the event loop, without handler threads"
+_GRPC_POOL = (
+    "a streaming call's unsent responses are bounded in bytes (HTTP/2 flow control); "
+    "a model's sends never wait for the client"
+)
 _CUDA_MEM = "Despina allocates no CUDA memory pools of its own; frameworks manage device memory"
 
 #: flag -> (value type: "bool" | "int" | "float" | "str" | "none", repeatable, why inert)
@@ -46,13 +51,16 @@ TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--reuse-http-port": ("bool", False, _HTTP),
     "--http-header-forward-pattern": ("str", False, _HTTP),
     "--http-thread-count": ("int", False, _HTTP),
+    "--http-max-input-size": ("int", False, _HTTP),
     "--http-restricted-api": ("str", True, _HTTP),
     "--allow-grpc": ("bool", False, _GRPC),
     "--grpc-address": ("str", False, _GRPC),
     "--grpc-port": ("int", False, _GRPC),
     "--reuse-grpc-port": ("bool", False, _GRPC),
     "--grpc-header-forward-pattern": ("str", False, _GRPC),
+    "--grpc-infer-thread-count": ("int", False, _GRPC_THREADS),
     "--grpc-infer-allocation-pool-size": ("int", False, _GRPC),
+    "--grpc-max-response-pool-size": ("int", False, _GRPC_POOL),
     "--grpc-use-ssl": ("bool", False, _GRPC),
     "--grpc-use-ssl-mutual": ("bool", False, _GRPC),
     "--grpc-server-cert": ("str", False, _GRPC),
