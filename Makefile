@@ -1,4 +1,4 @@
-# make serve · make test · make lint · make bench · make fuzz · make image-test — each sets up .venv itself.
+# make serve · make test · make lint · make bench · make bench-check · make fuzz · make image-test — each sets up .venv itself.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,7 @@ PLUGINS := $(sort $(wildcard plugins/*/pyproject.toml))
 PLUGIN_DIRS := $(patsubst %/pyproject.toml,%,$(PLUGINS))
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench compare fuzz triton-qa image-test venv clean
+.PHONY: serve test lint bench bench-check compare fuzz triton-qa image-test venv clean
 
 venv: $(STAMP)
 
@@ -59,6 +59,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 	$(BIN)/python bench/run.py --protocol grpc $(BENCH_ARGS)
 	$(BIN)/python bench/backends.py
+
+# CPU per request of the Python-backend add_sub (HTTP JSON, binary, gRPC; c=1 and 8) and idle
+# RSS, this tree against BASELINE (default a35dc3f), into bench/results/bench_check.md (~3 min;
+# needs wrk, h2load and ../shared/tools/peers). Informs; fails nothing.
+BASELINE ?= a35dc3f
+bench-check: $(STAMP)
+	$(BIN)/python bench/check.py --baseline $(BASELINE) $(BENCH_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV)

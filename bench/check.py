@@ -1,0 +1,272 @@
+"""CPU per request on the serving path, this tree against a recorded baseline (``make bench-check``).
+
+Serves the peers kit's Python-backend ``add_sub`` in process mode (as Triton runs it) from
+two trees at once: this working tree and a baseline commit (default ``a35dc3f``, unpacked
+once with ``git archive`` under ``/tmp``), each by this virtualenv's ``python -m despina serve`` with
+``PYTHONPATH`` at that tree's sources and default flags. It drives HTTP JSON, HTTP binary
+(wrk) and gRPC (h2load) at concurrency 1 and 8 for a fixed time, the two trees in a random
+order per round, and reads from ``/proc`` the CPU time (utime + stime) of the server
+process and of its model processes, divided by the requests the server counted
+(``/v2/models/add_sub/stats``). CPU per request does not depend on how busy the machine
+is the way throughput does, so the ratio to the baseline is a guard worth running before
+every change to the request path. It informs; it fails nothing. Also reports idle RSS.
+Needs wrk, h2load and the peers kit (``../shared/tools/peers``)::
+
+    make bench-check                      # or: python bench/check.py --baseline REV --rounds 3
+
+Results (medians over rounds) print and go to ``bench/results/bench_check.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PEERS = Path(os.environ.get("PEERS_HOME", ROOT.parent / "shared/tools/peers"))
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+PROTOCOLS = ("http-json", "http-binary", "grpc")
+CONCURRENCY = (1, 8)
+
+
+@dataclass
+class Tree:
+    """One tree's running server on ``port`` (HTTP), ``port + 1`` (gRPC), ``port + 2``."""
+
+    name: str
+    path: Path
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+    samples: dict[tuple[str, int], list[tuple[float, float]]] = field(default_factory=dict)
+    idle_rss_kb: tuple[int, int] = (0, 0)
+
+
+def baseline_tree(revision: str) -> Path:
+    """The sources of ``revision``, unpacked once under /tmp (``git archive``)."""
+    sha = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short=12", revision],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    path = Path(f"/tmp/despina-bench-baseline-{sha}")
+    if not (path / "core/src").is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.Popen(["git", "-C", str(ROOT), "archive", sha], stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", str(path)], stdin=archive.stdout, check=True)
+        archive.wait()
+    return path
+
+
+def payloads() -> Path:
+    """The kit's request bodies, written once (``load/make_payloads.py``)."""
+    path = Path(os.environ.get("PEERS_SCRATCH", "/tmp/peers")) / "payloads"
+    if not (path / "infer_grpc_raw.bin").exists():
+        script = PEERS / "load/make_payloads.py"
+        subprocess.run([sys.executable, str(script), str(path)], check=True, capture_output=True)
+    return path
+
+
+def serve(tree: Tree, repository: Path) -> None:
+    """Start ``despina serve`` of ``repository`` from ``tree``'s sources; wait until ready."""
+    sources = [tree.path / "core/src", *sorted((tree.path / "plugins").glob("*/src"))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(s.resolve()) for s in sources)}
+    command = [
+        *(sys.executable, "-m", "despina", "serve"),
+        f"--model-repository={repository}",
+        *("--http-address=127.0.0.1", f"--http-port={tree.port}"),
+        *("--grpc-address=127.0.0.1", f"--grpc-port={tree.port + 1}"),
+        *("--metrics-address=127.0.0.1", f"--metrics-port={tree.port + 2}"),
+    ]
+    log = Path(f"/tmp/bench_check_{tree.name}.log")
+    with log.open("w") as handle:
+        tree.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=handle)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if tree.process.poll() is not None:
+            raise SystemExit(f"{tree.name}: despina serve exited, see {log.name}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{tree.port}/v2/health/ready", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"{tree.name}: not ready in 120 s, see {log.name}")
+
+
+def _stat_fields(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (a server's model processes)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if int(_stat_fields(int(entry))[1]) == pid:
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` (all its threads), seconds."""
+    fields = _stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size of ``pid``, KiB."""
+    return int(_stat_fields(pid)[21]) * PAGE_KB
+
+
+def served(tree: Tree) -> int:
+    """Successful inferences the server counted so far."""
+    url = f"http://127.0.0.1:{tree.port}/v2/models/add_sub/stats"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        stats = json.load(answer)["model_stats"][0]
+    return int(stats["inference_stats"]["success"]["count"])
+
+
+def load(tree: Tree, protocol: str, conc: int, seconds: float, bodies: Path) -> None:
+    """One closed-loop run of wrk (HTTP) or h2load (gRPC) at ``conc`` connections."""
+    if protocol == "grpc":
+        command = [
+            *("h2load", f"-c{conc}", "-m1", "-t1", f"-D{seconds:g}"),
+            *("-d", str(bodies / "infer_grpc_raw.bin")),
+            *("-H", "content-type: application/grpc", "-H", "te: trailers"),
+            f"http://127.0.0.1:{tree.port + 1}/inference.GRPCInferenceService/ModelInfer",
+        ]
+    else:
+        binary = protocol == "http-binary"
+        body = bodies / ("infer_binary.body" if binary else "infer_json.body")
+        header = (bodies / "infer_binary.hlen").read_text().strip() if binary else ""
+        content_type = "application/octet-stream" if binary else "application/json"
+        command = [
+            *("wrk", "-t1", f"-c{conc}", f"-d{seconds:g}s", "-s", str(PEERS / "load/post.lua")),
+            f"http://127.0.0.1:{tree.port}/v2/models/add_sub/infer",
+            *("--", str(body), content_type, header),
+        ]
+    subprocess.run(command, check=True, capture_output=True, timeout=seconds + 60)
+
+
+def measure(tree: Tree, protocol: str, conc: int, seconds: float, bodies: Path) -> None:
+    """Record (server, model processes) CPU microseconds per request of one run."""
+    assert tree.process is not None
+    pid = tree.process.pid
+    models = children(pid)
+    before = (cpu_s(pid), sum(cpu_s(p) for p in models), served(tree))
+    load(tree, protocol, conc, seconds, bodies)
+    after = (cpu_s(pid), sum(cpu_s(p) for p in models), served(tree))
+    count = after[2] - before[2]
+    if count <= 0:
+        raise SystemExit(f"{tree.name}: no request served over {protocol}")
+    sample = ((after[0] - before[0]) * 1e6 / count, (after[1] - before[1]) * 1e6 / count)
+    tree.samples.setdefault((protocol, conc), []).append(sample)
+    print(
+        f"  {tree.name:8} {protocol:11} c={conc}: {count:6} requests, "
+        f"server {sample[0]:6.0f} us/req, model {sample[1]:5.0f} us/req",
+        flush=True,
+    )
+
+
+def median_pair(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    """Medians of the server and the model-process figures."""
+    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+
+
+def report(base: Tree, head: Tree, revision: str, rounds: int, seconds: float) -> str:
+    """The results page (Markdown)."""
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    lines = [
+        "# bench-check: CPU per request against a baseline tree",
+        "",
+        f"`make bench-check` (`bench/check.py`): the peers kit's Python-backend add_sub in process "
+        f"mode, default flags, {rounds} interleaved rounds of {seconds:g} s per cell, medians. "
+        f"CPU microseconds per request from `/proc` (utime + stime) of the server process and of "
+        f"its model process, over the requests the server counted. Baseline `{revision}`, "
+        f"current tree at `{commit}` (plus any uncommitted changes); load average at the start "
+        f"{os.getloadavg()[0]:.2f}. Lower is better; ratio = current / baseline of the total.",
+        "",
+        "| protocol | c | baseline server | baseline model | current server | current model "
+        "| total ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for protocol in PROTOCOLS:
+        for conc in CONCURRENCY:
+            b = median_pair(base.samples[(protocol, conc)])
+            h = median_pair(head.samples[(protocol, conc)])
+            lines.append(
+                f"| {protocol} | {conc} | {b[0]:.0f} | {b[1]:.0f} | {h[0]:.0f} | {h[1]:.0f} "
+                f"| {sum(h) / sum(b):.2f} |"
+            )
+    b_rss, h_rss = base.idle_rss_kb, head.idle_rss_kb
+    lines += [
+        "",
+        "Idle RSS (MiB), after the model loaded and before any request: baseline server "
+        f"{b_rss[0] / 1024:.0f} + model process {b_rss[1] / 1024:.0f}; current server "
+        f"{h_rss[0] / 1024:.0f} + model process {h_rss[1] / 1024:.0f}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", default="a35dc3f", help="git revision to compare with")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of one run")
+    parser.add_argument("--out", type=Path, default=HERE / "results/bench_check.md")
+    args = parser.parse_args()
+    repository = PEERS / "despina/model_repository"
+    bodies = payloads()
+    trees = [
+        Tree("baseline", baseline_tree(args.baseline), 19800),
+        Tree("current", ROOT, 19810),
+    ]
+    try:
+        for tree in trees:
+            serve(tree, repository)
+        time.sleep(2)
+        for tree in trees:
+            assert tree.process is not None
+            models = children(tree.process.pid)
+            tree.idle_rss_kb = (rss_kb(tree.process.pid), sum(rss_kb(p) for p in models))
+        for number in range(args.rounds):
+            print(f"round {number + 1} of {args.rounds}", flush=True)
+            for protocol in PROTOCOLS:
+                for conc in CONCURRENCY:
+                    for tree in random.sample(trees, len(trees)):
+                        measure(tree, protocol, conc, args.seconds, bodies)
+    finally:
+        for tree in trees:
+            if tree.process is not None:
+                tree.process.terminate()
+        for tree in trees:
+            if tree.process is not None:
+                tree.process.wait(60)
+    text = report(trees[0], trees[1], args.baseline, args.rounds, args.seconds)
+    print("\n" + text)
+    args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
