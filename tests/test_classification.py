@@ -88,3 +88,47 @@ def test_integer_outputs_are_written_as_integers(
         result = client.infer("counts", inputs, outputs=outputs)
         assert result.as_numpy("OUTPUT0").tolist() == expected0, module.__name__
         assert result.as_numpy("OUTPUT1").tolist() == expected1, module.__name__
+
+
+WIDE = """
+backend: "toy"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+def test_an_output_over_a_million_elements_is_not_classified(
+    model_repository: RepositoryBuilder,
+    despina_server: Callable[..., RunningServer],
+    http_client: Callable[..., Any],
+    grpc_client: Callable[..., Any],
+) -> None:
+    """Newer Triton's bound (server #8603): at most 1,000,000 elements per batch row are
+    classified; one more is the client's mistake (400 / INVALID_ARGUMENT), with its text.
+    The server goes on serving."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    model_repository.add("wide", WIDE, {"1/model.toy": ""})
+    running = despina_server(model_repository.root, plugins=[toy_backend])
+    for module, client in ((httpclient, http_client(running)), (grpcclient, grpc_client(running))):
+        with pytest.raises(InferenceServerException) as refused:
+            _classify_arange(module, client, 1_000_001)
+        assert refused.value.message() == "classification output tensor too large"
+        expected = "400" if module is httpclient else "StatusCode.INVALID_ARGUMENT"
+        assert refused.value.status() == expected, module.__name__
+        top = _classify_arange(module, client, 1_000_000)
+        assert top.tolist() == [b"999999.000000:999999"], module.__name__
+
+
+def _classify_arange(module: Any, client: Any, count: int) -> Any:
+    """The top class of ``OUTPUT0 = arange(count)`` of the model "wide"."""
+    inputs = [
+        module.InferInput("INPUT0", [count], "FP32"),
+        module.InferInput("INPUT1", [count], "FP32"),
+    ]
+    inputs[0].set_data_from_numpy(np.arange(count, dtype=np.float32))
+    inputs[1].set_data_from_numpy(np.zeros(count, np.float32))
+    outputs = [module.InferRequestedOutput("OUTPUT0", class_count=1)]
+    return client.infer("wide", inputs, outputs=outputs).as_numpy("OUTPUT0")

@@ -19,17 +19,24 @@ from despina.memory.device_arrays import to_host
 from despina.repository.config import ModelConfig
 from despina.repository.paths import safe_join
 
+#: Elements one batch row (or a tensor without batching) may have to be classified:
+#: newer Triton's bound against pathological sort cost (server #8603), with its text.
+MAX_CLASSIFIED_ELEMENTS = 1_000_000
+
 
 def top_k(array: np.ndarray, k: int, batched: bool, labels: list[str]) -> np.ndarray:
     """Top ``k`` classes per batch row (or of the whole tensor), as a BYTES array.
 
     The result is ``[batch, k]`` for batched models and ``[k]`` otherwise; ``k`` is capped
     to the number of classes. Values are printed as their data type, as Triton does:
-    integers (and booleans) as integers, floating-point values with ``%f``.
+    integers (and booleans) as integers, floating-point values with ``%f``. A row of more
+    than :data:`MAX_CLASSIFIED_ELEMENTS` elements is InvalidArgument.
     """
     if array.dtype.kind not in "biuf":
         raise InvalidArgument("classification is only supported for numeric outputs")
     rows = array.reshape(array.shape[0], -1) if batched and array.ndim else array.reshape(1, -1)
+    if rows.shape[1] > MAX_CLASSIFIED_ELEMENTS:
+        raise InvalidArgument("classification output tensor too large")
     k = min(k, rows.shape[1])
     out = np.empty((rows.shape[0], k), dtype=np.object_)
     integral = array.dtype.kind in "biu"
