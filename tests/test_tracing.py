@@ -316,6 +316,37 @@ def test_opentelemetry_spans(
     assert all(span.kind == span.SPAN_KIND_SERVER for span in spans.values())
 
 
+@pytest.mark.parametrize(
+    ("form", "path"),
+    [("{host}:{port}/v1/traces", "/v1/traces"), ("{host}:{port}", "/")],
+    ids=["no-scheme", "no-path"],
+)
+def test_opentelemetry_url_without_scheme_or_path(
+    form: str,
+    path: str,
+    repo: RepositoryBuilder,
+    despina_server: Callable[..., RunningServer],
+    receiver: Receiver,
+) -> None:
+    """Triton's qa/L0_trace gives the URL without a scheme (http://); without a path the
+    spans go to "/", as from Triton's exporter."""
+    host, port = receiver.server.server_address[:2]
+    running = despina_server(
+        repo.root,
+        args=[
+            *LOCAL,
+            "--trace-config=mode=opentelemetry",
+            "--trace-config=level=TIMESTAMPS",
+            "--trace-config=rate=1",
+            f"--trace-config=opentelemetry,url={form.format(host=host, port=port)}",
+        ],
+    )
+    infer("http", running, "add_sub")
+    running.stop()  # flushes the batch span processor
+    assert set(receiver.paths) == {path}
+    assert sorted(span.name for _, span in receiver.spans) == ["InferRequest", "add_sub", "compute"]
+
+
 def test_bad_trace_flags_stop_the_start(
     repo: RepositoryBuilder, despina_server: Callable[..., RunningServer]
 ) -> None:
@@ -325,6 +356,10 @@ def test_bad_trace_flags_stop_the_start(
         despina_server(repo.root, args=[*LOCAL, "--trace-config=speed=3"])
     with pytest.raises(StartupError, match="trace level"):
         despina_server(repo.root, args=[*LOCAL, "--trace-config=level=ALL"])
+    with pytest.raises(StartupError, match="scheme 'grpc' is not supported"):
+        despina_server(
+            repo.root, args=[*LOCAL, "--trace-config=opentelemetry,url=grpc://localhost:4317"]
+        )
 
 
 BLS_CALLER = """

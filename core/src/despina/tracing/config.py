@@ -12,12 +12,38 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
 MODES = ("triton", "opentelemetry")
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 #: Triton's OTLP/HTTP default endpoint.
 DEFAULT_OTEL_URL = "http://localhost:4318/v1/traces"
 _OTEL_INTS = ("bsp_max_queue_size", "bsp_schedule_delay", "bsp_max_export_batch_size")
+
+
+def otlp_http_url(value: str) -> str:
+    """The OTLP/HTTP endpoint ``opentelemetry,url=<value>`` names, read as Triton's exporter
+    (opentelemetry-cpp's URL parser) reads it: without a scheme it is ``http://``, without
+    a path it posts to ``/``, without a port it uses the scheme's. ValueError with the
+    reason for what no export could ever reach: an empty URL, a scheme other than http or
+    https, no host, a port that is not a number from 1 to 65535."""
+    where = f"--trace-config opentelemetry,url={value}"
+    text = value.strip()
+    split = urlsplit(text if "://" in text else f"http://{text}")
+    if split.scheme.lower() not in ("http", "https"):
+        raise ValueError(
+            f"{where}: scheme '{split.scheme}' is not supported; spans are exported over "
+            "OTLP/HTTP, to an http:// or https:// URL"
+        )
+    if not split.hostname:
+        raise ValueError(f"{where}: no host; expected [http[s]://]host[:port][/path]")
+    try:
+        port = split.port
+    except ValueError:
+        port = 0
+    if port == 0 or split.netloc.endswith(":"):
+        raise ValueError(f"{where}: the port must be a number from 1 to 65535")
+    return urlunsplit((split.scheme.lower(), split.netloc, split.path or "/", split.query, ""))
 
 
 def parse_level(values: Iterable[str]) -> list[str]:
@@ -54,6 +80,7 @@ class TraceConfig:
     mode: str = "triton"
     file: str = ""
     log_frequency: int = 0
+    #: The OTLP/HTTP endpoint, with its scheme (:func:`otlp_http_url`).
     otel_url: str = DEFAULT_OTEL_URL
     #: Resource attributes (``service.name`` defaults to Triton's ``triton-inference-server``).
     otel_resource: tuple[tuple[str, str], ...] = ()
@@ -98,7 +125,7 @@ class TraceConfig:
                     raise ValueError(f"unknown triton trace setting '{key}'")
             elif mode == "opentelemetry":
                 if key == "url":
-                    values["otel_url"] = value
+                    values["otel_url"] = otlp_http_url(value)
                 elif key == "resource":
                     name, eq, attribute = value.partition("=")
                     if not eq or not name:
