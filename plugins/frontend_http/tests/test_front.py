@@ -311,6 +311,30 @@ def test_chunked_body_past_the_limit_gets_413(
     assert_add_sub(connect(running).send(infer([1], [2])).reply(), [1], [2])
 
 
+def test_a_chunked_body_of_more_than_65536_chunks_gets_400(
+    serve: Callable[..., RunningServer], connect: Any
+) -> None:
+    """Newer Triton's cap (server #8770): 65536 non-empty chunks pass; one more is refused
+    (400, its text) before the body ends, and the connection closes."""
+    running = serve()
+    te = {"Transfer-Encoding": "chunked"}
+    index = "/v2/repository/index"
+    most = chunked(b"{" + b" " * 65534 + b"}", 1)
+    reply = connect(running).send(request("POST", index, most, te)).reply()
+    assert reply.status == 200, reply.body
+    conn = connect(running)
+    one_more = chunked(b"{" + b" " * 65535 + b"}", 1)
+    reply = conn.send(request("POST", index, one_more[:-2], te)).reply()  # its end unsent
+    assert reply.status == 400 and reply.headers["connection"] == "close"
+    assert reply.json() == {
+        "error": "Chunked request body exceeds maximum of 65536 non-empty chunks. "
+        "Send fewer or larger HTTP chunks."
+    }
+    conn.send(b"\r\n")
+    assert conn.closed()
+    assert_add_sub(connect(running).send(infer([1], [2])).reply(), [1], [2])
+
+
 def test_keep_alive_and_connection_close(serve: Callable[..., RunningServer], connect: Any) -> None:
     running = serve()
     keep = {"Connection": "keep-alive"}

@@ -15,7 +15,9 @@ the way to the hot path.
 Limits: a head (request line and headers together) over ``max_header_size`` is refused
 (431) without more than the limit reaching the parser; a body over ``max_input_size``
 (413) before it comes when its ``Content-Length`` or a chunk's size says so, else as it
-passes the limit. ``Expect: 100-continue`` is answered before the body. A request that
+passes the limit; a chunked body of more than :data:`MAX_CHUNKS` non-empty chunks (400,
+newer Triton's cap and text, server #8770) before the next one is kept. ``Expect:
+100-continue`` is answered before the body. A request that
 does not parse is refused (400). A refusal before the body was read is answered in its
 turn, then the connection stops writing and drops what the client still sends until it
 closes (:meth:`Handler.linger`; closing on unread bytes would reset the connection and
@@ -46,6 +48,12 @@ from despina_frontend_http.framing import ChunkSizes
 
 #: Requests a connection may have waiting before it stops reading.
 MAX_WAITING = 16
+#: Non-empty chunks a chunked request body may have (each is kept as one ``bytes``).
+MAX_CHUNKS = 1 << 16
+_TOO_MANY_CHUNKS = (
+    f"Chunked request body exceeds maximum of {MAX_CHUNKS} non-empty chunks. "
+    "Send fewer or larger HTTP chunks."
+)
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 _UPGRADE_TOKENS = frozenset({b"upgrade", b"http2-settings"})
@@ -72,6 +80,7 @@ class Incoming:
     __slots__ = (
         "begin_ns",
         "body",
+        "chunk_count",
         "early_due",
         "head_bytes",
         "headers",
@@ -97,6 +106,8 @@ class Incoming:
         self.keep_alive = True
         self.body: list[bytes] = []
         self.size = 0
+        #: Chunk size lines read, the last (empty) chunk's included.
+        self.chunk_count = 0
         self.head_bytes = 0
         #: The body is over the limit: refused (413), its bytes dropped.
         self.over_limit = False
@@ -432,6 +443,13 @@ class H1Engine:
         incoming.body.clear()
         self._early(incoming)
 
+    def _too_many_chunks(self, incoming: Incoming) -> None:
+        """``incoming``'s body has too many chunks: refused (400) before the rest is read,
+        and the connection closes after the answer."""
+        incoming.refusal = _TOO_MANY_CHUNKS
+        incoming.keep_alive = False
+        self._too_large(incoming)
+
     def _early(self, incoming: Incoming) -> None:
         """Answer ``incoming`` before its body (:meth:`_answer_early`): now, or once the
         requests before it are answered (responses stay in order)."""
@@ -443,7 +461,10 @@ class H1Engine:
     def _answer_early(self, incoming: Incoming) -> None:
         """Before the body: refuse a body over the limit (413), else send 100 Continue."""
         if incoming.over_limit:
-            self.send_error(incoming, 413, self.limits.body_too_large)
+            if incoming.refusal is not None:
+                self.send_error(incoming, incoming.refusal_status, incoming.refusal)
+            else:
+                self.send_error(incoming, 413, self.limits.body_too_large)
             self.linger()
         elif not self.closed:
             self.handler.send([_CONTINUE])
@@ -498,7 +519,13 @@ class H1Engine:
             self._early(incoming)
 
     def on_chunk_header(self) -> None:
-        self.chunks.header(self.current.size)
+        incoming = self.current
+        self.chunks.header(incoming.size)
+        incoming.chunk_count += 1
+        # Only the last chunk is empty: a size line after MAX_CHUNKS + 1 of them shows
+        # MAX_CHUNKS + 1 non-empty chunks.
+        if incoming.chunk_count == MAX_CHUNKS + 2:
+            self._too_many_chunks(incoming)
 
     def on_chunk_complete(self) -> None:
         self.chunks.between()
