@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -52,19 +53,30 @@ def test_identical_requests_hit_the_cache(
 
 
 def test_cache_evicts_least_recently_used_within_its_budget() -> None:
-    from despina.inference.response_cache import ResponseCache
+    from despina.inference.local_cache import LocalCache
 
-    cache = ResponseCache(capacity_bytes=64)
+    cache = LocalCache({"size": "64"})
     block = np.zeros(8, np.float32)  # 32 bytes
-    cache.store(b"a", {"x": block}, {})
-    cache.store(b"b", {"x": block}, {})
+    cache.insert(b"a", {"x": block}, {})
+    cache.insert(b"b", {"x": block}, {})
     assert cache.lookup(b"a") is not None  # a is now the most recent
-    cache.store(b"c", {"x": block}, {})
+    cache.insert(b"c", {"x": block}, {})
     assert cache.lookup(b"b") is None and cache.lookup(b"a") is not None and len(cache) == 2
-    cache.store(b"huge", {"x": np.zeros(100, np.float32)}, {})
+    cache.insert(b"huge", {"x": np.zeros(100, np.float32)}, {})
     assert cache.lookup(b"huge") is None
 
 
-def test_unknown_cache_is_refused(model_repository: RepositoryBuilder) -> None:
-    with pytest.raises(StartupError, match="unknown cache 'redis'"):
-        start_server(model_repository.root, ["--cache-config=redis,host=x"], plugins=[toy_backend])
+@pytest.mark.parametrize(
+    ("flags", "reason"),
+    [
+        (["--cache-config=nosuch,host=x"], "unknown cache 'nosuch'; installed caches: 'local'"),
+        (["--cache-config=local,size=1k"], "expected local,size=<bytes>, got 'local,size=1k'"),
+        (["--cache-config=local,size=1", "--cache-config=other,a=b"], "one cache at a time"),
+        (["--cache-config=local"], "expected <cache>,<key>=<value>, got 'local'"),
+    ],
+)
+def test_bad_cache_config_is_refused(
+    model_repository: RepositoryBuilder, flags: list[str], reason: str
+) -> None:
+    with pytest.raises(StartupError, match=re.escape(reason)):
+        start_server(model_repository.root, flags, plugins=[toy_backend])

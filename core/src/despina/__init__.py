@@ -20,6 +20,8 @@ _EXPORTS: dict[str, str] = {
     "BackendHost": "despina.plugin.ports",
     "FrontendHost": "despina.plugin.ports",
     "MetricsHost": "despina.plugin.ports",
+    "ResponseCache": "despina.plugin.ports",
+    "CachedResponse": "despina.inference.response_cache",
     # errors, one per status
     "errors": "despina.errors",
     "AlreadyExists": "despina.errors",
@@ -187,6 +189,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         Inflation as Inflation,
         inflate as inflate,
     )
+    from despina.inference.response_cache import CachedResponse as CachedResponse
     from despina.inference.stats import (
         FAILURE_REASONS as FAILURE_REASONS,
         LATENCY_OBSERVERS as LATENCY_OBSERVERS,
@@ -243,6 +246,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         BackendHost as BackendHost,
         FrontendHost as FrontendHost,
         MetricsHost as MetricsHost,
+        ResponseCache as ResponseCache,
     )
     from despina.plugin.threaded_instance import ThreadedInstance as ThreadedInstance
     from despina.repository.config import (

@@ -15,18 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 from despina.errors import DespinaError, Internal, Unsupported
 from despina.inference.classification import classify_outputs
 from despina.inference.request import InferenceRequest, InferenceResponse, ResponseStream
-from despina.inference.response_cache import cache_key
+from despina.inference.response_cache import CachedResponse, cache_key
 from despina.inference.stats import FirstResponseStream, ModelStats, compute_durations
 from despina.inference.validation import validate_request
 from despina.memory.device_arrays import holds_device_arrays, host_inputs
 from despina.models.call_placement import NeedsThread
-from despina.scheduling.base import ScheduledModel, batch_size_of, stopping_error
+from despina.scheduling.base import ScheduledModel, Scheduler, batch_size_of, stopping_error
 
 if TYPE_CHECKING:
     from despina.memory.shared_memory import SharedMemoryRegistry
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from despina.plugin.backend import ModelInstance
 
 log = logging.getLogger("despina.scheduling")
+
+#: Requests waiting for a network cache's lookup (a task is only weakly held by its loop).
+_lookups: set[asyncio.Task[None]] = set()
 
 
 def admit(
@@ -51,7 +54,8 @@ def admit(
     (recording time to first response where latency is observed); its trace accepted,
     and ended by the final response. A request the response cache answers is answered
     here (a cache hit in statistics) and never reaches the scheduler; a miss carries its
-    ``cache_key`` for :func:`deliver` to store.
+    ``cache_key`` for :func:`deliver` to store. Where the cache answers over the network,
+    the request waits for it in a task and ``submit``'s error, if any, is its response.
 
     Raises DespinaError synchronously: Unsupported for a decoupled model unless
     ``streaming``, InvalidArgument for an invalid request, what ``submit`` raises.
@@ -80,17 +84,54 @@ def admit(
         trace.accepted(model.name, model.version, request)
         stream.trace = trace
     scheduled = scheduler.model
-    if scheduled.cache is None or not _answer_from_cache(scheduled, request):
+    if scheduled.cache is None:
         scheduler.submit(request)
+        return stream
+    start = time.monotonic_ns()
+    key = cache_key(request, scheduled.version)
+    found = scheduled.cache.lookup(key)
+    if found is None or isinstance(found, CachedResponse):
+        if not _answer_from_cache(scheduled, request, key, found, start):
+            scheduler.submit(request)
+    else:
+        task = asyncio.get_running_loop().create_task(
+            _look_up_then_submit(scheduler, request, key, found, start)
+        )
+        _lookups.add(task)
+        task.add_done_callback(_lookups.discard)
     return stream
 
 
-def _answer_from_cache(model: ScheduledModel, request: InferenceRequest) -> bool:
-    """Answer a request from the cache (True), or mark it to be stored (False)."""
-    assert model.cache is not None
-    start = time.monotonic_ns()
-    key = cache_key(request, model.version)
-    hit = model.cache.lookup(key)
+async def _look_up_then_submit(
+    scheduler: Scheduler,
+    request: InferenceRequest,
+    key: bytes,
+    lookup: Awaitable[CachedResponse | None],
+    start: int,
+) -> None:
+    """Wait for a network cache's answer; on a miss submit, answering ``submit``'s error."""
+    try:
+        found = await lookup
+    except Exception:
+        log.exception("response cache '%s' failed a lookup", scheduler.model.name)
+        found = None
+    if _answer_from_cache(scheduler.model, request, key, found, start):
+        return
+    try:
+        scheduler.submit(request)
+    except DespinaError as exc:
+        reject(scheduler.model, request, exc)
+
+
+def _answer_from_cache(
+    model: ScheduledModel,
+    request: InferenceRequest,
+    key: bytes,
+    hit: CachedResponse | None,
+    start: int,
+) -> bool:
+    """Answer a request from the cache's ``hit`` (True), or mark it to be stored (False),
+    counting the lookup that began at ``start``."""
     elapsed = time.monotonic_ns() - start
     if hit is None:
         request.cache_key = key
@@ -230,7 +271,9 @@ def deliver(
             response = InferenceResponse(model.name, model.version, response.id, error=exc)
     if response.error is None:
         if model.cache is not None and request.cache_key is not None:
-            model.cache.store(request.cache_key, response.outputs, response.parameters)
+            began = time.monotonic_ns()  # Triton counts insertion in the miss's duration
+            model.cache.insert(request.cache_key, response.outputs, response.parameters)
+            model.stats.cache_miss.add(time.monotonic_ns() - began, count=0)
         if request.stream is not None:
             request.stream.send(response, final=True)
         _record_success(model.stats, request, size, start, end)

@@ -1,49 +1,89 @@
-"""The response cache (``response_cache { enable: true }`` in a model's config).
+"""The response cache contract (``response_cache { enable: true }`` in a model's config).
 
-Enabled server-wide by ``--cache-config local,size=BYTES`` (or the older
-``--response-cache-byte-size``). The key hashes the model, version, every input's name,
-datatype, shape and bytes, and the requested outputs; a hit answers the request without
-running the model. Entries are evicted least-recently-used when the byte budget is full.
-Runs on the event loop thread only.
+Enabled server-wide by ``--cache-config <name>,<key>=<value>`` (repeatable; the older
+``--response-cache-byte-size N`` means ``local,size=N``): ``<name>`` picks one
+:class:`ResponseCache` class of those plugins provide (``despina_response_caches``; the
+core's is "local", :mod:`despina.inference.local_cache`) and its options go to it. The key
+(:func:`cache_key`) hashes the model, version, every input's name, datatype, shape and
+bytes, and the requested outputs; a hit answers the request without running the model.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from despina.inference.request import InferenceRequest
 from despina.inference.tensors import serialize_bytes
 from despina.memory.device_arrays import DeviceArray, to_host
-from despina.serving.digits import ascii_digits
 
 
 @dataclass
 class CachedResponse:
+    """A stored response: its outputs (host arrays), parameters, and the outputs' bytes."""
+
     outputs: dict[str, np.ndarray]
     parameters: dict[str, object]
     nbytes: int
 
 
-def parse_cache_config(values: Sequence[str] | None, legacy_size: int | None) -> int:
-    """The cache size in bytes from ``--cache-config`` values (``local,size=N``), else the
-    legacy flag; 0 disables the cache. Raises ValueError for another cache or bad size."""
-    size = int(legacy_size or 0)
-    for value in values or []:
+class ResponseCache(Protocol):
+    """A response cache (``despina_response_caches``), made as ``Cache(options)`` with the
+    ``<key>=<value>`` options of its ``--cache-config <name>,...`` flags (raise ValueError
+    with the reason for a bad one), started before the models load and stopped after they
+    unload. Called on the event loop thread only."""
+
+    name: ClassVar[str]
+
+    def __init__(self, options: Mapping[str, str]) -> None: ...
+
+    async def start(self) -> None:
+        """Get ready (connect); raising refuses the server's start-up with the message."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    def lookup(self, key: bytes) -> CachedResponse | Awaitable[CachedResponse | None] | None:
+        """The response stored under ``key`` or None, at once (a cache in this process),
+        or an awaitable of it (a cache over the network: it never raises and resolves
+        within the cache's own timeouts, an error being a miss)."""
+        ...
+
+    def insert(
+        self,
+        key: bytes,
+        outputs: Mapping[str, np.ndarray | DeviceArray],
+        parameters: Mapping[str, object],
+    ) -> None:
+        """Store a response without blocking (a network cache writes in the background
+        and may drop the write); the outputs are not the cache's to keep: copy them."""
+        ...
+
+
+def parse_cache_config(
+    values: Sequence[str] | None, legacy_size: int | None
+) -> tuple[str, dict[str, str]] | None:
+    """The cache the ``--cache-config`` values name (``<name>,<key>=<value>``, repeatable)
+    with its options; without them ``local`` of ``--response-cache-byte-size`` bytes, or
+    None (no cache). Raises ValueError for a malformed value or two different caches."""
+    if not values:
+        return ("local", {"size": str(legacy_size)}) if legacy_size else None
+    names: list[str] = []
+    options: dict[str, str] = {}
+    for value in values:
         name, _, setting = value.partition(",")
-        key, _, number = setting.partition("=")
-        if name != "local":
-            raise ValueError(
-                f"--cache-config: unknown cache '{name}'; Despina has the 'local' cache"
-            )
-        if key != "size" or not ascii_digits(number):
-            raise ValueError(f"--cache-config: expected local,size=<bytes>, got '{value}'")
-        size = int(number)
-    return size
+        key, equals, option = setting.partition("=")
+        if not name or not key or not equals:
+            raise ValueError(f"--cache-config: expected <cache>,<key>=<value>, got '{value}'")
+        if names and name != names[0]:
+            raise ValueError(f"--cache-config: one cache at a time, got '{names[0]}' and '{name}'")
+        names.append(name)
+        options[key] = option
+    return names[0], options
 
 
 def cache_key(request: InferenceRequest, version: str) -> bytes:
@@ -62,46 +102,3 @@ def cache_key(request: InferenceRequest, version: str) -> bytes:
         k = output.parameters.get("classification")
         digest.update(f"out\0{output.name}\0{k}\0".encode())
     return digest.digest()
-
-
-class ResponseCache:
-    """An LRU of responses bounded by the bytes of their output arrays."""
-
-    def __init__(self, capacity_bytes: int) -> None:
-        self.capacity = capacity_bytes
-        self.used = 0
-        self._entries: OrderedDict[bytes, CachedResponse] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def lookup(self, key: bytes) -> CachedResponse | None:
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-        return entry
-
-    def store(
-        self, key: bytes, outputs: dict[str, np.ndarray], parameters: dict[str, object]
-    ) -> None:
-        """Keep a response (a private copy of its outputs) if it fits the budget."""
-        copies = {name: _host_copy(array) for name, array in outputs.items()}
-        nbytes = sum(_size(a) for a in copies.values())
-        if nbytes > self.capacity or key in self._entries:
-            return
-        while self.used + nbytes > self.capacity and self._entries:
-            _, evicted = self._entries.popitem(last=False)
-            self.used -= evicted.nbytes
-        self._entries[key] = CachedResponse(copies, dict(parameters), nbytes)
-        self.used += nbytes
-
-
-def _host_copy(array: np.ndarray | DeviceArray) -> np.ndarray:
-    """A private host copy of an output (one copy for a DeviceArray too)."""
-    return array.to_host() if isinstance(array, DeviceArray) else np.array(array, copy=True)
-
-
-def _size(array: np.ndarray) -> int:
-    if array.dtype == np.object_:
-        return sum(len(item) if isinstance(item, bytes) else 64 for item in array.reshape(-1))
-    return int(array.nbytes)

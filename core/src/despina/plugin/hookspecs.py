@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from despina.inference.response_cache import ResponseCache
     from despina.memory.gpus import GpuInventory
     from despina.plugin.backend import Backend
     from despina.plugin.ports import (
@@ -72,6 +73,20 @@ def despina_schedulers() -> list[type[Scheduler]]:
     Called once per server. Each class has a unique ``name`` and a ``handles(config)``
     class method; the core picks, per model, the one scheduler that handles its config,
     else the scheduler named "default".
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def despina_response_caches() -> list[type[ResponseCache]]:
+    """Return response cache classes (:class:`despina.plugin.ports.ResponseCache`), each
+    with a unique ``name``: the ``<name>`` of ``--cache-config <name>,<key>=<value>``.
+
+    Called once per server. The one cache the flags name is made as ``Cache(options)``
+    (a ValueError refuses the start-up with its message), ``await start()`` before the
+    models load, ``await stop()`` after they unload; the request pipeline calls
+    ``lookup`` and ``insert`` for the models whose config enables ``response_cache``.
+    The core provides "local".
     """
     raise NotImplementedError
 

@@ -27,6 +27,7 @@ ENTRY_POINT_GROUP = "despina"
 CAPABILITY_HOOKS: dict[str, str] = {
     "despina_backends": "backends",
     "despina_schedulers": "schedulers",
+    "despina_response_caches": "response caches",
     "despina_frontends": "frontends",
     "despina_repository_sources": "repository sources",
     "despina_repository_agents": "repository agents",

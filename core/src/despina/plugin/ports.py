@@ -1,8 +1,8 @@
 """Ports: what each kind of plugin may use of the server, as typed Protocols.
 
 The plugin kinds that are not backends or schedulers are Protocols here too: a
-:class:`Frontend`, a :class:`MetricsExporter`, a :class:`RepositorySource` and a
-:class:`RepositoryAgent` (what the server calls on them).
+:class:`Frontend`, a :class:`MetricsExporter`, a :class:`RepositorySource`, a
+:class:`RepositoryAgent` and a :class:`ResponseCache` (what the server calls on them).
 
 A frontend receives a :class:`FrontendHost`, a metrics exporter a :class:`MetricsHost`, a
 backend (through its :class:`~despina.plugin.backend.ModelContext`) a :class:`BackendHost`, a
@@ -11,7 +11,8 @@ scheduler (through its :class:`~despina.scheduling.base.ScheduledModel`) a
 :class:`~despina.serving.server.Server`, which stays free to change. The implementations live in
 :mod:`despina.serving.dataplane`; mypy checks each where the server assigns it. ``BackendHost``
 and ``SchedulerHost`` are defined beside the contracts they serve (:mod:`despina.plugin.backend`,
-:mod:`despina.scheduling.base`), so those modules never import this one.
+:mod:`despina.scheduling.base`), so those modules never import this one; so is
+``ResponseCache`` (:mod:`despina.inference.response_cache`, which the pipeline calls).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from despina.inference.response_cache import ResponseCache
 from despina.plugin.backend import BackendHost
 from despina.scheduling.base import SchedulerHost
 
@@ -31,6 +33,7 @@ __all__ = [
     "MetricsHost",
     "RepositoryAgent",
     "RepositorySource",
+    "ResponseCache",
     "SchedulerHost",
 ]
 

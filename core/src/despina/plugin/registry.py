@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from despina.inference.response_cache import ResponseCache
     from despina.plugin.backend import Backend
     from despina.plugin.ports import Frontend, MetricsExporter, RepositoryAgent, RepositorySource
     from despina.scheduling.base import Scheduler
@@ -29,6 +30,7 @@ class Registry:
     exporters: dict[str, type[MetricsExporter]] = field(default_factory=dict)
     agents: dict[str, type[RepositoryAgent]] = field(default_factory=dict)
     sources: dict[str, type[RepositorySource]] = field(default_factory=dict)
+    caches: dict[str, type[ResponseCache]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, plugins: Capabilities) -> Registry:
@@ -42,4 +44,5 @@ class Registry:
             exporters=names("despina_metrics_exporters"),
             agents=names("despina_repository_agents"),
             sources=names("despina_repository_sources"),
+            caches=names("despina_response_caches"),
         )

@@ -88,7 +88,7 @@ class ScheduledModel:
     host: SchedulerHost | None = None
     #: The model's folder in the repository (sequence batching reads initial states there).
     model_dir: Path | None = None
-    #: The server's response cache when this model enables it.
+    #: The server's response cache when this model enables it (``--cache-config``).
     cache: ResponseCache | None = None
     #: The server's rate limiter (``--rate-limit=execution_count``), with each instance's
     #: needs in ``instances`` order (None: the instance is not rate limited).

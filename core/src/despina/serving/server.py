@@ -108,12 +108,10 @@ class Server:
         self.request_bodies = BodyBudget(self.settings.max_inflight_request_bytes)
         self.custom_metrics = CustomMetrics()
         try:
-            cache_bytes = parse_cache_config(
-                self.settings.cache_config, self.settings.response_cache_byte_size
-            )
+            #: The response cache ``--cache-config`` names (started by :meth:`start`).
+            self.response_cache = self._response_cache()
         except ValueError as exc:
             raise StartupError(str(exc)) from None
-        self.response_cache = ResponseCache(cache_bytes) if cache_bytes else None
         self.rate_limiter: RateLimiter | None = None
         if self.settings.rate_limit == "execution_count":
             try:
@@ -154,6 +152,23 @@ class Server:
         extra = [*plugins, *plugin_modules(argv)]
         return cls(parse_settings(list(argv), create_plugins(extra)), extra)
 
+    def _response_cache(self) -> ResponseCache | None:
+        """The installed cache ``--cache-config`` names, made with its options; ValueError
+        for flags that name none, or one not installed, or options it refuses."""
+        chosen = parse_cache_config(
+            self.settings.cache_config, self.settings.response_cache_byte_size
+        )
+        if chosen is None:
+            return None
+        name, options = chosen
+        cls = self.registry.caches.get(name)
+        if cls is None:
+            installed = ", ".join(f"'{n}'" for n in sorted(self.registry.caches)) or "none"
+            raise ValueError(
+                f"--cache-config: unknown cache '{name}'; installed caches: {installed}"
+            )
+        return cls(options)
+
     def _sources(self) -> dict[str, type[Any]]:
         """Repository source classes by URL scheme."""
         return {scheme: cls for cls in self.registry.sources.values() for scheme in cls.schemes}
@@ -191,6 +206,11 @@ class Server:
         log.info("%s", self.gpus.describe())
         log.info("%s", self.shared_memory.cuda_support().describe())
         self.live = True
+        if self.response_cache is not None:
+            try:
+                await self.response_cache.start()
+            except Exception as exc:  # noqa: BLE001 - any cache failure stops the start-up
+                raise StartupError(f"{self.response_cache.name} cache: {exc}") from None
         try:
             await self.models.repository.sync()
         except Exception as exc:  # noqa: BLE001 - any source failure stops the start-up
@@ -199,6 +219,8 @@ class Server:
         failures = self.models.failures()
         if failures and self.settings.exit_on_error:
             await self.models.unload_all()
+            if self.response_cache is not None:
+                await self.response_cache.stop()
             lines = "; ".join(f"{name}: {reason}" for name, reason in failures)
             raise StartupError(f"failed to load all models: {lines}")
         for cls in self.registry.exporters.values():
@@ -278,6 +300,8 @@ class Server:
             await frontend.stop()
         for exporter in self.exporters:
             await exporter.stop()
+        if self.response_cache is not None:
+            await self.response_cache.stop()
         self.shared_memory.unregister_all()
         self.tracer.close()
         self.live = False
