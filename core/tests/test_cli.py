@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 from despina.plugin.manager import create_plugins
+from despina.serving.cli import SERVE_INSTALL, startup_warnings
 from despina.serving.flags import parse_settings
+from despina.serving.server import Server
 from despina.serving.settings import CoreSettings
 
 FLAGS_FILE = Path(__file__).with_name("tritonserver_flags.txt")
@@ -145,6 +147,26 @@ def test_serve_starts_warns_about_inert_flags_and_stops_on_sigterm(tmp_path: Pat
     assert process.returncode == 0, output
     assert "flag has no effect: --pinned-memory-pool-byte-size: Despina keeps tensors" in output
     assert "flag has no effect: --grpc-max-response-pool-size:" in output
+
+
+def test_serve_says_when_no_frontend_is_installed_and_how_to_add_them(tmp_path: Path) -> None:
+    """The core alone (no plugin from entry points) listens on no port: one warning says
+    so and names the install that adds the frontends; with them installed, none."""
+    argv = [f"--model-repository={tmp_path}"]
+    core_only = Server(parse_settings(argv, create_plugins(load_entrypoints=False)), (), False)
+    (warning,) = startup_warnings(core_only)
+    assert warning.startswith("no protocol frontend is installed")
+    assert "can only be used in-process" in warning and SERVE_INSTALL in warning
+    assert startup_warnings(Server.from_args(argv)) == []
+
+
+def test_serve_without_any_repository_says_it_serves_no_models() -> None:
+    """From a wheel there is no examples/model_repository to default to (as with
+    ``DESPINA_DEFAULT_REPOSITORY`` unset and no checkout): a warning, not a crash."""
+    flags = parse_settings([], create_plugins())
+    flags.model_repository = []
+    warnings = startup_warnings(Server(flags))
+    assert any(w.startswith("no model repository given: serving no models") for w in warnings)
 
 
 FRAMEWORKS = ("torch", "onnxruntime", "openvino", "tensorrt", "tensorflow", "cupy")

@@ -13,7 +13,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from despina.memory.cuda_memory import probe_cuda
 from despina.memory.gpus import DEFAULT_MIN_COMPUTE_CAPABILITY, discover
@@ -23,7 +23,13 @@ from despina.serving.busy_poll import loop_factory
 from despina.serving.flags import build_serve_parser
 from despina.version import __version__
 
+if TYPE_CHECKING:
+    from despina.serving.server import Server
+
 log = logging.getLogger("despina")
+
+#: The one install that adds the HTTP and gRPC frontends, metrics and the Python backend.
+SERVE_INSTALL = "pip install 'despina[serve]'"
 
 
 def configure_logging(log_file: str | None = None, log_format: str = "default") -> None:
@@ -54,6 +60,25 @@ def print_model_table(server: object) -> None:
     log.info("\n%s", "\n".join(lines))
 
 
+def startup_warnings(server: Server) -> list[str]:
+    """What ``despina serve`` warns of as it starts, beside each flag without effect: no
+    protocol frontend installed (nothing outside the process can reach the server), and no
+    model repository (the bundled examples are the default only in a source checkout)."""
+    warnings = []
+    if not server.registry.frontends:
+        warnings.append(
+            "no protocol frontend is installed (no HTTP, gRPC or OpenAI port will listen): "
+            "this server can only be used in-process; "
+            f"{SERVE_INSTALL} adds the HTTP and gRPC frontends, metrics and the Python backend"
+        )
+    if not server.settings.model_repository:
+        warnings.append(
+            "no model repository given: serving no models; pass --model-repository PATH "
+            "(examples/model_repository is the default only in a source checkout of Despina)"
+        )
+    return warnings
+
+
 def cmd_serve(argv: Sequence[str]) -> int:
     from despina.serving.server import Server, StartupError
 
@@ -69,6 +94,8 @@ def cmd_serve(argv: Sequence[str]) -> int:
         log.warning("flag has no effect: %s", warning)
     for failure in server.plugins.failures:
         log.warning("%s", failure.describe())
+    for warning in startup_warnings(server):
+        log.warning("%s", warning)
 
     async def run() -> int:
         stop = asyncio.Event()
