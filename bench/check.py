@@ -13,6 +13,7 @@ every change to the request path. It informs; it fails nothing. Also reports idl
 Needs wrk, h2load and the peers kit (``../shared/tools/peers``)::
 
     make bench-check                      # or: python bench/check.py --baseline REV --rounds 3
+    python bench/check.py --also REV --also REV --concurrency 8 --out /tmp/bisect.md  # bisect
 
 Results (medians over rounds) print and go to ``bench/results/bench_check.md``.
 """
@@ -20,6 +21,7 @@ Results (medians over rounds) print and go to ``bench/results/bench_check.md``.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import random
@@ -78,9 +80,32 @@ def payloads() -> Path:
     return path
 
 
-def serve(tree: Tree, repository: Path) -> None:
-    """Start ``despina serve`` of ``repository`` from ``tree``'s sources; wait until ready."""
-    sources = [tree.path / "core/src", *sorted((tree.path / "plugins").glob("*/src"))]
+def shadow_missing_plugins(tree: Tree) -> Path:
+    """A folder for the front of ``PYTHONPATH`` that hides, from ``tree``'s server, the
+    installed plugins whose code ``tree`` lacks: an empty ``.dist-info`` of the same name
+    shadows the installed distribution (the first one on the path wins), so an older
+    tree does not load a newer plugin written for hooks it does not know."""
+    shim = Path(f"/tmp/despina-bench-shim-{tree.name}")
+    shim.mkdir(exist_ok=True)
+    sources = [tree.path / "core/src", *(tree.path / "plugins").glob("*/src")]
+    for entry in importlib.metadata.entry_points(group="despina"):
+        top = entry.value.split(":")[0].split(".")[0]
+        if entry.dist is None or any((source / top).is_dir() for source in sources):
+            continue
+        info = shim / f"{entry.dist.name.replace('-', '_')}-0.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {entry.dist.name}\n")
+    return shim
+
+
+def serve(tree: Tree, repository: Path, flags: list[str]) -> None:
+    """Start ``despina serve`` of ``repository`` (plus ``flags``) from ``tree``'s sources;
+    wait until it is ready."""
+    sources = [
+        shadow_missing_plugins(tree),
+        tree.path / "core/src",
+        *sorted((tree.path / "plugins").glob("*/src")),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(s.resolve()) for s in sources)}
     command = [
         *(sys.executable, "-m", "despina", "serve"),
@@ -88,6 +113,7 @@ def serve(tree: Tree, repository: Path) -> None:
         *("--http-address=127.0.0.1", f"--http-port={tree.port}"),
         *("--grpc-address=127.0.0.1", f"--grpc-port={tree.port + 1}"),
         *("--metrics-address=127.0.0.1", f"--metrics-port={tree.port + 2}"),
+        *flags,
     ]
     log = Path(f"/tmp/bench_check_{tree.name}.log")
     with log.open("w") as handle:
@@ -188,41 +214,40 @@ def median_pair(samples: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
 
 
-def report(base: Tree, head: Tree, revision: str, rounds: int, seconds: float) -> str:
-    """The results page (Markdown)."""
+def report(trees: list[Tree], args: argparse.Namespace) -> str:
+    """The results page (Markdown): the first tree is the baseline, the last the current one."""
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"],
         capture_output=True,
         text=True,
     ).stdout.strip()
+    base = trees[0]
     lines = [
         "# bench-check: CPU per request against a baseline tree",
         "",
         f"`make bench-check` (`bench/check.py`): the peers kit's Python-backend add_sub in process "
-        f"mode, default flags, {rounds} interleaved rounds of {seconds:g} s per cell, medians. "
-        f"CPU microseconds per request from `/proc` (utime + stime) of the server process and of "
-        f"its model process, over the requests the server counted. Baseline `{revision}`, "
-        f"current tree at `{commit}` (plus any uncommitted changes); load average at the start "
-        f"{os.getloadavg()[0]:.2f}. Lower is better; ratio = current / baseline of the total.",
+        f"mode, flags `{' '.join(args.server_args) or '(defaults)'}`, {args.rounds} interleaved "
+        f"rounds of {args.seconds:g} s per cell, medians. CPU microseconds per request from "
+        f"`/proc` (utime + stime) of the server process + its model process, over the requests "
+        f"the server counted. Current tree at `{commit}` (plus any uncommitted changes); load "
+        f"average at the start {args.load:.2f}. Lower is better; ratio = current / "
+        f"{base.name} of the total.",
         "",
-        "| protocol | c | baseline server | baseline model | current server | current model "
-        "| total ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| protocol | c | " + " | ".join(f"{t.name} server + model" for t in trees) + " | ratio |",
+        "|---|---:|" + "---:|" * (len(trees) + 1),
     ]
-    for protocol in PROTOCOLS:
-        for conc in CONCURRENCY:
-            b = median_pair(base.samples[(protocol, conc)])
-            h = median_pair(head.samples[(protocol, conc)])
-            lines.append(
-                f"| {protocol} | {conc} | {b[0]:.0f} | {b[1]:.0f} | {h[0]:.0f} | {h[1]:.0f} "
-                f"| {sum(h) / sum(b):.2f} |"
-            )
-    b_rss, h_rss = base.idle_rss_kb, head.idle_rss_kb
+    for protocol in args.protocols:
+        for conc in args.concurrency:
+            pairs = [median_pair(t.samples[(protocol, conc)]) for t in trees]
+            cells = " | ".join(f"{p[0]:.0f} + {p[1]:.0f}" for p in pairs)
+            ratio = sum(pairs[-1]) / sum(pairs[0])
+            lines.append(f"| {protocol} | {conc} | {cells} | {ratio:.2f} |")
+    rss = ", ".join(
+        f"{t.name} {t.idle_rss_kb[0] / 1024:.0f} + {t.idle_rss_kb[1] / 1024:.0f}" for t in trees
+    )
     lines += [
         "",
-        "Idle RSS (MiB), after the model loaded and before any request: baseline server "
-        f"{b_rss[0] / 1024:.0f} + model process {b_rss[1] / 1024:.0f}; current server "
-        f"{h_rss[0] / 1024:.0f} + model process {h_rss[1] / 1024:.0f}.",
+        f"Idle RSS (MiB, server + model process, model loaded, before any request): {rss}.",
         "",
     ]
     return "\n".join(lines)
@@ -231,19 +256,27 @@ def report(base: Tree, head: Tree, revision: str, rounds: int, seconds: float) -
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default="a35dc3f", help="git revision to compare with")
+    parser.add_argument(
+        "--also", action="append", default=[], help="another revision measured alongside (bisect)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one run")
+    parser.add_argument("--protocols", type=lambda v: v.split(","), default=PROTOCOLS)
+    parser.add_argument(
+        "--concurrency", type=lambda v: [int(c) for c in v.split(",")], default=CONCURRENCY
+    )
+    parser.add_argument("--server-args", type=str.split, default=[], help="flags for every server")
     parser.add_argument("--out", type=Path, default=HERE / "results/bench_check.md")
     args = parser.parse_args()
+    args.load = os.getloadavg()[0]
     repository = PEERS / "despina/model_repository"
     bodies = payloads()
-    trees = [
-        Tree("baseline", baseline_tree(args.baseline), 19800),
-        Tree("current", ROOT, 19810),
-    ]
+    revisions = [args.baseline, *args.also]
+    trees = [Tree(r, baseline_tree(r), 19800 + 10 * n) for n, r in enumerate(revisions)]
+    trees.append(Tree("current", ROOT, 19800 + 10 * len(revisions)))
     try:
         for tree in trees:
-            serve(tree, repository)
+            serve(tree, repository, args.server_args)
         time.sleep(2)
         for tree in trees:
             assert tree.process is not None
@@ -251,8 +284,8 @@ def main() -> int:
             tree.idle_rss_kb = (rss_kb(tree.process.pid), sum(rss_kb(p) for p in models))
         for number in range(args.rounds):
             print(f"round {number + 1} of {args.rounds}", flush=True)
-            for protocol in PROTOCOLS:
-                for conc in CONCURRENCY:
+            for protocol in args.protocols:
+                for conc in args.concurrency:
                     for tree in random.sample(trees, len(trees)):
                         measure(tree, protocol, conc, args.seconds, bodies)
     finally:
@@ -262,7 +295,7 @@ def main() -> int:
         for tree in trees:
             if tree.process is not None:
                 tree.process.wait(60)
-    text = report(trees[0], trees[1], args.baseline, args.rounds, args.seconds)
+    text = report(trees, args)
     print("\n" + text)
     args.out.write_text(text)
     return 0
