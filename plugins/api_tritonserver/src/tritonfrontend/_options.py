@@ -87,13 +87,18 @@ class GrpcOptions:
 
     def __post_init__(self) -> None:
         self.infer_compression_level = int(self.infer_compression_level)
-        check_fields(self, {item.name: 0 for item in dataclasses.fields(self)})
+        check_fields(self, {f.name: 0 for f in dataclasses.fields(self) if f.type == "int"})
 
     def args(self) -> list[str]:
         """The despina-frontend-grpc flags (and Triton's inert gRPC flags) of these
         options."""
         level = Grpc_compression_level(self.infer_compression_level).name.lower()
+        ages = {  # 0, the default: connections never age out
+            "--grpc-max-connection-age": self.max_connection_age_ms,
+            "--grpc-max-connection-age-grace": self.max_connection_age_grace_ms,
+        }
         return [
+            *(f"{flag}={ms}" for flag, ms in ages.items() if ms > 0),
             "--allow-grpc=true",
             f"--grpc-address={self.address}",
             f"--grpc-port={self.port}",
@@ -110,8 +115,6 @@ class GrpcOptions:
             "--grpc-http2-min-recv-ping-interval-without-data="
             f"{self.http2_min_recv_ping_interval_without_data_ms}",
             f"--grpc-http2-max-ping-strikes={self.http2_max_ping_strikes}",
-            f"--grpc-max-connection-age={self.max_connection_age_ms}",
-            f"--grpc-max-connection-age-grace={self.max_connection_age_grace_ms}",
             f"--grpc-infer-response-compression-level={level}",
             f"--grpc-infer-allocation-pool-size={self.infer_allocation_pool_size}",
             f"--grpc-header-forward-pattern={self.forward_header_pattern}",

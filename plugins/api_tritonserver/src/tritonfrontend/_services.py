@@ -39,11 +39,8 @@ class _Service:
         port cannot be bound, UnsupportedError when the Despina plugin is not installed."""
         if self._component is not None:
             raise tritonserver.AlreadyExistsError("server is already running.")
-        server = self._running.server
         try:
-            self._component = self._running.call(
-                server.start_frontend(self.plugin, self._options.args())
-            )
+            self._component = self._running.start_component(self.plugin, self._options.args())
         except ValueError as exc:
             raise tritonserver.UnsupportedError(str(exc)) from None
         except OSError as exc:
@@ -54,7 +51,7 @@ class _Service:
         them get no answer); no-op when not started."""
         component, self._component = self._component, None
         if component is not None:
-            self._running.call(component.stop())
+            self._running.stop_component(component)
 
     def __enter__(self) -> _Service:
         self.start()

@@ -13,13 +13,19 @@ import asyncio
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from despina import DespinaError, FrontendHost, Server, StartupError
 
 from tritonserver._errors import InternalError, InvalidArgumentError, triton_error
 
 T = TypeVar("T")
+
+
+class Component(Protocol):
+    """A frontend or metrics exporter started over the server."""
+
+    async def stop(self) -> None: ...
 
 
 class RunningServer:
@@ -40,7 +46,11 @@ class RunningServer:
             raise
         #: What every operation goes through (health, metadata, inference, models).
         self.host: FrontendHost = self.server.dataplane
-        self._stopper = weakref.finalize(self, _stop, self.server, self.loop, self.thread)
+        #: Frontends started over the server (tritonfrontend), stopped after it at the latest.
+        self.components: list[Component] = []
+        self._stopper = weakref.finalize(
+            self, _stop, self.server, self.components, self.loop, self.thread
+        )
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the server's loop and return its result (its Despina error
@@ -61,8 +71,27 @@ class RunningServer:
 
         return self.call(on_loop())
 
+    @property
+    def stopped(self) -> bool:
+        return not self._stopper.alive
+
+    def start_component(self, name: str, args: Sequence[str]) -> Component:
+        """Start the frontend or exporter ``name`` over the server
+        (:meth:`despina.Server.start_frontend`; its errors raised as they are)."""
+        component = self.call(self.server.start_frontend(name, args))
+        self.components.append(component)
+        return component
+
+    def stop_component(self, component: Component) -> None:
+        """Stop a component :meth:`start_component` started (no-op once the server stopped,
+        which stopped it)."""
+        if component in self.components:
+            self.components.remove(component)
+            self.call(component.stop())
+
     def stop(self) -> None:
-        """Stop the server (graceful, within its exit timeout) and its loop thread."""
+        """Stop the server (graceful, within its exit timeout), then the frontends started
+        over it, then its loop thread."""
         self._stopper()
 
 
@@ -77,17 +106,30 @@ async def _start(args: list[str]) -> Server:
     return server
 
 
-def _stop(server: Server, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-    """Stop ``server``, then its loop (from any thread but the loop's own, where the stop
-    is scheduled and not waited for)."""
+def _stop(
+    server: Server,
+    components: list[Component],
+    loop: asyncio.AbstractEventLoop,
+    thread: threading.Thread,
+) -> None:
+    """Stop ``server`` and ``components``, then the loop (from any thread but the loop's
+    own, where the stop is scheduled and not waited for)."""
     if threading.current_thread() is thread:
-        task = loop.create_task(server.stop())
+        task = loop.create_task(_stop_all(server, components))
         task.add_done_callback(lambda _: loop.stop())
         return
     try:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result()
+        asyncio.run_coroutine_threadsafe(_stop_all(server, components), loop).result()
     finally:
         _close_loop(loop, thread)
+
+
+async def _stop_all(server: Server, components: list[Component]) -> None:
+    try:
+        await server.stop()
+    finally:
+        while components:
+            await components.pop().stop()
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
