@@ -70,6 +70,27 @@ def test_completion_echo_and_logprobs(client: openai.OpenAI) -> None:
     assert all(len(top) >= 1 for top in choice.logprobs.top_logprobs)
 
 
+def test_completion_echo_streamed_and_not(client: openai.OpenAI) -> None:
+    """``echo`` (Triton 2.64+) sets the model's ``exclude_input_in_output`` to its negation:
+    the model puts the prompt before the completion, in the first delta when streamed."""
+    prompt = "Hello there"
+
+    def whole(echo: bool) -> str:
+        reply = client.completions.create(
+            model=LLM, prompt=prompt, max_tokens=4, temperature=0, echo=echo
+        )
+        return reply.choices[0].text
+
+    plain = whole(False)
+    assert plain and not plain.startswith(prompt)
+    assert whole(True) == prompt + plain
+    chunks = client.completions.create(
+        model=LLM, prompt=prompt, max_tokens=4, temperature=0, echo=True, stream=True
+    )
+    texts = [c.choices[0].text for c in chunks if c.choices and c.choices[0].text]
+    assert texts[0].startswith(prompt) and "".join(texts) == prompt + plain
+
+
 def test_streamed_chat_matches_the_whole_reply_and_reports_usage(client: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     whole = client.chat.completions.create(
