@@ -71,6 +71,7 @@ _EXPORTS: dict[str, str] = {
     "ModelSignature": "despina.inference.validation",
     "validate_request": "despina.inference.validation",
     "repeated_tensor": "despina.inference.validation",
+    "check_forwarded_header": "despina.inference.reserved_parameters",
     "DATATYPE_TO_DTYPE": "despina.inference.tensors",
     "config_to_datatype": "despina.inference.tensors",
     "datatype_of": "despina.inference.tensors",
@@ -188,6 +189,9 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         BodyUndecodable as BodyUndecodable,
         Inflation as Inflation,
         inflate as inflate,
+    )
+    from despina.inference.reserved_parameters import (
+        check_forwarded_header as check_forwarded_header,
     )
     from despina.inference.response_cache import CachedResponse as CachedResponse
     from despina.inference.stats import (

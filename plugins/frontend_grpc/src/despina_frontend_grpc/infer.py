@@ -16,7 +16,14 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
-from despina import DespinaError, InferenceRequest, InferenceResponse, Internal, Unsupported
+from despina import (
+    DespinaError,
+    InferenceRequest,
+    InferenceResponse,
+    Internal,
+    Unsupported,
+    check_forwarded_header,
+)
 from tritonclient.grpc import service_pb2
 
 from despina_frontend_grpc import parameters as params
@@ -60,6 +67,7 @@ class Inference:
         if self.headers is not None:
             for key, value in context.invocation_metadata() or ():
                 if self.headers.search(key):
+                    check_forwarded_header(key)
                     request.parameters[key] = value
         if tracing:
             metadata = dict(context.invocation_metadata() or ())

@@ -1,7 +1,8 @@
 """``InferParameter`` maps <-> plain dicts, and the request parameters Triton reserves.
 
 Reserved keys (sequence, priority, timeout) become fields of the InferenceRequest, typed
-as Triton requires; every other key is passed on in ``InferenceRequest.parameters``.
+as Triton requires; a key starting with ``triton_`` other than :data:`EMPTY_FINAL` is
+refused (Triton's text); every other key is passed on in ``InferenceRequest.parameters``.
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ def apply_request_parameters(request: InferenceRequest, parameters: Mapping[str,
             )
         elif key == "timeout":
             request.timeout_us = _typed(parameters, key, ("int64_param",), "int64_param")
+        elif key.startswith("triton_") and key != EMPTY_FINAL:
+            raise InvalidArgument(
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only "
+                f"the following keys starting with 'triton_' are allowed: {EMPTY_FINAL}"
+            )
         else:
             free[key] = value_of(parameters[key])
     request.flags = flags

@@ -442,7 +442,14 @@ def _decode_output(item: Any) -> RequestedOutput:
 
 
 def _sequence_and_policy(request: InferenceRequest, params: dict[str, Any]) -> None:
-    """Triton's reserved request parameters: sequence, priority and timeout."""
+    """Triton's reserved request parameters: sequence, priority and timeout; a key
+    starting with ``triton_`` is refused (Triton's text)."""
+    for key in params:
+        if key.startswith("triton_"):
+            raise InvalidArgument(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and "
+                "should not be specified."
+            )
     sequence_id = params.get("sequence_id")
     if sequence_id is not None:
         if not isinstance(sequence_id, int | str) or isinstance(sequence_id, bool):

@@ -20,6 +20,7 @@ from despina import (
     ModelVersion,
     ResponseStream,
     Unsupported,
+    check_forwarded_header,
 )
 
 from despina_frontend_http.body import accepted_encoding, compress, read_body
@@ -126,10 +127,14 @@ async def finish_infer(
 
 
 def forwarded_headers(ctx: Context, headers: Mapping[str, str]) -> dict[str, str] | None:
-    """The request headers ``--http-header-forward-pattern`` selects (lower-cased keys)."""
+    """The request headers ``--http-header-forward-pattern`` selects (lower-cased keys);
+    InvalidArgument for one naming a reserved parameter key."""
     if ctx.forward is None:
         return None
-    return {k.lower(): v for k, v in headers.items() if ctx.forward.search(k)}
+    forwarded = {k.lower(): v for k, v in headers.items() if ctx.forward.search(k)}
+    for key in forwarded:
+        check_forwarded_header(key)
+    return forwarded
 
 
 def plain_parts(header: bytes, blobs: Sequence[Any]) -> tuple[dict[str, str], list[Any]]:
