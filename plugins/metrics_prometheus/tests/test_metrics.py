@@ -9,11 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import toy_backend
 from despina import COUNTER, GAUGE, HISTOGRAM, InvalidArgument
 from despina.plugin.manager import create_plugins
-from despina.testing import RunningServer
+from despina.testing import RepositoryBuilder, RunningServer
 
-from .helpers import infer, scrape, value
+from .helpers import LOOPBACK, TOY, infer, scrape, value
 
 
 def test_discovered_through_entry_point() -> None:
@@ -146,3 +147,32 @@ def test_discovered_metric_names_are_tritons(serve: Callable[..., RunningServer]
         "nv_inference_pending_request_count",
     } <= names
     assert not any(name.endswith("_total") for name in names)
+
+
+def test_local_cache_counters_per_model_as_triton(
+    model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
+) -> None:
+    """Triton 2.51's nv_cache_*_per_model families (names, help, labels) for each model
+    the cache serves; none for a model that does not enable it."""
+    cached = TOY + "response_cache { enable: true }\n"
+    model_repository.add("toy", cached, {"1/model.toy": "{}"})
+    model_repository.add("plain", TOY, {"1/model.toy": "{}"})
+    running = despina_server(
+        model_repository.root,
+        args=[*LOOPBACK, "--cache-config=local,size=1048576"],
+        plugins=[toy_backend],
+    )
+    for _ in range(3):
+        infer(running, 1.0)
+    text = scrape(running)
+    model = {"model": "toy", "version": "1"}
+    assert value(text, "nv_cache_num_hits_per_model", **model) == 2
+    assert value(text, "nv_cache_num_misses_per_model", **model) == 1
+    assert value(text, "nv_cache_hit_duration_per_model", **model) >= 0
+    assert value(text, "nv_cache_miss_duration_per_model", **model) >= 0
+    assert "# HELP nv_cache_num_hits_per_model Number of cache hits per model\n" in text
+    assert (
+        "# HELP nv_cache_miss_duration_per_model Total cache miss (insert+lookup) duration "
+        "per model, in microseconds\n# TYPE nv_cache_miss_duration_per_model counter\n"
+    ) in text
+    assert 'nv_cache_num_hits_per_model{model="plain"' not in text

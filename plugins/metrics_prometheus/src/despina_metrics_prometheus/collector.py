@@ -51,6 +51,15 @@ SUMMARIES: dict[str, str] = {
         if name.startswith("nv_inference_compute_")
     },
 }
+#: Per model whose config enables the response cache, with a cache configured (Triton's).
+CACHE_COUNTERS: dict[str, str] = {
+    "nv_cache_num_hits_per_model": "Number of cache hits per model",
+    "nv_cache_hit_duration_per_model": "Total cache hit duration per model, in microseconds",
+    "nv_cache_num_misses_per_model": "Number of cache misses per model",
+    "nv_cache_miss_duration_per_model": (
+        "Total cache miss (insert+lookup) duration per model, in microseconds"
+    ),
+}
 
 
 def _counter_values(version: ModelVersion) -> dict[str, float]:
@@ -65,6 +74,23 @@ def _counter_values(version: ModelVersion) -> dict[str, float]:
         "nv_inference_compute_infer_duration_us": stats.compute_infer.ns // 1000,
         "nv_inference_compute_output_duration_us": stats.compute_output.ns // 1000,
     }
+
+
+def _cache_counters(versions: list[ModelVersion]) -> Iterator[Metric]:
+    """Triton's ``nv_cache_*_per_model`` of the versions the response cache serves."""
+    cached = [
+        v for v in versions if v.scheduler is not None and v.scheduler.model.cache is not None
+    ]
+    if not cached:
+        return
+    families = {name: Metric(name, doc, "counter") for name, doc in CACHE_COUNTERS.items()}
+    for version in cached:
+        labels = {"model": version.name, "version": str(version.version)}
+        hit, miss = version.stats.cache_hit, version.stats.cache_miss
+        values = (hit.count, hit.ns // 1000, miss.count, miss.ns // 1000)
+        for family, value in zip(families.values(), values, strict=True):
+            family.add_sample(family.name, labels, value)
+    yield from families.values()
 
 
 class StatsCollector(Collector):
@@ -117,6 +143,7 @@ class StatsCollector(Collector):
         yield from families.values()
         yield pending
         yield load
+        yield from _cache_counters(versions)
         yield from self._latencies(versions)
         if self.gpu is not None:
             yield from self._gpu()
