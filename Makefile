@@ -19,6 +19,10 @@ $(STAMP): constraints.txt core/pyproject.toml $(PLUGINS)
 		hypothesis schemathesis openai transformers tokenizers opentelemetry-proto kubernetes-validate promql-parser
 	@if command -v npm >/dev/null; then npm install -s --no-audit --no-fund --prefix $(VENV)/node azurite@3.37.0; \
 	else echo 'npm not found: the as:// repository tests (Azurite) will be skipped'; fi
+	@if command -v redis-server >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && { apt-get install -y -q redis-server || \
+		{ apt-get update -q && apt-get install -y -q redis-server; }; } >/dev/null; then :; \
+	else echo 'redis-server not installed (apt-get install redis-server): the redis cache tests will be skipped'; fi
 	touch $(STAMP)
 
 serve: $(STAMP)
