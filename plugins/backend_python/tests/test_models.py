@@ -175,19 +175,23 @@ def test_model_config_seen_by_initialize(
 
 
 @pytest.mark.parametrize(
-    ("mode", "key"),
-    [("process", "DESPINA_CHANNEL_POLL_US"), ("in-process", "DESPINA_INLINE_EXECUTE_US")],
+    ("mode", "key", "value"),
+    [
+        ("process", "DESPINA_CHANNEL_POLL_US", "1000"),
+        ("in-process", "DESPINA_INLINE_EXECUTE_US", "0"),
+    ],
 )
 def test_speed_parameters(
-    mode: str, key: str, model_repository: Any, despina_server: Any, http_client: Any
+    mode: str, key: str, value: str, model_repository: Any, despina_server: Any, http_client: Any
 ) -> None:
-    """0 turns the mode's speed-up off and the model still serves; a non-number is a
-    load failure naming the parameter."""
+    """The mode's speed-up set against its default (the channel polled, calls never
+    inline) and the model still serves; a non-number is a load failure naming the
+    parameter."""
 
     def param(value: str) -> str:
         return f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}'
 
-    add(model_repository, "plain", ADD_SUB, ADD_SUB_IO, mode, param("0"))
+    add(model_repository, "plain", ADD_SUB, ADD_SUB_IO, mode, param(value))
     add(model_repository, "bad", ADD_SUB, ADD_SUB_IO, mode, param("soon"))
     client = http_client(despina_server(model_repository.root, ["--exit-on-error=false"]))
     for _ in range(40):  # past the streak that would move in-process calls inline

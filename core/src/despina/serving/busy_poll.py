@@ -7,6 +7,11 @@ concurrency. A :class:`BusyPollSelector` first polls without blocking for up to
 ``busy_poll_us``, yielding the CPU between polls, and only then blocks. A server
 without traffic stops spinning that long after its last event, so the CPU is spent
 only while requests keep coming. The same trade-off as Linux's ``SO_BUSY_POLL``.
+
+Off by default: on the shared 2-core VM a spinning loop (300 us) doubled the server's CPU
+per request at concurrency 1 and bought no throughput, because the cycles it spins are
+the ones the client and the model process need (``bench/results/perf_wave.md``). It pays
+only with cores to spare beside the server, its clients and its model processes.
 """
 
 from __future__ import annotations
@@ -15,16 +20,6 @@ import asyncio
 import os
 import selectors
 import time
-
-#: Default of ``--busy-poll-us``: long enough to cover a client's turnaround at
-#: concurrency 1 on loopback, short enough that an idle server sleeps at once.
-DEFAULT_BUSY_POLL_US = 300
-
-
-def default_busy_poll_us() -> int:
-    """The default, or 0 on a single CPU (a spinning loop would hold the only core that
-    the client and model processes need)."""
-    return DEFAULT_BUSY_POLL_US if len(os.sched_getaffinity(0)) > 1 else 0
 
 
 class BusyPollSelector(selectors.DefaultSelector):

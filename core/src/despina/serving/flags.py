@@ -12,7 +12,6 @@ from pathlib import Path
 from despina.inference.request_bodies import default_budget
 from despina.memory.gpus import DEFAULT_MIN_COMPUTE_CAPABILITY
 from despina.plugin.manager import Plugins
-from despina.serving.busy_poll import default_busy_poll_us
 from despina.serving.settings import DEFAULT_BACKEND_DIRECTORY
 from despina.serving.triton_flags import add_inert_flags, triton_bool
 
@@ -82,11 +81,11 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
     server.add_argument(
         "--busy-poll-us",
         type=int,
-        default=default_busy_poll_us(),
+        default=0,
         metavar="INT",
         help="microseconds the event loop polls for new events before sleeping; saves "
-        "the wake-up latency at low concurrency for CPU while traffic flows, 0 turns "
-        f"it off (default: {default_busy_poll_us()}; 0 on a single CPU)",
+        "the wake-up latency at low concurrency for CPU while traffic flows, which pays "
+        "only with spare cores (default: 0, off)",
     )
     server.add_argument(
         "--max-pending-requests",

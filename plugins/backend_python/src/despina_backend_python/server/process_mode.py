@@ -37,8 +37,10 @@ from despina_backend_python.wire.shm import PoolExhausted, new_tag
 
 TIMEOUT_KEY = "DESPINA_EXECUTE_TIMEOUT_SECONDS"
 #: How long an idle child polls its channel before sleeping (microseconds; 0: never).
+#: Off by default: it pays only with a core to spare for the spinning child
+#: (bench/results/perf_wave.md).
 POLL_KEY = "DESPINA_CHANNEL_POLL_US"
-DEFAULT_POLL_US = 1000.0
+DEFAULT_POLL_US = 0.0
 #: Executions sent to a synchronous child at once (it queues them and runs them one
 #: after another, so it never waits for the server between two); the scheduler still
 #: gives a request to an idle instance before queueing it behind a busy one.
