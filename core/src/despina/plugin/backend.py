@@ -184,6 +184,13 @@ class ModelInstance(abc.ABC):
         """False while the instance cannot serve (e.g. its process is restarting)."""
         return True
 
+    async def check_ready(self) -> bool:
+        """Triton's ``TRITONBACKEND_ModelInstanceReady``: asked at every model readiness
+        check (the model-ready endpoints) while the version is READY and every instance
+        :attr:`healthy`; False (or an exception) makes the model not ready for that check.
+        Keep it cheap: a check waits for it. The default answers True at once."""
+        return True
+
 
 class Backend(abc.ABC):
     """A backend serves the models whose config names it (``backend``) or one of its

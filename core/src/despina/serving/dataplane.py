@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +24,8 @@ from despina.inference.tensors import config_to_datatype
 from despina.models.versions import ModelState
 from despina.repository.config import mc
 from despina.repository.signatures import backend_setting, default_max_batch_size
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from despina.inference.request import ResponseStream
@@ -142,6 +145,21 @@ class DataPlane:
             self._models.get(name, version)
         except DespinaError:
             return False
+        return True
+
+    async def model_ready_checked(self, name: str, version: str = "") -> bool:
+        """:meth:`model_ready`, then every instance's own check, all at once; one that
+        answers False or raises makes the model not ready (logged at verbose level)."""
+        try:
+            model = self._models.get(name, version)
+        except DespinaError:
+            return False
+        checks = [instance.check_ready() for instance in model.instances]
+        for answer in await asyncio.gather(*checks, return_exceptions=True):
+            if answer is not True:
+                why = answer if isinstance(answer, BaseException) else "an instance's check"
+                log.debug("Model '%s' version %s is not ready: %s", name, model.version, why)
+                return False
         return True
 
     def server_metadata(self) -> dict[str, Any]:

@@ -41,7 +41,8 @@ class InferenceServicer:
 
     @guarded
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        return pb.ModelReadyResponse(ready=self.host.model_ready(request.name, request.version))
+        ready = await self.host.model_ready_checked(request.name, request.version)
+        return pb.ModelReadyResponse(ready=ready)
 
     @guarded
     async def ServerMetadata(self, request: Any, context: Any) -> Any:

@@ -30,7 +30,7 @@ def routes(ctx: Context) -> list[Route]:
 
     async def model_ready(request: Request) -> Response:
         info = request.params
-        if host.model_ready(info["model"], info.get("version", "")):
+        if await host.model_ready_checked(info["model"], info.get("version", "")):
             return OK
         return error_response(400, "Model version not ready")
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from despina_backend_python.hosting.loading import describe_exception, load_model_class
+from despina_backend_python.hosting.readiness import defines_is_ready, readiness_of
 from despina_backend_python.hosting.returned import (
     ReturnedError,
     check_returned,
@@ -266,7 +267,13 @@ class Stub:
             return {"op": "error", "message": describe_exception(exc)}
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
         has_cupy = importlib.util.find_spec("cupy") is not None  # finds, never imports
-        return {"op": "ready", "is_async": self.is_async, "pid": os.getpid(), "cupy": has_cupy}
+        return {
+            "op": "ready",
+            "is_async": self.is_async,
+            "is_ready": defines_is_ready(self.model),
+            "pid": os.getpid(),
+            "cupy": has_cupy,
+        }
 
     def route(self, message: dict[str, Any] | None) -> None:
         """Handle one message of the server (None: the server went away, exit)."""
@@ -289,6 +296,10 @@ class Stub:
                 self.work.append((message["id"], requests))
         elif op == "finalize":
             self.work.append(None)
+        elif op == "is_ready":  # on a thread of its own, as Triton's: execute may be running
+            threading.Thread(
+                target=self._answer_readiness, args=(message["id"],), name="is_ready", daemon=True
+            ).start()
         if (done := cuda_ipc.done_message(message)) is not None:
             self.channel.send(done)  # its device tensors are copied: the server may free them
 
@@ -389,6 +400,21 @@ class Stub:
             self.channel.send(reply, pack)
         except PoolExhausted as exc:  # no room for the outputs: these requests fail
             self._failed(exec_id, requests, str(exc))
+
+    def _answer_readiness(self, call_id: int) -> None:
+        """Call the model's ``is_ready()`` (a coroutine it returns runs on the event loop
+        thread) and send its answer, or why it failed."""
+        reply: dict[str, Any] = {"op": "readiness", "id": call_id}
+        pb_runtime.activate(self.runtime)
+        try:
+            value = self.model.is_ready()
+            if inspect.isawaitable(value):
+                self.start_loop()
+                value = asyncio.run_coroutine_threadsafe(_awaited(value), self.loop).result()
+            reply["ready"] = readiness_of(value)
+        except BaseException as exc:  # noqa: BLE001 - reported to the server
+            reply["error"] = describe_exception(exc)
+        self.channel.send(reply)
 
     def _finalize(self) -> None:
         message = ""

@@ -153,7 +153,8 @@ class ChildProcess(asyncio.Protocol):
                     os.unlink(os.path.join(SHM_DIR, ring.name))
 
     def execute(self, exec_id: int, message: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-        """Send an ``execute`` message; the future completes with ``executed``."""
+        """Send an ``execute`` (or ``is_ready``) message; the future completes with its
+        answer, ``executed`` (or ``readiness``)."""
         if not self.alive:
             raise ChildDied("the model process is not running")
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -175,7 +176,7 @@ class ChildProcess(asyncio.Protocol):
         elif op == LINKED_OP:  # a segment of ours the child found named elsewhere
             dev, ino = message["identity"]
             claim_shm((int(dev), int(ino)))
-        elif op == "executed":
+        elif op in ("executed", "readiness"):
             if "responses" in message:  # copied out now, in order (frees the ring)
                 message["unpacked"] = pb_codec.unpack_responses(message, self.incoming)
             future = self.executions.pop(message["id"], None)

@@ -38,6 +38,7 @@ from despina_backend_python.hosting.loading import (
     describe_exception,
     load_model_class,
 )
+from despina_backend_python.hosting.readiness import defines_is_ready, readiness_of
 from despina_backend_python.hosting.returned import (
     ReturnedError,
     check_returned,
@@ -49,6 +50,7 @@ from despina_backend_python.pb.messages import InferenceRequest, InferenceRespon
 from despina_backend_python.pb.tensor import Tensor
 from despina_backend_python.server import core_responses, pb_convert
 from despina_backend_python.server.model_host import ServerRuntime
+from despina_backend_python.server.readiness import ReadinessCheck
 
 
 class CoreResponder(Responder):
@@ -112,6 +114,8 @@ class SharedModel:
         self.output_names = [o.name for o in context.config.output]
         self.model: Any = None
         self.is_async = False
+        #: The model's ``is_ready()``, shared by the instances (they share the model).
+        self.readiness: ReadinessCheck | None = None
         self.executor = ThreadPoolExecutor(
             max_workers=max(sum(g.count for g in context.config.instance_group), 1),
             thread_name_prefix=f"despina-py-{context.name}",
@@ -150,6 +154,19 @@ class SharedModel:
         except MODEL_ERRORS as exc:  # model code may raise anything
             raise Internal(describe_exception(exc)) from None
         self.is_async = inspect.iscoroutinefunction(self.model.execute)
+        if defines_is_ready(self.model):
+            self.readiness = ReadinessCheck(self._is_ready)
+
+    async def _is_ready(self) -> bool:
+        """One ``is_ready()`` call: in a thread, a coroutine it returns on the loop."""
+        value = await asyncio.to_thread(self._in_host, self.model.is_ready)
+        if inspect.isawaitable(value):
+            token = pb_runtime.activate(self.host)
+            try:
+                value = await value
+            finally:
+                pb_runtime.deactivate(token)
+        return readiness_of(value)
 
     async def finalize(self) -> None:
         """Let the open requests end (a decoupled model's streams, a default model's
@@ -222,6 +239,11 @@ class InProcessInstance(ModelInstance):
         except MODEL_ERRORS as exc:  # model code may raise anything
             raise self._failed(pb_requests, exc) from None
         return self._collect(requests, pb_requests, *timed)
+
+    async def check_ready(self) -> bool:
+        """The model's ``is_ready()`` (one call answers every instance's check)."""
+        readiness = self.shared.readiness
+        return True if readiness is None else await readiness()
 
     @property
     def runs_now(self) -> bool:

@@ -33,6 +33,7 @@ from despina_backend_python.server import core_responses, pb_convert
 from despina_backend_python.server.child_process import ChildDied, ChildProcess, spawn
 from despina_backend_python.server.execution_env import resolve_environment
 from despina_backend_python.server.model_host import ServerRuntime
+from despina_backend_python.server.readiness import ReadinessCheck
 from despina_backend_python.wire.shm import PoolExhausted, new_tag
 
 TIMEOUT_KEY = "DESPINA_EXECUTE_TIMEOUT_SECONDS"
@@ -102,6 +103,9 @@ class ProcessInstance(ModelInstance):
         self.child: ChildProcess | None = None
         self.is_async = False
         self.has_cupy = False
+        #: Whether the model defines ``is_ready()`` (else a check asks the child nothing).
+        self.defines_is_ready = False
+        self._readiness = ReadinessCheck(self._is_ready)
         self._ids = itertools.count(1)
         self._tokens = itertools.count(1)
         self._back = asyncio.Event()
@@ -129,6 +133,7 @@ class ProcessInstance(ModelInstance):
             await child.stop(FINALIZE_TIMEOUT_S, finalize=False)
             raise Internal(answer.get("message", "the model process failed to start"))
         self.is_async = bool(answer["is_async"])
+        self.defines_is_ready = bool(answer["is_ready"])
         #: Whether the model's environment has cupy (it can read GPU tensors).
         self.has_cupy = bool(answer["cupy"])
         self.child = child
@@ -168,6 +173,18 @@ class ProcessInstance(ModelInstance):
                 self.host.logger.error("restarting '%s' failed: %s", self.spec.name, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
+
+    async def check_ready(self) -> bool:
+        """The model's ``is_ready()``, called in its process, when it defines one."""
+        return await self._readiness() if self.defines_is_ready else True
+
+    async def _is_ready(self) -> bool:
+        child = await self._ready_child()
+        call_id = next(self._ids)
+        answer = await child.execute(call_id, {"op": "is_ready", "id": call_id})
+        if "error" in answer:
+            raise Internal(answer["error"])
+        return bool(answer["ready"])
 
     async def _ready_child(self) -> ChildProcess:
         if not self._back.is_set():
