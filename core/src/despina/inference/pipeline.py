@@ -50,7 +50,8 @@ def admit(
 
     What the scheduler's ``submit`` then receives: a request valid for the model's
     signature; host arrays for inputs unless every instance takes device inputs;
-    ``device_outputs`` set where every output it binds is a CUDA region; ``stream`` set
+    ``device_outputs`` set where every output it binds is a CUDA region; the regions its
+    outputs are bound to held (its frontend calls ``release_regions``); ``stream`` set
     (recording time to first response where latency is observed); its trace accepted,
     and ended by the final response. A request the response cache answers is answered
     here (a cache hit in statistics) and never reaches the scheduler; a miss carries its
@@ -70,8 +71,12 @@ def admit(
     validate_request(request, model.signature)
     if holds_device_arrays(request.inputs) and not model.device_inputs:
         host_inputs(request.inputs)
-    if request.outputs and not request.device_outputs:
-        request.device_outputs = shared_memory.all_cuda(request.outputs)
+    if request.outputs:
+        if not request.device_outputs:
+            request.device_outputs = shared_memory.all_cuda(request.outputs)
+        hold = shared_memory.hold(request.outputs)
+        if hold is not None:
+            request.region_release = hold.release
     latency = model.stats.latency
     stream = (
         ResponseStream()

@@ -210,6 +210,10 @@ class InferenceRequest:
     compute_input_end_ns: int = field(default=0, repr=False)
     compute_output_start_ns: int = field(default=0, repr=False)
     _cancelled: bool = field(default=False, repr=False)
+    #: Set at admission when outputs are bound to client shared-memory regions: releases
+    #: the server's hold on them; the frontend calls it (or :meth:`release_regions`) once
+    #: the answer is written, or the request failed.
+    region_release: Callable[[], None] | None = field(default=None, repr=False)
     #: Whether a backend may :meth:`reschedule` the request: set by the sequence batcher of
     #: a model with ``sequence_batching { iterative_sequence: true }``.
     reschedulable: bool = field(default=False, init=False, repr=False)
@@ -241,6 +245,11 @@ class InferenceRequest:
                 if "shared_memory_region" not in parameters:
                     array = to_host(array)
                 yield name, array, parameters
+
+    def release_regions(self) -> None:
+        """Release the shared-memory regions this request holds (idempotent)."""
+        if self.region_release is not None:
+            self.region_release()
 
     def cancel(self) -> None:
         """Flag the request cancelled (client gone); the scheduler drops it if still queued."""

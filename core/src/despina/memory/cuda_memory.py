@@ -93,6 +93,10 @@ class CudaRegion:
             self._stream = self._runtime.streamCreateWithFlags(self._runtime.streamNonBlocking)
         self._lock = threading.Lock()
         self._closed = False
+        #: Requests holding the region, and whether it was unregistered meanwhile (the
+        #: registry's bookkeeping, under its lock).
+        self.users = 0
+        self.unregistering = False
 
     @classmethod
     def open(cls, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> CudaRegion:

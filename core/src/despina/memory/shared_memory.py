@@ -4,7 +4,13 @@ One registry holds both kinds under one name space, as Triton's manager does: a 
 registered once, of either kind; status and unregister by name see only their own kind
 (a region of the other kind is NotFound in status and left alone by unregister).
 Frontends read inputs from and write outputs to any region through :meth:`window`, whose
-bounds check is the same for both kinds. No shared memory of the server itself can ever be
+bounds check is the same for both kinds.
+
+A region a request's outputs are bound to is held from admission until the frontend has
+written the answer (:meth:`SharedMemoryRegistry.hold`). Unregistering a held region is
+deferred, as newer Triton does (server #7743): the unregister succeeds at once, the region
+stays registered (listed, usable) until its last holder releases it, and is then unmapped.
+Inputs are copied out of their regions when a request is decoded, so they hold nothing. No shared memory of the server itself can ever be
 registered by a client, whatever its key (:mod:`despina.memory.own_shm`), and error messages name
 the region, never its key.
 """
@@ -41,6 +47,10 @@ class Region:
     offset: int
     byte_size: int
     mapping: mmap.mmap
+    #: Requests holding the region; an unregister while any does is deferred.
+    users: int = 0
+    #: Unregistered while held: removed when the last holder releases it.
+    unregistering: bool = False
     kind = "system"
 
     def status(self) -> dict[str, Any]:
@@ -104,6 +114,23 @@ class Window:
             self.region.write(self.start, data.to_host().reshape(-1).view(np.uint8).data)
         else:
             self.region.write(self.start, data)
+
+
+class RegionHold:
+    """Regions held for one request; :meth:`release` once its answer is written."""
+
+    __slots__ = ("_regions", "_registry")
+
+    def __init__(self, registry: SharedMemoryRegistry, regions: list[Region | CudaRegion]) -> None:
+        self._registry = registry
+        self._regions = regions
+
+    def release(self) -> None:
+        """Release the regions (idempotent); one unregistered meanwhile is unmapped now if
+        this was its last holder."""
+        regions, self._regions = self._regions, []
+        if regions:
+            self._registry._release(regions)
 
 
 def _server_own(name: str) -> InvalidArgument:
@@ -191,14 +218,56 @@ class SharedMemoryRegistry:
     def unregister(self, name: str = "", kind: str = "system") -> None:
         """Unregister region ``name`` of ``kind`` ("system" or "cuda"), or every region of
         that kind when ``name`` is empty; a name unknown or of the other kind is left
-        alone, as Triton does."""
+        alone, as Triton does. A region requests hold stays registered until the last of
+        them releases it (newer Triton's deferred unregister)."""
         with self._lock:
             names = [name] if name else list(self._regions)
             for each in names:
                 region = self._regions.get(each)
-                if region is not None and region.kind == kind:
+                if region is None or region.kind != kind:
+                    continue
+                if region.users:
+                    region.unregistering = True
+                else:
                     del self._regions[each]
                     region.close()
+
+    def hold(self, outputs: Sequence[RequestedOutput]) -> RegionHold | None:
+        """Hold the registered regions ``outputs`` are bound to until the returned hold is
+        released (None when they name none); a region named but not registered is left
+        for :meth:`window` to report."""
+        for output in outputs:  # the common case, none bound, at a membership test each
+            if "shared_memory_region" in output.parameters:
+                break
+        else:
+            return None
+        names = {
+            str(name)
+            for output in outputs
+            if (name := output.parameters.get("shared_memory_region")) is not None
+        }
+        held = []
+        with self._lock:
+            for name in names:
+                region = self._regions.get(name)
+                if region is not None:
+                    region.users += 1
+                    held.append(region)
+        return RegionHold(self, held) if held else None
+
+    def _release(self, regions: list[Region | CudaRegion]) -> None:
+        """One holder is done with ``regions``: unmap those unregistered meanwhile that
+        no request holds any more."""
+        closing = []
+        with self._lock:
+            for region in regions:
+                region.users -= 1
+                if not region.users and region.unregistering:
+                    if self._regions.get(region.name) is region:
+                        del self._regions[region.name]
+                    closing.append(region)
+        for region in closing:
+            region.close()
 
     def unregister_all(self) -> None:
         """Unregister every region of both kinds (at server stop)."""

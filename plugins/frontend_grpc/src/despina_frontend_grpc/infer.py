@@ -83,8 +83,10 @@ class Inference:
         model, request = self.build(message, context, streaming=False)
         try:
             response = await self.server.infer(request, model)
-        except asyncio.CancelledError:
-            request.cancel()
+        except BaseException as exc:  # the answer is an error: nothing to write
+            if isinstance(exc, asyncio.CancelledError):
+                request.cancel()
+            request.release_regions()
             raise
         finally:
             if request.trace is not None:
@@ -92,6 +94,7 @@ class Inference:
         try:
             return encode_response(response, request, self.shm)
         finally:
+            request.release_regions()
             trace_sent(request)
 
     async def stream(
@@ -152,6 +155,7 @@ class Inference:
             put(_error(message.id, exc))
             return
         finally:
+            request.release_regions()
             trace_sent(request)
         if empty_final and not final_sent:
             empty = service_pb2.ModelInferResponse(id=request.id, model_name=request.model_name)

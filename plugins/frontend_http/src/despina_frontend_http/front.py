@@ -301,6 +301,7 @@ class FrontConnection(asyncio.Protocol):
         (a task), or close."""
         engine = self.engine
         if engine.answering is not due or engine.closed:  # the client went away meanwhile
+            due.started.request.release_regions()
             return
         engine.answering = None
         incoming = due.incoming

@@ -81,7 +81,11 @@ def start_infer(
         trace = request.trace = host.tracer.sample(name, traceparent)
         if trace is not None:
             trace.received("HTTP", received_ns or request.received_ns)
-    model, stream = host.submit(request, streaming=False, model=model, received_ns=read_ns)
+    try:
+        model, stream = host.submit(request, streaming=False, model=model, received_ns=read_ns)
+    except BaseException:
+        request.release_regions()
+        raise
     return Started(request, model, stream)
 
 
@@ -101,10 +105,13 @@ def encode_outcome(
     ctx: Context, started: Started, response: InferenceResponse | None
 ) -> tuple[bytes, list[Any]]:
     """The JSON header and binary buffers answering a started request with its last
-    response; raises its error."""
+    response; raises its error. The request's shared-memory regions are released."""
     request, model, _ = started
     host = ctx.host
-    return encode_response(request, host.outcome(model, response), host.shared_memory)
+    try:
+        return encode_response(request, host.outcome(model, response), host.shared_memory)
+    finally:
+        request.release_regions()
 
 
 async def finish_infer(
@@ -119,6 +126,7 @@ async def finish_infer(
         response = await stream.last()
     except asyncio.CancelledError:
         request.cancel()
+        request.release_regions()
         raise
     finally:
         if watch is not None:
