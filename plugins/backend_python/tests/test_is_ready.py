@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from despina_backend_python.server import readiness
 
 from .helpers import infer, pair
