@@ -15,15 +15,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import redis.asyncio as aioredis
 from despina import CachedResponse, DeviceArray
-from redis.exceptions import RedisError
 
 from despina_cache_redis.codec import EntryError, decode, encode
 from despina_cache_redis.options import RedisOptions
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 log = logging.getLogger("despina.cache.redis")
 
@@ -45,13 +46,20 @@ class RedisCache:
         self._down_until = 0.0
         self._warned_at = -WARN_EVERY_S
         self._failures = 0
+        #: What a failing call raises; redis's own errors join at :meth:`start`.
+        self._errors: tuple[type[Exception], ...] = (OSError,)
 
     async def start(self) -> None:
-        """Connect and PING, as Triton does at start-up; raises when Redis does not answer."""
+        """Connect and PING, as Triton does at start-up; raises when Redis does not answer.
+        redis is imported here, by a server configured with this cache (6 MiB resident)."""
+        import redis.asyncio as aioredis
+        from redis.exceptions import RedisError
+
+        self._errors = (RedisError, OSError)
         self._client = aioredis.Redis(connection_pool=_pool(self.options))
         try:
             await self._client.ping()
-        except (RedisError, OSError) as exc:
+        except self._errors as exc:
             await self.stop()
             raise ConnectionError(
                 f"Failed to initialize RedisCache at {self.options.address}: {exc}"
@@ -92,7 +100,7 @@ class RedisCache:
     async def _read(self, client: aioredis.Redis, key: str) -> CachedResponse | None:
         try:
             fields = await client.hgetall(key)
-        except (RedisError, OSError) as exc:
+        except self._errors as exc:
             self._failed("lookup", exc)
             return None
         self._answered()
@@ -107,7 +115,7 @@ class RedisCache:
     async def _write(self, client: aioredis.Redis, key: str, fields: dict[str, bytes]) -> None:
         try:
             await client.hset(key, mapping=fields)  # type: ignore[arg-type]
-        except (RedisError, OSError) as exc:
+        except self._errors as exc:
             self._failed("insert", exc)
             return
         self._answered()
@@ -140,6 +148,8 @@ class RedisCache:
 def _pool(options: RedisOptions) -> aioredis.BlockingConnectionPool:
     """The connection pool of ``options``: ``pool_size`` connections, each call bounded
     by the connect and socket timeouts, a wait for a free connection by ``wait_timeout``."""
+    import redis.asyncio as aioredis
+
     kwargs: dict[str, Any] = {
         "host": options.host,
         "port": options.port,

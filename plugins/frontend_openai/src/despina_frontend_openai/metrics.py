@@ -11,6 +11,8 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+#: Where the frontend's own generation metrics are served on the OpenAI port.
+METRICS_PATH = "/metrics"
 #: Bucket bounds in milliseconds.
 BUCKETS = (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0)
 

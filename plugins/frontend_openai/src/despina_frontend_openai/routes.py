@@ -26,7 +26,7 @@ from despina_frontend_openai import convert
 from despina_frontend_openai.catalog import OWNED_BY, Catalog, Entry, Lora
 from despina_frontend_openai.errors import JSON_HEADERS, OpenAIError
 from despina_frontend_openai.generate import responses
-from despina_frontend_openai.metrics import Metrics
+from despina_frontend_openai.metrics import METRICS_PATH, Metrics
 from despina_frontend_openai.options import OpenAIOptions, group_of
 from despina_frontend_openai.schema import (
     ChatRequest,
@@ -43,8 +43,6 @@ log = logging.getLogger("despina.openai")
 Answer = Response | StreamResponse
 Handler = Callable[[Request], Awaitable[Answer]]
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
-#: Where the frontend's own generation metrics are served.
-METRICS_PATH = "/metrics"
 _DONE = b"data: [DONE]\n\n"
 PROMETHEUS_HEADERS = {"Content-Type": "text/plain; charset=utf-8"}
 
