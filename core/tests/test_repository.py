@@ -55,3 +55,33 @@ def test_several_repositories_and_ambiguous_names(tmp_path: Path) -> None:
         repository.model_dir("both")
     with pytest.raises(NotFound):
         repository.model_dir("missing")
+
+
+def test_registered_repositories_and_their_mappings(tmp_path: Path) -> None:
+    """Triton's repository registration: a folder's models served as well, a mapped folder
+    under its mapped name only; Triton's texts for a missing, repeated or conflicting one."""
+    from despina.errors import AlreadyExists, InvalidArgument
+
+    base, extra = tmp_path / "base", tmp_path / "extra"
+    _model(base, "x", ["1"])
+    _model(extra, "model", ["1"])
+    _model(extra, "helper", ["1"])
+    repository = ModelRepository([str(base)])
+    repository.register(str(extra), {"renamed": "model"})
+    assert repository.model_names() == ["helper", "renamed", "x"]
+    assert repository.model_dir("renamed") == extra.resolve() / "model"
+    assert repository.model_dir("helper") == extra.resolve() / "helper"
+    with pytest.raises(NotFound):
+        repository.model_dir("model")  # mapped: served under its mapped name only
+    with pytest.raises(AlreadyExists, match="model repository '.*' has already been registered"):
+        repository.register(str(extra))
+    other = tmp_path / "other"
+    _model(other, "model", ["1"])
+    with pytest.raises(AlreadyExists, match="there is a conflicting mapping for 'renamed'"):
+        repository.register(str(other), {"renamed": "model"})
+    with pytest.raises(InvalidArgument, match="failed to register '.*', repository not found"):
+        repository.register(str(tmp_path / "missing"))
+    repository.unregister(str(extra))
+    assert repository.model_names() == ["x"]
+    with pytest.raises(InvalidArgument, match="failed to unregister '.*', repository not found"):
+        repository.unregister(str(extra))

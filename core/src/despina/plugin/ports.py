@@ -132,6 +132,18 @@ class FrontendHost(Protocol):
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None: ...
 
+    def register_model_repository(
+        self, repository: str, mapping: Mapping[str, str] | None = None
+    ) -> None:
+        """Serve the model folders of the local folder ``repository`` as well, those
+        ``mapping`` names (``{model name: folder name}``) under those names (Triton's
+        ``TRITONSERVER_ServerRegisterModelRepository``; explicit control mode only)."""
+        ...
+
+    def unregister_model_repository(self, repository: str) -> None:
+        """Forget a registered repository; its loaded models stay loaded."""
+        ...
+
     def system_shm_status(self, name: str = "") -> list[dict[str, Any]]: ...
 
     def system_shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None: ...

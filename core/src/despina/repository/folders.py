@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from despina.errors import ConfigError, NotFound
+from despina.errors import AlreadyExists, ConfigError, InvalidArgument, NotFound
 from despina.repository.config import ModelConfig
 from despina.repository.paths import check_model_name, safe_join
 from despina.serving.digits import ascii_digits
@@ -23,7 +23,10 @@ if TYPE_CHECKING:
 
 class ModelRepository:
     """The union of one or more repositories: local folders, or URLs (``s3://...``) that a
-    repository source plugin copies into a local folder (:meth:`sync`)."""
+    repository source plugin copies into a local folder (:meth:`sync`), and the local
+    folders registered while the server runs (:meth:`register`, Triton's
+    ``TRITONSERVER_ServerRegisterModelRepository``), whose model folders may be served
+    under other names."""
 
     def __init__(
         self,
@@ -48,6 +51,51 @@ class ModelRepository:
                 )
             self._remote.append((index, source(location, stash)))
             self.roots.append(Path())  # replaced by sync()
+        #: Registered repositories (as given) -> {model name: its folder in them}.
+        self.registered: dict[str, dict[str, str]] = {}
+        #: Model name -> (its registered repository's folder, its folder name there).
+        self._mapped: dict[str, tuple[Path, str]] = {}
+
+    def register(self, repository: str, mapping: Mapping[str, str] | None = None) -> None:
+        """Serve the model folders of the local folder ``repository`` as well, the folders
+        ``mapping`` names (``{model name: folder name}``) under those names only.
+        InvalidArgument when it is not a folder, AlreadyExists when it is registered
+        already or a mapped name is (Triton's texts)."""
+        root = Path(repository).expanduser()
+        if not root.is_dir():
+            raise InvalidArgument(f"failed to register '{repository}', repository not found")
+        if repository in self.registered:
+            raise AlreadyExists(f"model repository '{repository}' has already been registered")
+        mapping = dict(mapping or {})
+        for name in mapping:
+            if name in self._mapped:
+                raise AlreadyExists(
+                    f"failed to register '{name}', there is a conflicting mapping for '{name}'"
+                )
+        for name, folder in mapping.items():
+            check_model_name(name)
+            check_model_name(folder)
+        resolved = root.resolve()
+        self.registered[repository] = mapping
+        for name, folder in mapping.items():
+            self._mapped[name] = (resolved, folder)
+
+    def unregister(self, repository: str) -> None:
+        """Stop serving the folders of a registered ``repository`` (loaded models stay
+        loaded); InvalidArgument when it is not registered (Triton's text)."""
+        mapping = self.registered.pop(repository, None)
+        if mapping is None:
+            raise InvalidArgument(f"failed to unregister '{repository}', repository not found")
+        for name in mapping:
+            self._mapped.pop(name, None)
+
+    def _search_roots(self) -> list[tuple[Path, set[str]]]:
+        """Every root searched by folder name, each with the folder names it hides (the
+        mapped ones of a registered repository)."""
+        roots: list[tuple[Path, set[str]]] = [(root, set()) for root in self.roots]
+        for repository, mapping in self.registered.items():
+            roots.append((Path(repository).expanduser().resolve(), set(mapping.values())))
+        return roots
 
     async def sync(self) -> None:
         """Bring every remote repository up to date in its local folder (poll mode calls
@@ -57,11 +105,13 @@ class ModelRepository:
 
     def model_names(self) -> list[str]:
         """Every model folder name, sorted; hidden folders are skipped."""
-        names: set[str] = set()
-        for root in self.roots:
+        names: set[str] = set(self._mapped)
+        for root, hidden in self._search_roots():
             if root.is_dir():
                 names.update(
-                    p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                    p.name
+                    for p in root.iterdir()
+                    if p.is_dir() and not p.name.startswith(".") and p.name not in hidden
                 )
         return sorted(names)
 
@@ -70,7 +120,18 @@ class ModelRepository:
         folder name or a folder that leads out of its repository (:mod:`despina.repository.paths`),
         NotFound if absent, ConfigError if ambiguous."""
         check_model_name(name)
-        found = [root / name for root in self.roots if (root / name).is_dir()]
+        mapped = self._mapped.get(name)
+        if mapped is not None:
+            root, folder = mapped
+            path = safe_join(root, folder, "model folder")
+            if not path.is_dir():
+                raise NotFound(f"failed to load '{name}', failed to poll from model repository")
+            return path
+        found = [
+            root / name
+            for root, hidden in self._search_roots()
+            if name not in hidden and (root / name).is_dir()
+        ]
         for path in found:
             safe_join(path.parent, name, "model folder")
         if not found:

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from despina.errors import DespinaError, InvalidArgument
+from despina.errors import DespinaError, InvalidArgument, Unsupported
 from despina.inference.request import InferenceRequest, InferenceResponse
 from despina.inference.tensors import config_to_datatype
 from despina.models.versions import ModelState
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from despina.serving.runtime_settings import LogSettings
     from despina.serving.settings import CoreSettings, Stash
     from despina.tracing.tracer import Tracer
+
+log = logging.getLogger("despina")
 
 
 class Core(Protocol):
@@ -228,6 +230,29 @@ class DataPlane:
         """Unload ``name`` (explicit control mode only); unloading one not loaded is OK."""
         self._models.check_control()
         await self._models.unload(name, unload_dependents=unload_dependents)
+
+    def register_model_repository(
+        self, repository: str, mapping: Mapping[str, str] | None = None
+    ) -> None:
+        """Serve the model folders of ``repository`` as well, those ``mapping`` names
+        (``{model name: folder name}``) under those names; explicit control mode only
+        (Unsupported otherwise, Triton's text)."""
+        if not self._models.explicit:
+            raise Unsupported(
+                "repository registration is not allowed if model control mode is not EXPLICIT"
+            )
+        self._models.repository.register(repository, mapping)
+        log.info("Model repository registered: %s", repository)
+
+    def unregister_model_repository(self, repository: str) -> None:
+        """Forget a registered repository (explicit control mode only); its loaded models
+        stay loaded."""
+        if not self._models.explicit:
+            raise Unsupported(
+                "repository unregistration is not allowed if model control mode is not EXPLICIT"
+            )
+        self._models.repository.unregister(repository)
+        log.info("Model repository unregistered: %s", repository)
 
     # shared memory
     def system_shm_status(self, name: str = "") -> list[dict[str, Any]]:

@@ -17,6 +17,9 @@ from despina.serving.triton_flags import add_inert_flags, triton_bool
 
 #: Served when no --model-repository is given: the repository's bundled examples.
 EXAMPLES_ENV = "DESPINA_DEFAULT_REPOSITORY"
+#: Served when no --model-repository is given, before the above: where Vertex AI put the
+#: model's files (a local folder or a gs:// URL), as tritonserver reads it.
+VERTEX_STORAGE_ENV = "AIP_STORAGE_URI"
 
 
 def default_repository() -> Path | None:
@@ -308,8 +311,12 @@ def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
     parser, inert = build_serve_parser(plugins)
     settings = parser.parse_args(list(argv))
     if not settings.model_repository:
-        default = default_repository()
-        settings.model_repository = [str(default)] if default is not None else []
+        storage = os.environ.get(VERTEX_STORAGE_ENV)
+        if storage:  # as tritonserver: Vertex AI's model folder, when none is given
+            settings.model_repository = [storage]
+        else:
+            default = default_repository()
+            settings.model_repository = [str(default)] if default is not None else []
     settings.inert_flags_given = [
         reason for dest, reason in inert.items() if getattr(settings, dest) is not None
     ]

@@ -30,8 +30,8 @@ def triton_bool(value: str) -> bool:
 _HTTP = "the HTTP frontend plugin (despina-frontend-http) is not installed"
 _GRPC = "the gRPC frontend plugin (despina-frontend-grpc) is not installed"
 _METRICS = "the metrics plugin (despina-metrics-prometheus) is not installed"
-_NO_SAGEMAKER = "Despina has no SageMaker frontend"
-_NO_VERTEX = "Despina has no Vertex AI frontend"
+_NO_SAGEMAKER = "the SageMaker frontend plugin (despina-frontend-sagemaker) is not installed"
+_NO_VERTEX = "the Vertex AI frontend plugin (despina-frontend-vertex-ai) is not installed"
 _GRPC_THREADS = "the gRPC frontend serves calls on the event loop, without handler threads"
 _GRPC_POOL = (
     "a streaming call's unsent responses are bounded in bytes (HTTP/2 flow control); "
