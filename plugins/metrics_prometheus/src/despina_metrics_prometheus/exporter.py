@@ -68,9 +68,8 @@ class PrometheusExporter:
         options = self.options
         if not options.allow_metrics:
             return
-        if options.on_http_port:
-            self.host.stash[EXPORTER] = self
-        else:
+        self.host.stash[EXPORTER] = self  # the HTTP port's /metrics, metrics_page()
+        if not options.on_http_port:
             # The server's metrics host is its data plane, which is the frontend host
             # the listener machinery times requests and charges bodies with.
             host = cast("FrontendHost", self.host)
@@ -112,6 +111,16 @@ class PrometheusExporter:
 def http_port_routes(host: FrontendHost) -> list[Route]:
     """The routes to add to the HTTP port: ``/metrics`` with ``--metrics-on-http-port``
     (and metrics allowed), else none."""
-    if EXPORTER not in host.stash:
+    if EXPORTER not in host.stash or not host.stash[EXPORTER].options.on_http_port:
         return []
     return host.stash[EXPORTER].routes
+
+
+def metrics_page(host: FrontendHost) -> Response | None:
+    """The ``/metrics`` page (Triton's format) of the server's started exporter, for
+    another frontend that serves it (Vertex AI's ``metrics`` redirect); None while
+    metrics are off."""
+    if EXPORTER not in host.stash:
+        return None
+    collected = host.stash[EXPORTER].collector.collect()
+    return Response(200, {"Content-Type": CONTENT_TYPE}, render(collected))
