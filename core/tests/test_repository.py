@@ -73,15 +73,15 @@ def test_registered_repositories_and_their_mappings(tmp_path: Path) -> None:
     assert repository.model_dir("helper") == extra.resolve() / "helper"
     with pytest.raises(NotFound):
         repository.model_dir("model")  # mapped: served under its mapped name only
-    with pytest.raises(AlreadyExists, match="model repository '.*' has already been registered"):
+    with pytest.raises(AlreadyExists, match=r"model repository '.*' has already been registered"):
         repository.register(str(extra))
     other = tmp_path / "other"
     _model(other, "model", ["1"])
     with pytest.raises(AlreadyExists, match="there is a conflicting mapping for 'renamed'"):
         repository.register(str(other), {"renamed": "model"})
-    with pytest.raises(InvalidArgument, match="failed to register '.*', repository not found"):
+    with pytest.raises(InvalidArgument, match=r"failed to register '.*', repository not found"):
         repository.register(str(tmp_path / "missing"))
     repository.unregister(str(extra))
     assert repository.model_names() == ["x"]
-    with pytest.raises(InvalidArgument, match="failed to unregister '.*', repository not found"):
+    with pytest.raises(InvalidArgument, match=r"failed to unregister '.*', repository not found"):
         repository.unregister(str(extra))

@@ -231,7 +231,7 @@ class Server:
             frontend = cls(self.dataplane)
             try:
                 await frontend.start()
-            except OSError as exc:
+            except (OSError, DespinaError) as exc:  # a port, or a setting refused at start
                 await self.stop()
                 raise StartupError(f"frontend '{cls.name}' failed to start: {exc}") from None
             self.frontends.append(frontend)
