@@ -345,7 +345,7 @@ class ModelManager:
     async def _load_entry(self, entry: ModelEntry, config_json: str | bytes | None) -> None:
         assert entry.model_dir is not None
         name = entry.name
-        prepared = await prepare(self.server, entry.model_dir, config_json)
+        prepared = await prepare(self.server, entry.model_dir, config_json, entry.name)
         entry.model_dir, entry.prepared = prepared.model_dir, prepared
         ensemble = prepared.config.platform == cfg.ENSEMBLE_PLATFORM
         versions = list(prepared.versions) or ([1] if ensemble else [])

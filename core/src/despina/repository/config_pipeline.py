@@ -85,10 +85,15 @@ class PreparedConfig:
 
 
 async def prepare(
-    host: LoadHost, model_dir: Path, config_json: str | bytes | None = None
+    host: LoadHost,
+    model_dir: Path,
+    config_json: str | bytes | None = None,
+    model_name: str | None = None,
 ) -> PreparedConfig:
     """The frozen config of the model in ``model_dir``: its ``config.pbtxt``, or
     ``config_json`` (a load request's), completed, normalized and validated.
+    ``model_name``: the model's name when it is not its folder's (a folder a registered
+    repository maps to another name): its config is renamed to it, as Triton does.
 
     Raises DespinaError with Triton's text for what Triton refuses; past the repository
     agents the text names no server path (:func:`~despina.repository.redact.without_paths`).
@@ -99,6 +104,8 @@ async def prepare(
         draft, _ = cfg.read_model_config(model_dir)
     model_dir = await run_agents(host.registry.agents, draft, model_dir)
     name, versions = model_dir.name, available_versions(model_dir)
+    if model_name is not None and model_name != name:  # mapped: served under its mapping
+        name = draft.name = model_name
     try:
         backend: type[Backend] | None = None
         named_file = bool(draft.default_model_filename)

@@ -31,6 +31,15 @@ def default_repository() -> Path | None:
     return bundled if bundled.is_dir() else None
 
 
+def int_or_bool(text: str) -> int:
+    """An integer, or ``true``/``false`` (1/0, any case), as tritonserver reads
+    ``--log-verbose`` (its SageMaker serve script passes ``--log-verbose=true``)."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return int(lowered == "true")
+    return int(text)
+
+
 def add_core_flags(parser: argparse.ArgumentParser) -> None:
     """The flags the core implements, with tritonserver's names and defaults."""
 
@@ -211,7 +220,7 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
     logs = parser.add_argument_group("logging")
     logs.add_argument(
         "--log-verbose",
-        type=int,
+        type=int_or_bool,
         default=0,
         metavar="INT",
         help="verbose logging level; > 0 enables debug logs (default: 0)",

@@ -7,6 +7,7 @@ what it composes) and forgets the folder."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -135,6 +136,8 @@ class MultiModel:
             await self.host.load(target)
         except DespinaError as exc:
             text = str(exc)
+            with contextlib.suppress(DespinaError):  # its failed versions leave readiness
+                await self.host.unload(target)
             try:
                 self.host.unregister_model_repository(repository)
             except DespinaError as unregister:  # answered as tritonserver would
