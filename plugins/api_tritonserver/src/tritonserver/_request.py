@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import queue
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import despina
 
 from tritonserver._errors import InvalidArgumentError, TritonError
+from tritonserver._model_ref import ModelRef
 from tritonserver._tensor import DeviceOrMemoryType, Tensor, check_host
-
-if TYPE_CHECKING:
-    from tritonserver._model import Model
 
 #: The request parameter types Triton takes (by exact type: a bool is not an int here).
 _PARAMETER_TYPES = (str, int, float, bool)
@@ -28,7 +26,7 @@ class InferenceRequest:
     also go (``response_queue``: a queue.SimpleQueue for ``infer``, an asyncio.Queue for
     ``async_infer``)."""
 
-    model: Model
+    model: ModelRef
     request_id: str | None = None
     flags: int = 0
     correlation_id: int | str | None = None

@@ -21,10 +21,10 @@ import despina
 from despina import DespinaError, ResponseStream
 
 from tritonserver._errors import InternalError, TritonError, triton_error
+from tritonserver._model_ref import ModelRef
 from tritonserver._tensor import Tensor
 
 if TYPE_CHECKING:
-    from tritonserver._model import Model
     from tritonserver._request import InferenceRequest
     from tritonserver._running import RunningServer
 
@@ -36,7 +36,7 @@ _PUMPS: set[asyncio.Task[None]] = set()
 class InferenceResponse:
     """One response: ``outputs`` by name, or ``error`` set; ``final`` on the last."""
 
-    model: Model
+    model: ModelRef
     request_id: str | None = None
     parameters: dict[str, str | int | bool] = field(default_factory=dict)
     outputs: dict[str, Tensor] = field(default_factory=dict)
@@ -46,7 +46,7 @@ class InferenceResponse:
 
 
 def _converted(
-    model: Model, request_id: str, response: despina.InferenceResponse, final: bool
+    model: ModelRef, request_id: str, response: despina.InferenceResponse, final: bool
 ) -> InferenceResponse:
     """Triton's response for a Despina one (``model``: the version that answered)."""
     result = InferenceResponse(model, request_id, final=final)
@@ -65,7 +65,7 @@ def _converted(
 
 
 async def _pump(
-    model: Model,
+    model: ModelRef,
     request_id: str,
     stream: ResponseStream,
     deliver: Callable[[InferenceResponse], None],
@@ -81,7 +81,7 @@ async def _pump(
 
 def _submit(
     running: RunningServer,
-    model: Model,
+    model: ModelRef,
     request: despina.InferenceRequest,
     deliver: Callable[[InferenceResponse], None],
 ) -> None:
@@ -113,7 +113,7 @@ class ResponseIterator:
 
     def __init__(
         self,
-        model: Model,
+        model: ModelRef,
         request: despina.InferenceRequest,
         inference_request: InferenceRequest,
         raise_on_error: bool = False,
@@ -155,7 +155,7 @@ class AsyncResponseIterator:
 
     def __init__(
         self,
-        model: Model,
+        model: ModelRef,
         request: despina.InferenceRequest,
         inference_request: InferenceRequest,
         raise_on_error: bool = False,
