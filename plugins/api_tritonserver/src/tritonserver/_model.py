@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 from despina import to_json_dict
 
 from tritonserver._enums import ModelBatchFlag, ModelTxnPropertyFlag
+from tritonserver._model_ref import ServerRef
 from tritonserver._request import InferenceRequest
 from tritonserver._response import AsyncResponseIterator, ResponseIterator
 
 if TYPE_CHECKING:
     from tritonserver._running import RunningServer
-    from tritonserver._server import Server
 
 
 class Model:
@@ -22,7 +22,7 @@ class Model:
 
     def __init__(
         self,
-        server: Server,
+        server: ServerRef,
         name: str,
         version: int = -1,
         state: str | None = None,

@@ -1,5 +1,5 @@
-"""What requests and responses know of their model (:class:`ModelRef`), so that they need
-not import :mod:`tritonserver._model`, which imports them."""
+"""What requests and responses know of their model (:class:`ModelRef`) and models of
+their server (:class:`ServerRef`), so that no module imports one that imports it."""
 
 from __future__ import annotations
 
@@ -17,3 +17,9 @@ class ModelRef(Protocol):
     _running: RunningServer
 
     def _answered_by(self, version: int) -> ModelRef: ...
+
+
+class ServerRef(Protocol):
+    """A :class:`~tritonserver.Server`, as models use it."""
+
+    def _started(self) -> RunningServer: ...
