@@ -98,6 +98,7 @@ def test_explicit_mode_loads_unloads_and_reloads(
     assert states(running)["b"] == "READY"
     running.call(manager.unload("a"))
     assert states(running)["a"] == "UNAVAILABLE"
+    assert running.server.ready  # strict readiness: an unloaded model does not count (Triton)
     with pytest.raises(NotFound):
         running.call(running.server.infer(toy_request("a")))
     # reload with a config override: version 1 keeps serving until the new one is READY
@@ -110,6 +111,7 @@ def test_explicit_mode_loads_unloads_and_reloads(
     model_repository.add("c", toy_config(), {"1/model.toy": '{"fail_load": true}'})
     with pytest.raises(InvalidArgument) as failed:
         running.call(manager.load("c"))
+    assert not running.server.ready  # a version that failed to load does count
     assert str(failed.value).startswith(
         "load failed for model 'c': version 1 is at UNAVAILABLE state: Internal: "
     )

@@ -293,9 +293,11 @@ class ModelManager:
         return rows
 
     def all_ready(self) -> bool:
-        """True when every model the server tried to load has a READY version."""
+        """True when every model the server tried to load has a READY version or was
+        unloaded (Triton's strict readiness: a version not ready because it was unloaded
+        does not count against the server)."""
         return all(
-            e.ready
+            e.ready or _unloaded(e)
             for e in self.entries.values()
             if e.state is not ModelState.UNAVAILABLE or e.versions
         )
@@ -383,3 +385,11 @@ class ModelManager:
 
 def _composing_models(config: cfg.ModelConfig) -> list[str]:
     return [step.model_name for step in config.ensemble_scheduling.step]
+
+
+def _unloaded(entry: ModelEntry) -> bool:
+    """Whether every version of ``entry`` is UNAVAILABLE because it was unloaded."""
+    return bool(entry.versions) and all(
+        v.state is ModelState.UNAVAILABLE and v.reason == "unloaded"
+        for v in entry.versions.values()
+    )
