@@ -72,6 +72,7 @@ _EXPORTS: dict[str, str] = {
     "validate_request": "despina.inference.validation",
     "repeated_tensor": "despina.inference.validation",
     "check_forwarded_header": "despina.inference.reserved_parameters",
+    "header_forward_matcher": "despina.inference.reserved_parameters",
     "DATATYPE_TO_DTYPE": "despina.inference.tensors",
     "config_to_datatype": "despina.inference.tensors",
     "datatype_of": "despina.inference.tensors",
@@ -192,6 +193,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
     )
     from despina.inference.reserved_parameters import (
         check_forwarded_header as check_forwarded_header,
+        header_forward_matcher as header_forward_matcher,
     )
     from despina.inference.response_cache import CachedResponse as CachedResponse
     from despina.inference.stats import (

@@ -318,6 +318,31 @@ def test_header_forwarding(serve: Callable[..., RunningServer]) -> None:
         assert "x-other" not in parameters
 
 
+@pytest.mark.parametrize(
+    ("pattern", "forwarded"), [("X-FWD-.*", True), ("(?-i)X-FWD-.*", False), ("(?-i)x-f", True)]
+)
+def test_header_forward_pattern_is_re2_and_case_insensitive(
+    serve: Callable[..., RunningServer], pattern: str, forwarded: bool
+) -> None:
+    """As Triton (L0_parameters): RE2 syntax, case-insensitive unless ``(?-i)`` says not."""
+    running = serve(f"--grpc-header-forward-pattern={pattern}")
+    with grpcclient.InferenceServerClient(running.grpc_url) as client:
+        result = client.infer(
+            "echo_fp32", [_echo(np.ones((1, 1), np.float32))], headers={"x-fwd-user": "ada"}
+        )
+        assert ("x-fwd-user" in result.get_response().parameters) is forwarded
+
+
+def test_header_forward_pattern_re2_refuses_fails_start(
+    serve: Callable[..., RunningServer],
+) -> None:
+    from despina.serving.server import StartupError
+
+    refusal = r"--grpc-header-forward-pattern: invalid header forward pattern 'x\(': missing \)"
+    with pytest.raises(StartupError, match=refusal):
+        serve("--grpc-header-forward-pattern=x(")
+
+
 def test_allow_grpc_false_listens_nowhere(serve: Callable[..., RunningServer]) -> None:
     running = serve("--allow-grpc=false")
     with grpcclient.InferenceServerClient(running.grpc_url) as client:

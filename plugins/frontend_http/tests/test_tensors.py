@@ -113,6 +113,24 @@ def test_forwarded_headers_become_parameters(
     assert result.get_response()["parameters"] == {"x-fwd-tenant": "t1"}
 
 
+@pytest.mark.parametrize(
+    ("pattern", "forwarded"), [("X-FWD-T", True), ("(?-i)X-FWD-T", False), ("(?-i)x-fwd-t", True)]
+)
+def test_header_forward_pattern_is_re2_and_case_insensitive(
+    serve: Callable[..., RunningServer],
+    http_client: Callable[..., Any],
+    pattern: str,
+    forwarded: bool,
+) -> None:
+    """As Triton (L0_parameters): RE2 syntax, case-insensitive unless ``(?-i)`` says not."""
+    client = http_client(serve(f"--http-header-forward-pattern={pattern}"))
+    inputs, _, _ = add_sub_inputs()
+    result = client.infer("add_sub", inputs, headers={"X-Fwd-Tenant": "t1"})
+    assert result.get_response().get("parameters") == (
+        {"x-fwd-tenant": "t1"} if forwarded else None
+    )
+
+
 def test_classification_with_and_without_labels(
     server: RunningServer, http_client: Callable[..., Any]
 ) -> None:

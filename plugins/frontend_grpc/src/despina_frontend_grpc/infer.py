@@ -10,7 +10,6 @@ header the first error instead ends the stream with its gRPC status.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -23,6 +22,7 @@ from despina import (
     Internal,
     Unsupported,
     check_forwarded_header,
+    header_forward_matcher,
 )
 from tritonclient.grpc import service_pb2
 
@@ -46,7 +46,7 @@ class Inference:
     def __init__(self, server: FrontendHost, header_pattern: str) -> None:
         self.server = server
         self.shm = server.shared_memory
-        self.headers = re.compile(header_pattern) if header_pattern else None
+        self.headers = header_forward_matcher(header_pattern)
 
     def build(
         self, message: Any, context: ServicerContext, streaming: bool
@@ -66,7 +66,7 @@ class Inference:
         request = RequestDecoder(message, self.shm).request(model.signature)
         if self.headers is not None:
             for key, value in context.invocation_metadata() or ():
-                if self.headers.search(key):
+                if self.headers(key):
                     check_forwarded_header(key)
                     request.parameters[key] = value
         if tracing:

@@ -11,7 +11,13 @@ import argparse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from despina import Restriction, StashKey, parse_restricted, triton_bool
+from despina import (
+    Restriction,
+    StashKey,
+    header_forward_matcher,
+    parse_restricted,
+    triton_bool,
+)
 
 from despina_frontend_grpc.connection_limits import HANDSHAKE_TIMEOUT, MAX_CONNECTIONS
 from despina_frontend_grpc.h2_limits import MAX_CONCURRENT_STREAMS
@@ -58,7 +64,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--grpc-header-forward-pattern",
         default="",
         metavar="REGEX",
-        help="forward request headers matching REGEX as inference request parameters",
+        help="forward request headers matching REGEX (RE2, case-insensitive unless it starts "
+        "with (?-i)) as inference request parameters",
     )
     add(
         "--grpc-infer-allocation-pool-size",
@@ -247,7 +254,12 @@ class GrpcOptions:
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> GrpcOptions:
         """Read and check the flags; ValueError naming the flag for a malformed
-        ``--grpc-restricted-protocol`` or for TLS without its files."""
+        ``--grpc-restricted-protocol`` or ``--grpc-header-forward-pattern``, or for TLS
+        without its files."""
+        try:
+            header_forward_matcher(flags.grpc_header_forward_pattern)
+        except ValueError as exc:
+            raise ValueError(f"--grpc-header-forward-pattern: {exc}") from None
         options = cls(
             allow_grpc=bool(flags.allow_grpc),
             address=str(flags.grpc_address),

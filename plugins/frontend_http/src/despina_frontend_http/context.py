@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from despina import header_forward_matcher
 
 from despina_frontend_http.decode import HeaderLayouts
 from despina_frontend_http.options import (
@@ -29,8 +31,8 @@ class Context:
     max_input_size: int
     executor: ThreadPoolExecutor
     restrictions: Restrictions
-    #: Request headers matching this are forwarded as request parameters.
-    forward: re.Pattern[str] | None
+    #: Request headers for which this is truthy are forwarded as request parameters.
+    forward: Callable[[str], object] | None
     #: Inference requests' JSON headers already decoded (see :mod:`.decode`).
     layouts: HeaderLayouts = field(default_factory=HeaderLayouts)
     #: ``--http-max-header-size``, ``--http-max-json-depth``, ``--http-max-outputs``.
@@ -44,7 +46,6 @@ class Context:
         ``--http-thread-count`` threads for (de)compressing large bodies (whoever made
         it shuts it down)."""
         options = host.stash[HTTP_OPTIONS]
-        pattern = options.header_forward_pattern
         return cls(
             host=host,
             max_input_size=options.max_input_size,
@@ -52,7 +53,7 @@ class Context:
                 max_workers=options.thread_count, thread_name_prefix="despina-http"
             ),
             restrictions=Restrictions(options.restrictions),
-            forward=re.compile(pattern, re.IGNORECASE) if pattern else None,
+            forward=header_forward_matcher(options.header_forward_pattern),
             max_header_size=options.max_header_size,
             max_json_depth=options.max_json_depth,
             max_outputs=options.max_outputs,

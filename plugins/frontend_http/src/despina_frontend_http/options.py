@@ -8,7 +8,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from despina import Restriction, StashKey, parse_restricted
+from despina import Restriction, StashKey, header_forward_matcher, parse_restricted
 
 from despina_frontend_http.tls import server_context
 
@@ -70,6 +70,10 @@ class HttpOptions:
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> HttpOptions:
         """Read and check the flags; ValueError naming the flag for a bad value."""
+        try:
+            header_forward_matcher(flags.http_header_forward_pattern)
+        except ValueError as exc:
+            raise ValueError(f"--http-header-forward-pattern: {exc}") from None
         if flags.http_max_input_size <= 0:
             raise ValueError("--http-max-input-size must be positive")
         if not flags.http_handshake_timeout_secs >= 0:

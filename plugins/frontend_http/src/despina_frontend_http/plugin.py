@@ -60,8 +60,8 @@ def despina_addoption(parser: argparse.ArgumentParser) -> None:
         "--http-header-forward-pattern",
         default="",
         metavar="REGEX",
-        help="request headers matching this regex (case-insensitive) are forwarded to models "
-        "as request parameters (default: none)",
+        help="request headers matching this RE2 regex (case-insensitive unless it starts with "
+        "(?-i)) are forwarded to models as request parameters (default: none)",
     )
     group.add_argument(
         "--http-restricted-api",

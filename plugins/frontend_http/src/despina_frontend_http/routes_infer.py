@@ -139,7 +139,7 @@ def forwarded_headers(ctx: Context, headers: Mapping[str, str]) -> dict[str, str
     InvalidArgument for one naming a reserved parameter key."""
     if ctx.forward is None:
         return None
-    forwarded = {k.lower(): v for k, v in headers.items() if ctx.forward.search(k)}
+    forwarded = {k.lower(): v for k, v in headers.items() if ctx.forward(k)}
     for key in forwarded:
         check_forwarded_header(key)
     return forwarded
