@@ -36,8 +36,9 @@ KSERVE_FORMATS = {
     "backend_openvino": ("openvino", "openvino"),
     "backend_trt": ("tensorrt", "tensorrt"),
 }
-#: Backends with no KServe format of their own: their models come as `triton` repositories.
-TRITON_ONLY = {"backend_python"}
+#: Backends with no KServe format of their own: their models come as `triton` repositories
+#: (backend_qa: Triton's test backends, for Triton's own test suites; never in an image).
+TRITON_ONLY = {"backend_python", "backend_qa"}
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")
