@@ -4,6 +4,8 @@
 - ``double``: OUT = 2 * IN;  ``neg``: OUT = -IN;  ``check``: OUT = IN, or the error
   "negative input" when IN has a negative element;
 - ``add``: SUM = A + B, DIFF = A - B;
+- ``pass``: OUTPUT<n> = INPUT<n> for each INPUT<n> the request carries (its inputs are
+  optional; an output whose input was left out is left out too);
 - ``split`` (a decoupled model): one response per element x of IN, OUT = [x, x, x, x].
 
 Every execution records (model, inputs, outputs) with the very array objects in
@@ -49,6 +51,8 @@ class EnsInstance(ModelInstance):
         outputs: dict[str, np.ndarray]
         if self.op == "add":
             outputs = {"SUM": inputs["A"] + inputs["B"], "DIFF": inputs["A"] - inputs["B"]}
+        elif self.op == "pass":
+            outputs = {name.replace("INPUT", "OUTPUT"): array for name, array in inputs.items()}
         elif self.op == "check" and np.any(inputs["IN"] < 0):
             return InferenceResponse(error=InvalidArgument("negative input"))
         else:

@@ -38,6 +38,8 @@ class EnsembleGraph:
     steps: list[Step]
     inputs: list[str]
     outputs: list[str]
+    #: The ensemble inputs its config marks ``optional``.
+    optional_inputs: frozenset[str] = frozenset()
     #: Steps whose model is decoupled (filled by :func:`check_composing`).
     decoupled: set[int] = field(default_factory=set)
 
@@ -85,7 +87,11 @@ def build_graph(config: ModelConfig) -> EnsembleGraph:
             Step(index, step.model_name, version, dict(step.input_map), dict(step.output_map))
         )
     graph = EnsembleGraph(
-        name, steps, [i.name for i in config.input], [o.name for o in config.output]
+        name,
+        steps,
+        [i.name for i in config.input],
+        [o.name for o in config.output],
+        frozenset(i.name for i in config.input if i.optional),
     )
     _check_flow(graph)
     return graph

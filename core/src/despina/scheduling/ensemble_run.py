@@ -5,6 +5,11 @@ in that flow). The root flow starts with the request's inputs; each response of 
 decoupled step opens a child flow holding that response's outputs. A step runs in a flow
 once every tensor it reads is visible there and at least one of them was produced there,
 so the steps downstream of a decoupled step run once per response, the others once.
+
+As in Triton, a tensor may be known to be absent (:data:`ABSENT`): an optional ensemble
+input the request leaves out, or a step output a response does not carry. An absent
+tensor counts as there for the steps reading it, which get their request without it
+(their model's input must be optional), and the answer leaves it out.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ log = logging.getLogger("despina.scheduling")
 
 #: How often a running ensemble request looks whether its client cancelled it.
 CANCEL_POLL_S = 0.2
+#: The value of a tensor known to be absent.
+ABSENT = None
 
 
 class Flow:
@@ -43,7 +50,7 @@ class Flow:
 
     __slots__ = ("answered", "started", "tensors")
 
-    def __init__(self, tensors: ChainMap[str, np.ndarray]) -> None:
+    def __init__(self, tensors: ChainMap[str, np.ndarray | None]) -> None:
         self.tensors = tensors
         self.started: set[int] = set()
         self.answered = False
@@ -85,7 +92,9 @@ class EnsembleRun:
         """Start the steps the inputs allow, wait until no step runs, then finish. Once
         cancelled (a stopping server stopped waiting for it) it answers the stopping
         error."""
-        self._advance(Flow(ChainMap(dict(self.request.inputs))))
+        tensors: dict[str, np.ndarray | None] = dict.fromkeys(self.graph.optional_inputs, ABSENT)
+        tensors.update(self.request.inputs)
+        self._advance(Flow(ChainMap(tensors)))
         try:
             while self.inflight:
                 with contextlib.suppress(TimeoutError):
@@ -133,9 +142,8 @@ class EnsembleRun:
                     self._fail_step(step, response.error)
                     return
                 outputs = {
-                    tensor: response.outputs[name]
+                    tensor: response.outputs.get(name, ABSENT)
                     for name, tensor in step.outputs.items()
-                    if name in response.outputs
                 }
                 if step.index in self.graph.decoupled:
                     target = Flow(flow.tensors.new_child(outputs))
@@ -152,12 +160,14 @@ class EnsembleRun:
             self.step_requests.remove(request)
 
     def _step_request(self, flow: Flow, step: Step) -> InferenceRequest:
-        """The step's request: the flow's tensors as they are, the ensemble request's
-        id, parameters, priority, timeout and sequence fields; a child of its trace."""
+        """The step's request: the flow's tensors as they are (absent ones left out), the
+        ensemble request's id, parameters, priority, timeout and sequence fields; a child
+        of its trace."""
         parent = self.request
+        inputs = {name: flow.tensors[tensor] for name, tensor in step.inputs.items()}
         return InferenceRequest(
             step.model_name,
-            {name: flow.tensors[tensor] for name, tensor in step.inputs.items()},
+            {name: array for name, array in inputs.items() if array is not ABSENT},
             model_version=step.model_version,
             id=parent.id,
             outputs=[RequestedOutput(name) for name in step.outputs],
@@ -185,11 +195,13 @@ class EnsembleRun:
         return True
 
     def _answer(self, flow: Flow) -> None:
-        if flow.answered or self.failed or not flow.has(self.graph.outputs):
+        """Answer once every requested output is there or absent (left out), as Triton."""
+        wanted = self.request.requested_output_names or self.graph.outputs
+        if flow.answered or self.failed or not flow.has(wanted):
             return
         flow.answered = True
-        wanted = self.request.requested_output_names or self.graph.outputs
-        outputs = {name: flow.tensors[name] for name in wanted}
+        found = {name: flow.tensors[name] for name in wanted}
+        outputs = {name: array for name, array in found.items() if array is not ABSENT}
         response = InferenceResponse(self.model.name, self.model.version, self.request.id, outputs)
         response.parameters.update(self._sequence_parameters())
         self.answers += 1
