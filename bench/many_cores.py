@@ -1,0 +1,295 @@
+"""What more cores can give one Despina host: N serving processes sharing a port against
+N event loops in threads of one process (issue 39, item 5; ``bench/results/many_cores.md``).
+
+Each configuration serves bench's in-process add_sub (INPUT0/INPUT1 FP32 [1,16]) from
+``--processes`` processes of ``--loops`` event loops each. Every loop is a full Despina
+server (``despina.testing.start_server``: its own models and frontends) on its own thread;
+the loops of all processes bind the load protocol's port together (``--reuse-http-port`` /
+``--reuse-grpc-port``, SO_REUSEPORT: the kernel spreads *connections* over them) and each
+has a port of its own for the other protocol, through which its statistics are read.
+perf_analyzer drives the shared port at concurrency ``--concurrency``. Around each run the
+bench reads from ``/proc`` the user and system CPU time of the servers' processes and of
+each loop's thread, and perf_analyzer's own CPU (``RUSAGE_CHILDREN``), and divides them by
+the requests the servers counted. Busy polling is off, so CPU time is work.
+
+Shapes: ``1+1``: the servers on CPU 0, perf_analyzer on CPU 1 (one core for the serving
+side, the load generator apart); ``2 shared``: servers and perf_analyzer on CPUs 0-1.
+Configurations and shapes are visited in turn, reversed on odd rounds.
+``--pipeline-floor`` instead measures what the loop spends on a request with no protocol::
+
+    flock /tmp/bench.lock .venv/bin/python bench/many_cores.py --rounds 3
+    .venv/bin/python bench/many_cores.py --pipeline-floor
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from run import PERF_ANALYZER
+
+HERE = Path(__file__).resolve().parent
+TICK = os.sysconf("SC_CLK_TCK")
+LOAD_PORT = 19400
+OWN_PORT = 19410
+CONFIGS = ((1, 1), (2, 1), (1, 2))  # (processes, loops per process)
+SHAPES = {"1+1": ("0", "1"), "2 shared": ("0,1", "0,1")}
+
+
+def serve(load: str, loops: int, first_own_port: int) -> None:
+    """Run ``loops`` servers in this process until SIGTERM; print their loop thread ids."""
+    from despina.testing import start_server
+
+    sys.path.insert(0, str(HERE))
+    import bench_backend
+
+    own = "grpc" if load == "http" else "http"
+    common = ["--busy-poll-us=0", "--allow-metrics=false", f"--reuse-{load}-port=true"]
+    tids = []
+    for number in range(loops):
+        running = start_server(
+            HERE / "model_repository",
+            [*common, f"--{load}-port={LOAD_PORT}", f"--{own}-port={first_own_port + number}"],
+            plugins=[bench_backend],
+        )
+        tids.append(running.call(_thread_id()))
+    print(json.dumps(tids), flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+    os._exit(0)
+
+
+async def _thread_id() -> int:
+    return threading.get_native_id()
+
+
+@dataclass
+class Servers:
+    """The running server processes of one configuration."""
+
+    processes: list[subprocess.Popen[str]]
+    loop_tids: list[tuple[int, int]]  # (pid, tid) of every loop
+    own_ports: list[int]
+    own: str
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            process.wait(30)
+
+
+def start(load: str, processes: int, loops: int, cpus: str) -> Servers:
+    """``processes`` runners of ``loops`` servers each, pinned to ``cpus``."""
+    started: list[subprocess.Popen[str]] = []
+    tids: list[tuple[int, int]] = []
+    ports: list[int] = []
+    for index in range(processes):
+        first = OWN_PORT + index * loops
+        command = ["taskset", "-c", cpus, sys.executable, __file__, "--serve", load]
+        command += [f"--loops={loops}", f"--own-port={first}"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        started.append(process)
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line:
+            raise SystemExit(f"server runner exited with {process.wait()}")
+        tids += [(process.pid, tid) for tid in json.loads(line)]
+        ports += range(first, first + loops)
+    return Servers(started, tids, ports, "grpc" if load == "http" else "http")
+
+
+def _times(path: str) -> tuple[float, float]:
+    with open(path) as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+def cpu(servers: Servers) -> dict[str, float]:
+    """CPU seconds so far: user and system of the processes and of their loop threads."""
+    user = system = loop_user = loop_system = 0.0
+    for process in servers.processes:
+        u, s = _times(f"/proc/{process.pid}/stat")
+        user, system = user + u, system + s
+    for pid, tid in servers.loop_tids:
+        u, s = _times(f"/proc/{pid}/task/{tid}/stat")
+        loop_user, loop_system = loop_user + u, loop_system + s
+    child = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "user": user,
+        "system": system,
+        "loop user": loop_user,
+        "loop system": loop_system,
+        "client": child.ru_utime + child.ru_stime,
+    }
+
+
+def counts(servers: Servers) -> list[int]:
+    """Requests each server has answered, read through its own port."""
+    found = []
+    for port in servers.own_ports:
+        if servers.own == "http":
+            url = f"http://127.0.0.1:{port}/v2/models/add_sub/stats"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                stats = json.load(response)["model_stats"][0]
+            found.append(int(stats["inference_stats"]["success"].get("count", 0)))
+        else:
+            import tritonclient.grpc as grpcclient
+
+            client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+            reply = client.get_inference_statistics("add_sub", as_json=True)
+            found.append(int(reply["model_stats"][0]["inference_stats"]["success"].get("count", 0)))
+            client.close()
+    return found
+
+
+def rss_mib(servers: Servers) -> float:
+    """Resident memory of all the server processes, MiB."""
+    total = 0
+    for process in servers.processes:
+        with open(f"/proc/{process.pid}/status") as handle:
+            line = next(line for line in handle if line.startswith("VmRSS:"))
+        total += int(line.split()[1])
+    return total / 1024
+
+
+def measure(load: str, servers: Servers, client_cpus: str, concurrency: int) -> dict[str, object]:
+    """One perf_analyzer run: µs of CPU per request and the servers' shares of requests."""
+    import tempfile
+
+    before, first, start_s = cpu(servers), counts(servers), time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.csv"
+        command = ["taskset", "-c", client_cpus, PERF_ANALYZER, "-m", "add_sub"]
+        command += ["-u", f"127.0.0.1:{LOAD_PORT}", "-i", load]
+        command += ["--concurrency-range", str(concurrency), "-p", "2000", "--max-trials", "4"]
+        command += ["--stability-percentage", "50", "-f", str(report)]
+        command += ["--shape", "INPUT0:1,16", "--shape", "INPUT1:1,16"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        rate = None
+        if done.returncode == 0 and report.exists():
+            rate = float(report.read_text().splitlines()[1].split(",")[1])
+    after, last, wall = cpu(servers), counts(servers), time.monotonic() - start_s
+    served = [b - a for a, b in zip(first, last, strict=True)]
+    total = sum(served)
+    row: dict[str, object] = {key: (after[key] - before[key]) * 1e6 / total for key in before}
+    busy = after["user"] + after["system"] - before["user"] - before["system"]
+    row["server cores"] = busy / wall
+    row["infer/s"] = rate
+    row["shares"] = [round(n / total, 2) for n in served]
+    return row
+
+
+def _median(rows: list[dict[str, object]], key: str) -> float:
+    """The median of ``key`` over the rows that have it (NaN when none has)."""
+    values = [float(str(row[key])) for row in rows if row[key] is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+def pipeline_floor(requests: int, repeats: int) -> None:
+    """Print the loop's CPU per request with no protocol at all: ``Server.infer`` of
+    add_sub from a coroutine on the server's own loop (admission, scheduler, the model,
+    delivery and statistics), at concurrency 1 and 16: what a model host would still spend
+    per request if frontend processes did every protocol step (channel not counted)."""
+    import asyncio
+
+    import numpy as np
+    from despina import InferenceRequest
+    from despina.testing import start_server
+
+    sys.path.insert(0, str(HERE))
+    import bench_backend
+
+    args = ["--busy-poll-us=0", "--allow-metrics=false"]
+    running = start_server(HERE / "model_repository", args, plugins=[bench_backend])
+    ones = np.ones((1, 16), np.float32)
+
+    async def run(concurrency: int) -> float:
+        async def client() -> None:
+            for _ in range(requests // concurrency):
+                request = InferenceRequest("add_sub", {"INPUT0": ones, "INPUT1": ones})
+                await running.server.infer(request)
+
+        started = time.thread_time()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        return (time.thread_time() - started) * 1e6 / requests
+
+    try:
+        for concurrency in (1, 16):
+            found = [running.call(run(concurrency)) for _ in range(repeats)]
+            print(
+                f"pipeline floor, c={concurrency}: median {statistics.median(found):.1f} "
+                f"µs of loop CPU per request ({', '.join(f'{v:.1f}' for v in found)})"
+            )
+    finally:
+        running.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--serve", choices=("http", "grpc"), help=argparse.SUPPRESS)
+    parser.add_argument("--loops", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--own-port", type=int, default=OWN_PORT, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--pipeline-floor", action="store_true", help="measure the loop without a protocol"
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--protocols", nargs="+", default=["http", "grpc"])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.loops, args.own_port)
+        return 0
+    if args.pipeline_floor:
+        pipeline_floor(20_000, 5)
+        return 0
+    points = list(itertools.product(args.protocols, args.shapes, CONFIGS))
+    rows: dict[tuple[str, str, tuple[int, int]], list[dict[str, object]]] = {}
+    for number in range(args.rounds):
+        for load, shape, (processes, loops) in points if number % 2 == 0 else points[::-1]:
+            server_cpus, client_cpus = SHAPES[shape]
+            servers = start(load, processes, loops, server_cpus)
+            try:
+                time.sleep(1)
+                idle = rss_mib(servers)
+                row = measure(load, servers, client_cpus, args.concurrency)
+            finally:
+                servers.stop()
+            row["rss MiB"] = idle
+            rows.setdefault((load, shape, (processes, loops)), []).append(row)
+            label = f"{load} {shape} {processes}p x {loops} loops"
+            print(number, label, row, flush=True)
+    print(f"\nmedians over {args.rounds} rounds, c={args.concurrency}, µs of CPU per request")
+    print(
+        "| protocol | shape | processes x loops | infer/s | server user | server sys "
+        "| loop user | loop sys | perf_analyzer | server cores | idle RSS MiB | shares per loop |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for (load, shape, (processes, loops)), found in rows.items():
+        med = {key: _median(found, key) for key in found[0] if key != "shares"}
+        shares = " / ".join(str(r["shares"]) for r in found)
+        print(
+            f"| {load} | {shape} | {processes} x {loops} | {med['infer/s']:.0f} "
+            f"| {med['user']:.0f} | {med['system']:.0f} | {med['loop user']:.0f} "
+            f"| {med['loop system']:.0f} | {med['client']:.0f} | {med['server cores']:.2f} "
+            f"| {med['rss MiB']:.0f} | {shares} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
