@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -181,3 +182,36 @@ def test_log_settings(client: Any) -> None:
         client.update_log_settings({"log_file": "/tmp/elsewhere.log"})
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert client.get_log_settings(as_json=True)["settings"]["log_file"] == {"string_param": ""}
+
+
+def test_client_cancellation_is_logged_as_triton_logs_it(
+    serve: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Triton's verbose line for a cancelled inference call (qa/L0_request_cancellation
+    greps its start), once per cancelled ModelInfer and ModelStreamInfer."""
+    running = serve("--log-verbose=1")
+    long = [grpcclient.InferInput("IN", [1], "FP32")]
+    long[0].set_data_from_numpy(np.array([20.0], np.float32))
+    with grpcclient.InferenceServerClient(running.grpc_url) as client:
+        future = client.async_infer("sleep", long, callback=lambda result, error: None)
+        time.sleep(0.3)
+        future.cancel()
+        client.start_stream(callback=lambda result, error: None)
+        client.async_stream_infer("sleep", long)
+        time.sleep(0.3)
+        client.stop_stream(cancel_requests=True)
+        deadline = time.monotonic() + 5
+        expected = ["ModelInferHandler", "ModelStreamInferHandler"]
+        while time.monotonic() < deadline and _cancellations(caplog) != expected:
+            time.sleep(0.05)
+    assert _cancellations(caplog) == expected
+
+
+def _cancellations(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The handlers of the cancellation lines logged so far, in order."""
+    prefix = "Cancellation notification received for "
+    return [
+        r.getMessage()[len(prefix) :].split(",")[0]
+        for r in caplog.records
+        if r.levelname == "DEBUG" and r.getMessage().startswith(prefix)
+    ]

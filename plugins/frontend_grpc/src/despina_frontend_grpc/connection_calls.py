@@ -60,6 +60,8 @@ INLINE_INFLATE = 1 << 20
 INFLATE_THREADS = min(4, os.cpu_count() or 1)
 
 Route = tuple[rpc_dispatch.Method, Callable[..., Any]]
+#: Triton's names of its inference handlers, which log a client's cancellation.
+_INFER_HANDLERS = {"ModelInfer": "ModelInferHandler", "ModelStreamInfer": "ModelStreamInferHandler"}
 
 #: gRPC status numbers for the trailers, by grpc.StatusCode name.
 _OK = grpc.StatusCode.OK.value[0]
@@ -235,6 +237,14 @@ class GrpcCalls:
         if stream.writable is not None:
             stream.writable.set()
         if reset and stream.task is not None:
+            handler = _INFER_HANDLERS.get(stream.route[0].name) if stream.route else None
+            if handler is not None and not stream.task.done():
+                # Triton's verbose line (its gRPC frontend; qa/L0_request_cancellation greps it)
+                log.debug(
+                    "Cancellation notification received for %s, rpc_ok=1, stream %d",
+                    handler,
+                    stream.id,
+                )
             stream.task.cancel()
 
     def drained(self) -> None:
