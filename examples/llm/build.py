@@ -47,7 +47,8 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """
 
 #: The optional inputs of tiny_llm: Triton's OpenAI frontend's names for Python and
-#: TensorRT-LLM models, plus return_logprobs / top_logprobs (Despina's).
+#: TensorRT-LLM models, plus return_logprobs / top_logprobs (Despina's) and
+#: TensorRT-LLM's guided decoding pair (structured output).
 LLM_OPTIONAL_INPUTS = {
     "stream": ("TYPE_BOOL", "1, 1"),
     "max_tokens": ("TYPE_INT32", "1, 1"),
@@ -65,6 +66,8 @@ LLM_OPTIONAL_INPUTS = {
     "return_num_output_tokens": ("TYPE_BOOL", "1, 1"),
     "return_logprobs": ("TYPE_BOOL", "1, 1"),
     "top_logprobs": ("TYPE_INT32", "1, 1"),
+    "guided_decoding_guide_type": ("TYPE_STRING", "1, 1"),
+    "guided_decoding_guide": ("TYPE_STRING", "1, 1"),
 }
 
 EMBED_CONFIG = """name: "tiny_embed"

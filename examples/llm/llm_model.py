@@ -5,7 +5,9 @@ Inputs are the ones Triton's OpenAI frontend sends a Python (TensorRT-LLM-format
 ``seed``, ``frequency_penalty``, ``presence_penalty``, ``exclude_input_in_output``,
 ``lora_task_id`` (+ ``lora_weights`` / ``lora_config`` the first time an adapter is
 used), ``return_num_input_tokens`` / ``return_num_output_tokens``; and Despina's
-``return_logprobs`` / ``top_logprobs``. Streaming sends one response per token (its text
+``return_logprobs`` / ``top_logprobs``; and TensorRT-LLM's ``guided_decoding_guide_type`` /
+``guided_decoding_guide`` (structured output: each logits step is masked by the guide's
+grammar, ``despina_frontend_openai.guide``). Streaming sends one response per token (its text
 delta); otherwise one response with the whole text. Then the final flag, alone. A
 cancelled request (client gone) stops at the next token.
 
@@ -49,6 +51,8 @@ class Params:
     count_input: bool = False
     count_output: bool = False
     logprobs: int | None = None
+    #: The grammar the output follows (despina_frontend_openai.guide.Guide), or None.
+    guide: Any = None
 
 
 def _scalar(request: Any, name: str) -> Any:
@@ -67,6 +71,7 @@ class TritonPythonModel:
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.eos = self.tokenizer.eos_token_id
         self.adapters: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.guides: Any = None  # built on the first guided request (xgrammar is optional)
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(MAX_CONCURRENT, thread_name_prefix="tiny-llm")
 
@@ -112,12 +117,25 @@ class TritonPythonModel:
         if _scalar(request, "return_logprobs"):
             top = _scalar(request, "top_logprobs")
             params.logprobs = 0 if top is None else int(top)
+        kind = _scalar(request, "guided_decoding_guide_type")
+        if kind is not None:
+            guide = _scalar(request, "guided_decoding_guide")
+            params.guide = self._guide(_text(kind), _text(b"" if guide is None else guide))
         task = _scalar(request, "lora_task_id")
         if task is not None:
             params.adapter = self._adapter(int(task), request)
         if params.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
         return params
+
+    def _guide(self, kind: str, text: str) -> Any:
+        """A fresh guide for one request; ValueError for a guide that is none."""
+        from despina_frontend_openai.guide import Guides
+
+        with self.lock:
+            if self.guides is None:
+                self.guides = Guides(self.tokenizer, self.model.config.vocab_size)
+        return self.guides.guide(kind, text)
 
     def _adapter(self, task: int, request: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The adapter registered as ``task``, registering it when the request carries
@@ -204,9 +222,13 @@ class TritonPythonModel:
             logits = (
                 logits - params.frequency_penalty * counts - params.presence_penalty * (counts > 0)
             )
+            if params.guide is not None:
+                params.guide.mask(logits)
             token = self._next_token(params, logits, generator)
             if token == self.eos:
                 break
+            if params.guide is not None:
+                params.guide.accept(token)
             if params.logprobs is not None:
                 logprobs = torch.log_softmax(logits, dim=-1)
                 pending.append(self._logprob_entry(logprobs, token, params.logprobs))

@@ -26,6 +26,8 @@ from despina_frontend_openai.options import OpenAIOptions
 
 #: Input names that switch ``echo`` (Triton's OpenAI frontend looks for either).
 ECHO_INPUTS = ("exclude_input_in_output", "sampling_param_exclude_input_from_output")
+#: The inputs of a model that can be guided (TensorRT-LLM's; see guide.py).
+GUIDE_INPUTS = frozenset({"guided_decoding_guide_type", "guided_decoding_guide"})
 #: What Triton's OpenAI frontend says a model is "owned by".
 OWNED_BY = "Triton Inference Server"
 
@@ -69,6 +71,12 @@ class Entry:
     @property
     def embeds(self) -> bool:
         return "embedding_request" in self.inputs
+
+    @property
+    def guided(self) -> bool:
+        """Whether generation can follow a grammar: vLLM's format carries it in
+        ``sampling_parameters``; any other needs both guide inputs."""
+        return self.vllm or self.inputs >= GUIDE_INPUTS
 
     @property
     def echo_input(self) -> str | None:

@@ -10,8 +10,10 @@ Python and TensorRT-LLM models: ``text_input``, ``stream``, ``max_tokens``,
 ``stop_words``, ``temperature``, ``top_p``, ``seed``, ``frequency_penalty``,
 ``presence_penalty``, the echo switch, ``lora_task_id`` with ``lora_weights``/
 ``lora_config`` the first time, ``return_num_input_tokens``, ``return_num_output_tokens``,
-shaped ``[1, 1]``; Despina adds ``return_logprobs`` and ``top_logprobs``. Only the inputs
-a model declares are sent. Answers are read from ``text_output``, ``num_input_tokens``,
+shaped ``[1, 1]``; Despina adds ``return_logprobs`` and ``top_logprobs``. Structured
+output goes as ``guided_decoding: {"json": schema}`` in vLLM's ``sampling_parameters``,
+else as TensorRT-LLM's ``guided_decoding_guide_type`` (``json_schema``) and
+``guided_decoding_guide`` (the schema). Only the inputs a model declares are sent. Answers are read from ``text_output``, ``num_input_tokens``,
 ``num_output_tokens`` and ``logprobs`` (vLLM's JSON: per token ``{token_id: {"logprob",
 "rank", "decoded_token"}}``, the chosen first).
 """
@@ -44,6 +46,8 @@ class Generation:
     echo: bool | None = None
     #: Top logprobs per token (0: only the chosen token's), or None for no logprobs.
     logprobs: int | None = None
+    #: The JSON schema (text) the output follows, or None for free text.
+    schema: str | None = None
 
 
 #: The request fields vLLM's ``sampling_parameters`` carries as they are.
@@ -81,6 +85,8 @@ def _vllm(entry: Entry, body: _Sampling, gen: Generation, lora: Lora | None) -> 
         params["logprobs"] = gen.logprobs
     if lora is not None:
         params["lora_name"] = lora.name
+    if gen.schema is not None:
+        params["guided_decoding"] = {"json": json.loads(gen.schema)}
     values = {
         "text_input": np.array([gen.prompt.encode()], dtype=object),
         "stream": np.array([gen.stream]),
@@ -117,6 +123,9 @@ def _tensorrtllm(
     if gen.logprobs is not None:
         values["return_logprobs"] = _one(True, bool)
         values["top_logprobs"] = _one(gen.logprobs, np.int32)
+    if gen.schema is not None:
+        values["guided_decoding_guide_type"] = _one(b"json_schema", object)
+        values["guided_decoding_guide"] = _one(gen.schema.encode(), object)
     if lora is not None:
         values["lora_task_id"] = _one(lora.task_id, np.uint64)
         if not lora.registered:

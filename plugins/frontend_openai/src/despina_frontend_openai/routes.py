@@ -32,10 +32,12 @@ from despina_frontend_openai.schema import (
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
+    FunctionDef,
     NamedToolChoice,
     _Sampling,
     parse,
 )
+from despina_frontend_openai.structured import guided_schema
 from despina_frontend_openai.tools import ToolParser
 
 log = logging.getLogger("despina.openai")
@@ -197,8 +199,9 @@ def routes(ctx: Context, metrics_path: str = METRICS_PATH) -> list[Route]:
         if not body.prompt:
             raise OpenAIError("prompt must be non-empty", param="prompt")
         max_tokens = body.max_tokens or options.default_max_tokens
+        schema = await guided_schema(entry, body, None)
         gen = convert.Generation(
-            body.prompt, max_tokens, bool(body.stream), body.echo, body.logprobs or None
+            body.prompt, max_tokens, bool(body.stream), body.echo, body.logprobs or None, schema
         )
         source = await run(http, entry, body, gen, lora)
         head = {
@@ -268,7 +271,8 @@ def routes(ctx: Context, metrics_path: str = METRICS_PATH) -> list[Route]:
         prompt = _render(tokenizer, body, options.chat_template)
         max_tokens = body.max_completion_tokens or body.max_tokens or options.default_max_tokens
         top = (body.top_logprobs or 0) if body.logprobs else None
-        gen = convert.Generation(prompt, max_tokens, bool(body.stream), None, top)
+        schema = await guided_schema(entry, body, named)
+        gen = convert.Generation(prompt, max_tokens, bool(body.stream), None, top, schema)
         source = await run(http, entry, body, gen, lora)
         kind = options.tool_call_parser or ""
         parser = ToolParser(kind, options.max_tool_call_parse_bytes) if auto else None
@@ -286,7 +290,7 @@ def routes(ctx: Context, metrics_path: str = METRICS_PATH) -> list[Route]:
             message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": None}
             if named is not None:
                 message["content"] = ""
-                message["tool_calls"] = [_named_call(named, text)]
+                message["tool_calls"] = [_named_call(named.name, text)]
             elif auto:
                 content, calls = ToolParser.parse(kind, options.max_tool_call_parse_bytes, text)
                 if calls:
@@ -322,7 +326,7 @@ def routes(ctx: Context, metrics_path: str = METRICS_PATH) -> list[Route]:
                         logprobs = _chat_logprobs(tokens) if top is not None and tokens else None
                         if named is not None:
                             call = (
-                                _named_call(named, text)
+                                _named_call(named.name, text)
                                 if not named_sent
                                 else {"function": {"arguments": text}}
                             )
@@ -445,7 +449,7 @@ def _encoded(vector: list[float], encoding: str) -> list[float] | str:
     return base64.b64encode(np.asarray(vector, np.float32).tobytes()).decode()
 
 
-def _named_tool(body: ChatRequest) -> str | None:
+def _named_tool(body: ChatRequest) -> FunctionDef | None:
     """The function a request forces (named tool choice, or the first for "required");
     400 as Triton for a tool choice without tools or naming an unknown tool."""
     choice = body.tool_choice
@@ -456,15 +460,18 @@ def _named_tool(body: ChatRequest) -> str | None:
         )
     if isinstance(choice, NamedToolChoice):
         assert body.tools is not None
-        if choice.function.name not in {t.function.name for t in body.tools}:
+        tool = next(
+            (t.function for t in body.tools if t.function.name == choice.function.name), None
+        )
+        if tool is None:
             raise OpenAIError(
                 f"Tool '{choice.function.name}' has not been passed in `tools`.",
                 param="tool_choice",
             )
-        return choice.function.name
+        return tool
     if choice == "required":
         assert body.tools is not None
-        return body.tools[0].function.name
+        return body.tools[0].function
     return None
 
 

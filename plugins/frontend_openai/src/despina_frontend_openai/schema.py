@@ -22,6 +22,21 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+class JSONSchema(_Body):
+    """``response_format.json_schema``: the JSON schema the reply follows (``schema``;
+    without one, any JSON object)."""
+
+    name: str
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchema | None = None
+
+
 class _Sampling(_Body):
     """What completions and chat completions share."""
 
@@ -41,6 +56,8 @@ class _Sampling(_Body):
     ignore_eos: bool | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    #: Structured output (chat, and completions as vLLM takes it).
+    response_format: ResponseFormat | None = None
 
     @property
     def stops(self) -> list[str]:
