@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -354,7 +355,14 @@ def test_cancelled_request_ends_its_sequence(start_seq: Callable[..., RunningSer
     assert int(first.outputs["OUTPUT"][0]) == 1
     assert isinstance(second, Cancelled) and isinstance(third, Cancelled)
     assert str(second) == "Request was cancelled"
-    assert server.models.get("slow").stats.failures["CANCELED"] == 1
+    # as Triton, every request the cancellation ended counts as CANCELED
+    assert server.models.get("slow").stats.failures["CANCELED"] == 2
+    if running.metrics_port is not None:
+        with urllib.request.urlopen(running.metrics_url) as page:
+            metrics = page.read().decode()
+        assert (
+            'nv_inference_request_failure{model="slow",reason="CANCELED",version="1"} 2' in metrics
+        )
     with pytest.raises(InvalidArgument):  # the sequence is gone
         running.call(server.infer(seq_request("slow", 1, 4, SequenceFlags.END, batched=False)))
 

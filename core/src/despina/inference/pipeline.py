@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
-from despina.errors import DespinaError, Internal, Unsupported
+from despina.errors import Cancelled, DespinaError, Internal, Unsupported
 from despina.inference.classification import classify_outputs
 from despina.inference.request import InferenceRequest, InferenceResponse, ResponseStream
 from despina.inference.response_cache import CachedResponse, cache_key
@@ -345,6 +345,8 @@ def fail(
 
 
 def reject(model: ScheduledModel, request: InferenceRequest, error: DespinaError) -> None:
-    """Answer a request the scheduler will not run (cancelled, timed out, shutdown)."""
-    reason = "CANCELED" if request.cancelled else "REJECTED"
+    """Answer a request the scheduler will not run (cancelled, timed out, shutdown); it
+    counts as CANCELED when it or its error is a cancellation (as the rest of a sequence
+    whose request was cancelled), as Triton counts it, else as REJECTED."""
+    reason = "CANCELED" if request.cancelled or isinstance(error, Cancelled) else "REJECTED"
     fail(model, [request], error, reason)
