@@ -818,6 +818,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="triton-qa-")).resolve()
     for part in ("L0_backend_python", "python_models", "common", *FOLDERS):
         shutil.copytree(opts.triton_repo / "qa" / part, work / "qa" / part)
+    if (opts.triton_repo / "src/test/models").is_dir():  # models Dockerfile.QA copies
+        shutil.copytree(opts.triton_repo / "src/test/models", work / "src/test/models")
     ctx = Context(
         work,
         shlex.split(opts.server_cmd),
