@@ -29,6 +29,11 @@ def client(base_url: str) -> Iterator[openai.OpenAI]:
         yield client
 
 
+def _guide(repository: Path) -> Any:
+    """The ``structured_outputs`` of the last request, parsed."""
+    return json.loads(_last(repository)["sampling"]["structured_outputs"])
+
+
 def _last(repository: Path) -> dict[str, Any]:
     """What the model noted of the last request it got."""
     noted: dict[str, Any] = json.loads((repository / VLLM / "last_request.json").read_text())
@@ -101,6 +106,34 @@ def test_chat_streamed_and_not_with_stop_words(client: openai.OpenAI, repository
     assert text == whole.choices[0].message.content
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
     assert _last(repository)["inputs"]["exclude_input_in_output"] == [1]
+
+
+def test_structured_output_goes_as_structured_outputs(
+    client: openai.OpenAI, repository: Path
+) -> None:
+    """vLLM's ``structured_outputs``, a JSON string as Triton's frontend sends it (its vLLM
+    backend builds StructuredOutputsParams of it): the schema of response_format, or of
+    the forced tool's parameters."""
+    pytest.importorskip("xgrammar")
+    messages: Any = [{"role": "user", "content": "Hi"}]
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    form: Any = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    client.chat.completions.create(
+        model=VLLM, messages=messages, max_tokens=2, response_format=form
+    )
+    assert _guide(repository) == {"json": schema}
+    client.completions.create(
+        model=VLLM,
+        prompt="x",
+        max_tokens=2,
+        extra_body={"response_format": {"type": "json_object"}},
+    )
+    assert _guide(repository) == {"json": {"type": "object"}}
+    tool: Any = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    client.chat.completions.create(
+        model=VLLM, messages=messages, max_tokens=2, tools=[tool], tool_choice="required"
+    )
+    assert _guide(repository) == {"json": schema}
 
 
 def test_best_of_is_refused_for_vllm_as_triton_does(client: openai.OpenAI) -> None:

@@ -11,7 +11,8 @@ Python and TensorRT-LLM models: ``text_input``, ``stream``, ``max_tokens``,
 ``presence_penalty``, the echo switch, ``lora_task_id`` with ``lora_weights``/
 ``lora_config`` the first time, ``return_num_input_tokens``, ``return_num_output_tokens``,
 shaped ``[1, 1]``; Despina adds ``return_logprobs`` and ``top_logprobs``. Structured
-output goes as ``guided_decoding: {"json": schema}`` in vLLM's ``sampling_parameters``,
+output goes as ``structured_outputs`` in vLLM's ``sampling_parameters`` (the JSON string
+``{"json": schema}``, as Triton's frontend sends it),
 else as TensorRT-LLM's ``guided_decoding_guide_type`` (``json_schema``) and
 ``guided_decoding_guide`` (the schema). Only the inputs a model declares are sent. Answers are read from ``text_output``, ``num_input_tokens``,
 ``num_output_tokens`` and ``logprobs`` (vLLM's JSON: per token ``{token_id: {"logprob",
@@ -86,7 +87,7 @@ def _vllm(entry: Entry, body: _Sampling, gen: Generation, lora: Lora | None) -> 
     if lora is not None:
         params["lora_name"] = lora.name
     if gen.schema is not None:
-        params["guided_decoding"] = {"json": json.loads(gen.schema)}
+        params["structured_outputs"] = json.dumps({"json": json.loads(gen.schema)})
     values = {
         "text_input": np.array([gen.prompt.encode()], dtype=object),
         "stream": np.array([gen.stream]),
