@@ -44,6 +44,16 @@ class Picky(torch.nn.Module):
         return x * 2
 
 
+class RunningSum(torch.nn.Module):
+    """A sequence's running sum of x, kept in the sequence batcher's implicit state."""
+
+    def forward(
+        self, x: torch.Tensor, start: torch.Tensor, corrid: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        total = x + state * (1 - start)
+        return total, total
+
+
 def scripted(module: torch.nn.Module) -> bytes:
     """A TorchScript file's bytes (torch.jit.script, deprecated in torch 2.10+, still works)."""
     buffer = io.BytesIO()
@@ -67,12 +77,13 @@ def exported(module: torch.nn.Module, args: tuple[torch.Tensor, ...], dynamic_ba
 
 @pytest.fixture
 def torch_models() -> dict[str, Callable[..., bytes]]:
-    """Builders: ``add_sub``, ``identity``, ``upper`` (TorchScript) and ``add_sub_pt2``
-    (torch.export). The conformance suite (test_conformance.py) uses the modules directly."""
+    """Builders: ``add_sub``, ``identity``, ``upper``, ``running_sum`` (TorchScript) and
+    ``add_sub_pt2`` (torch.export). The conformance suite (test_conformance.py) uses the modules directly."""
     return {
         "add_sub": lambda: scripted(AddSub()),
         "identity": lambda: scripted(Identity()),
         "upper": lambda: scripted(Upper()),
+        "running_sum": lambda: scripted(RunningSum()),
         "add_sub_pt2": lambda dynamic_batch=True: exported(
             AddSub(), (torch.ones(2, 4), torch.ones(2, 4)), dynamic_batch
         ),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -176,3 +177,51 @@ def test_two_instances_execute_in_parallel(
     requests = [{"x": np.full(2, i, np.float32)} for i in range(4)]
     for i, result in enumerate(client.infer_many("meet", requests)):
         assert result["OUTPUT__0"].tolist() == [2.0 * i] * 2
+
+
+RUNNING_SUM = """
+platform: "pytorch_libtorch"
+max_batch_size: 2
+input [ { name: "X__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "SUM__0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  control_input [
+    { name: "START__1" control { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] } },
+    { name: "CORRID__2" control { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_INT64 } }
+  ]
+  state {
+    input_name: "STATE__3" output_name: "STATE_OUT__1" data_type: TYPE_FP32 dims: [ 1 ]
+    initial_state { name: "zero" data_type: TYPE_FP32 dims: [ 1 ] zero_data: true }
+  }
+}
+"""
+
+
+def test_sequence_controls_and_implicit_state_are_forward_arguments(
+    model_repository: RepositoryBuilder, despina_server: Start, torch_models
+) -> None:
+    """As Triton's PyTorch backend: forward() takes the config's inputs, then the sequence
+    batcher's control inputs and implicit state inputs (qa/L0_request_cancellation's
+    implicit-state model); the state output is kept by the server, not answered."""
+    import tritonclient.http as httpclient
+
+    model_repository.add("running_sum", RUNNING_SUM, {"1/model.pt": torch_models["running_sum"]()})
+    running = despina_server(model_repository.root)
+    with httpclient.InferenceServerClient(running.http_url) as client:
+
+        def add(sequence: int, value: float, start: bool = False, end: bool = False) -> Any:
+            x = httpclient.InferInput("X__0", [1, 1], "FP32")
+            x.set_data_from_numpy(np.array([[value]], np.float32))
+            result = client.infer(
+                "running_sum", [x], sequence_id=sequence, sequence_start=start, sequence_end=end
+            )
+            names = [o["name"] for o in result.get_response()["outputs"]]
+            return {name: result.as_numpy(name).ravel().tolist() for name in names}
+
+        assert add(1, 1.0, start=True) == {"SUM__0": [1.0]}
+        assert add(2, 10.0, start=True) == {"SUM__0": [10.0]}
+        assert add(1, 2.0) == {"SUM__0": [3.0]}
+        assert add(2, 20.0, end=True) == {"SUM__0": [30.0]}
+        assert add(1, 3.0) == {"SUM__0": [6.0]}
+        assert add(1, 5.0, start=True, end=True) == {"SUM__0": [5.0]}

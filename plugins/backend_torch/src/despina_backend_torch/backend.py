@@ -26,6 +26,7 @@ from despina import (
     check_config,
     complete_config,
     config_to_datatype,
+    datatype_of,
     mc,
     threads_per_instance,
 )
@@ -96,7 +97,7 @@ class TorchBackend(Backend):
         config, model = self.context.config, self.context.name
         if loaded.inputs is not None and loaded.outputs is not None:
             check_config(config, loaded.inputs, loaded.outputs, model, self.file_label)
-        names = [i.name for i in config.input]
+        names = [i.name for i in config.input] + sequence_inputs(config)
         positions = input_positions(
             names,
             loaded.arg_names,
@@ -125,6 +126,9 @@ class TorchInstance(ThreadedInstance):
         config: Any,
     ) -> None:
         outputs = [o.name for o in config.output]
+        outputs += [
+            s.output_name for s in config.sequence_batching.state if s.output_name not in outputs
+        ]
         on_gpu = device is not None and device.startswith("cuda")
         super().__init__(
             f"torch-{spec.name}",
@@ -147,8 +151,16 @@ class TorchInstance(ThreadedInstance):
             t.name: config_to_datatype(mc.DataType.Name(t.data_type))
             for t in [*config.input, *config.output]
         }
+        for state in config.sequence_batching.state:
+            datatype = config_to_datatype(mc.DataType.Name(state.data_type))
+            self.datatypes.update({state.input_name: datatype, state.output_name: datatype})
         #: Where each output is in a returned tuple or list.
         self.positions = output_positions(outputs)
+
+    def datatype(self, name: str, array: Any) -> str:
+        """The datatype of input ``name``: the config's, or for a sequence control
+        input (typed by its control) that of the array the sequence batcher made."""
+        return self.datatypes.get(name) or datatype_of(array)
 
     def _init_gpu_thread(self) -> None:
         """The instance thread's torch settings, and its current device: the instance's."""
@@ -171,7 +183,7 @@ class TorchInstance(ThreadedInstance):
         import torch
 
         args = [
-            to_torch(inputs[name], self.datatypes[name], self.device, name)
+            to_torch(inputs[name], self.datatype(name, inputs[name]), self.device, name)
             if name in inputs
             else None
             for name in self.order
@@ -226,3 +238,10 @@ def _device(spec: InstanceSpec, model: str) -> str | None:
             f"installed torch {torch.__version__} sees {torch.cuda.device_count()} CUDA device(s)"
         )
     return f"cuda:{spec.device_id}"
+
+
+def sequence_inputs(config: Any) -> list[str]:
+    """The inputs the sequence batcher adds to every request, which forward() takes as
+    Triton's PyTorch backend counts them: the control inputs, then the implicit states."""
+    batching = config.sequence_batching
+    return [c.name for c in batching.control_input] + [s.input_name for s in batching.state]
