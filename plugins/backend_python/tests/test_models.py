@@ -92,6 +92,30 @@ def test_initialize_raising_makes_model_unavailable(
     assert not client.is_model_ready("broken") and client.is_model_ready("add_sub")
 
 
+#: An ``auto_complete_config`` that completes the config in place and returns nothing.
+RETURNS_NONE = ADD_SUB.replace(
+    "class TritonPythonModel:",
+    """class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.set_max_batch_size(0)
+""",
+)
+
+
+def test_auto_complete_config_returning_none_fails_the_load(
+    mode: str, model_repository: Any, despina_server: Any, http_client: Any
+) -> None:
+    """As Triton's Python backend: the hook must return a pb_utils.ModelConfig."""
+    add(model_repository, "none", RETURNS_NONE, ADD_SUB_IO, mode)
+    client = http_client(despina_server(model_repository.root, ["--exit-on-error=false"]))
+    index = {m["name"]: m for m in client.get_model_repository_index()}
+    assert index["none"]["state"] == "UNAVAILABLE"
+    assert index["none"]["reason"].endswith(
+        "auto_complete_config function in model 'none' must return a valid pb.ModelConfig object."
+    )
+
+
 def test_model_py_that_cannot_be_imported_gives_tritons_reason(
     mode: str, model_repository: Any, despina_server: Any, http_client: Any
 ) -> None:

@@ -54,7 +54,7 @@ from despina_backend_python.pb.messages import (
     ParentTrace,
     Responder,
 )
-from despina_backend_python.pb.model_config import ModelConfig
+from despina_backend_python.pb.model_config import NOT_A_MODEL_CONFIG, ModelConfig
 from despina_backend_python.wire import cuda_ipc, pb_codec
 from despina_backend_python.wire.channel import BlockingChannel
 from despina_backend_python.wire.shm import (
@@ -443,13 +443,13 @@ def auto_complete(stub: Stub, hello: dict[str, Any]) -> dict[str, Any]:
     pb_runtime.activate(stub.runtime)
     try:
         model_class = load_model_class(Path(hello["model_file"]))
-        config = ModelConfig(hello["config"])
         hook = getattr(model_class, "auto_complete_config", None)
         if hook is None:
             return {"op": "config", "config": ""}
-        result = hook(config)
-        completed = result if isinstance(result, ModelConfig) else config
-        return {"op": "config", "config": json.dumps(completed.as_dict())}
+        result = hook(ModelConfig(hello["config"]))
+        if not isinstance(result, ModelConfig):
+            return {"op": "error", "message": NOT_A_MODEL_CONFIG.format(model=hello["model_name"])}
+        return {"op": "config", "config": json.dumps(result.as_dict())}
     except BaseException as exc:  # noqa: BLE001 - reported to the server
         return {"op": "error", "message": describe_exception(exc)}
 

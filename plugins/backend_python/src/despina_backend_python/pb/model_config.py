@@ -29,6 +29,12 @@ def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bo
     return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
 
 
+#: Triton's load error for an ``auto_complete_config`` returning anything but a ModelConfig.
+NOT_A_MODEL_CONFIG = (
+    "auto_complete_config function in model '{model}' must return a valid pb.ModelConfig object."
+)
+
+
 class ModelConfig:
     """The config handed to ``auto_complete_config``; the model adds what is missing."""
 

@@ -15,7 +15,7 @@ from despina_backend_python.hosting.loading import (
     load_model_class,
 )
 from despina_backend_python.pb import runtime as pb_runtime
-from despina_backend_python.pb.model_config import ModelConfig
+from despina_backend_python.pb.model_config import NOT_A_MODEL_CONFIG, ModelConfig
 from despina_backend_python.server.child_process import ChildDied, spawn
 from despina_backend_python.server.execution_env import resolve_environment
 from despina_backend_python.server.model_host import ServerRuntime
@@ -68,12 +68,12 @@ def _in_this_process(ctx: ModelContext, config_json: str, host: ServerRuntime) -
         hook = getattr(model_class, "auto_complete_config", None)
         if hook is None:
             return ""
-        config = ModelConfig(config_json)
-        result = hook(config)
-        completed = result if isinstance(result, ModelConfig) else config
-        return json.dumps(completed.as_dict())
+        result = hook(ModelConfig(config_json))
     except MODEL_ERRORS as exc:  # model code may raise anything
         raise ConfigError(describe_exception(exc)) from None
     finally:
         pb_runtime.deactivate(token)
         pb_runtime.forget(host)
+    if not isinstance(result, ModelConfig):
+        raise ConfigError(NOT_A_MODEL_CONFIG.format(model=ctx.name))
+    return json.dumps(result.as_dict())
