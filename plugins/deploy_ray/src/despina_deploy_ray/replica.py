@@ -53,11 +53,19 @@ class DespinaReplica:
         self.replica_id = serve.get_replica_context().replica_id.unique_id
 
     async def __call__(self, request: Request) -> Response:
-        """A v2 REST request from Ray Serve's HTTP proxy."""
-        raw_path = request.scope.get("raw_path")
-        path = raw_path.decode("latin-1") if raw_path else request.url.path
+        """A v2 REST request from Ray Serve's HTTP proxy (or, under direct ingress, the
+        replica's own listener), its path under the app's route prefix (``root_path``)
+        routed as if the app were at ``/``. Path and query come from the ASGI scope
+        (Starlette's ``request.url`` parses the whole URL: a sixth of this call's CPU)."""
+        scope = request.scope
+        raw_path = scope.get("raw_path")
+        path = raw_path.decode("latin-1") if raw_path else scope["path"]
+        root = scope.get("root_path", "")
+        if root and path.startswith(f"{root}/"):
+            path = path[len(root) :]
+        query = scope.get("query_string", b"").decode("latin-1")
         answer = await self.rest.handle(
-            request.method, path, request.headers, request.stream(), request.url.query
+            request.method, path, request.headers, request.stream(), query
         )
         headers = {**answer.headers, REPLICA_HEADER: self.replica_id}
         if isinstance(answer, StreamResponse):
