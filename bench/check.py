@@ -55,7 +55,8 @@ class Tree:
 
 
 def baseline_tree(revision: str) -> Path:
-    """The sources of ``revision``, unpacked once under /tmp (``git archive``)."""
+    """The sources of ``revision``, unpacked once under /tmp (``git archive``; the
+    working tree's uncommitted changes are not in it)."""
     sha = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short=12", revision],
         check=True,
@@ -217,10 +218,14 @@ def median_pair(samples: list[tuple[float, float]]) -> tuple[float, float]:
 def report(trees: list[Tree], args: argparse.Namespace) -> str:
     """The results page (Markdown): the first tree is the baseline, the last the current one."""
     commit = subprocess.run(
-        ["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"],
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs", args.current or "HEAD"],
         capture_output=True,
         text=True,
     ).stdout.strip()
+    if args.current is None:
+        commit += "` plus the working tree's uncommitted changes"
+    else:
+        commit += "`"
     base = trees[0]
     lines = [
         "# bench-check: CPU per request against a baseline tree",
@@ -229,7 +234,7 @@ def report(trees: list[Tree], args: argparse.Namespace) -> str:
         f"mode, flags `{' '.join(args.server_args) or '(defaults)'}`, {args.rounds} interleaved "
         f"rounds of {args.seconds:g} s per cell, medians. CPU microseconds per request from "
         f"`/proc` (utime + stime) of the server process + its model process, over the requests "
-        f"the server counted. Current tree at `{commit}` (plus any uncommitted changes); load "
+        f"the server counted. Current tree at `{commit}; load "
         f"average at the start {args.load:.2f}. Lower is better; ratio = current / "
         f"{base.name} of the total.",
         "",
@@ -259,6 +264,9 @@ def main() -> int:
     parser.add_argument(
         "--also", action="append", default=[], help="another revision measured alongside (bisect)"
     )
+    parser.add_argument(
+        "--current", help="a revision measured as the current tree (default: the working tree)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one run")
     parser.add_argument("--protocols", type=lambda v: v.split(","), default=PROTOCOLS)
@@ -273,7 +281,8 @@ def main() -> int:
     bodies = payloads()
     revisions = [args.baseline, *args.also]
     trees = [Tree(r, baseline_tree(r), 19800 + 10 * n) for n, r in enumerate(revisions)]
-    trees.append(Tree("current", ROOT, 19800 + 10 * len(revisions)))
+    current = ROOT if args.current is None else baseline_tree(args.current)
+    trees.append(Tree("current", current, 19800 + 10 * len(revisions)))
     try:
         for tree in trees:
             serve(tree, repository, args.server_args)
