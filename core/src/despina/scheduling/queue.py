@@ -64,6 +64,8 @@ class RequestQueue:
         self._getters: deque[_Getter] = deque()
         #: Owners with a caller woken and not yet run (it takes a request when it runs).
         self._claimed: Counter[Hashable] = Counter()
+        #: The loop of the first get(), kept: asking for it costs a getpid() call.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -169,7 +171,9 @@ class RequestQueue:
             request = self.pop_nowait()
             if request is not None:
                 return request
-            getter: _Getter = (asyncio.get_running_loop().create_future(), defer, owner)
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            getter: _Getter = (self._loop.create_future(), defer, owner)
             self._getters.append(getter)
             try:
                 await getter[0]

@@ -137,8 +137,9 @@ class FrontConnection(asyncio.Protocol):
         self.peer: tuple[str, int] | None = None
         self.writable: asyncio.Event | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.loop = asyncio.get_running_loop()
         #: The loop's time when the client last sent something (the roster's measure).
-        self.heard = asyncio.get_running_loop().time()
+        self.heard = self.loop.time()
         #: A request head came (the roster heard of it).
         self.handshaken = False
 
@@ -158,7 +159,7 @@ class FrontConnection(asyncio.Protocol):
             self.engine.drain()
 
     def data_received(self, data: bytes) -> None:
-        self.heard = asyncio.get_running_loop().time()
+        self.heard = self.loop.time()  # the loop kept: asking for it costs a getpid() call
         self.engine.receive(data)
         if not self.handshaken and self.engine.heads:
             self.handshaken = True

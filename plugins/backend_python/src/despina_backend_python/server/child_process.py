@@ -119,10 +119,11 @@ class ChildProcess(asyncio.Protocol):
         #: Requests whose responses the child still sends: token -> (request, the outputs
         #: execute was told it asks for; a response sends no others).
         self.open: dict[int, tuple[CoreRequest, list[str]]] = {}
-        loop = asyncio.get_running_loop()
+        #: Kept: asking for the running loop costs a getpid() call per execution.
+        self.loop = asyncio.get_running_loop()
         #: The answer to the first message.
-        self.answer: asyncio.Future[dict[str, Any]] = loop.create_future()
-        self.finalized: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self.answer: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self.finalized: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self.alive = True
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Set once the channel closed and everything waiting on this child failed.
@@ -157,7 +158,7 @@ class ChildProcess(asyncio.Protocol):
         answer, ``executed`` (or ``readiness``)."""
         if not self.alive:
             raise ChildDied("the model process is not running")
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self.executions[exec_id] = future
         self.send(message)
         return future
