@@ -204,6 +204,21 @@ def test_kserve_runtime_formats_are_what_the_default_image_serves() -> None:
     assert runtime["spec"]["containers"][0]["image"].endswith(":cpu")  # VARIANT=cpu
 
 
+def test_the_default_image_serves_at_least_what_despina_serve_extra_installs() -> None:
+    """``pip install 'despina[serve]'`` (the HTTP and gRPC frontends, metrics, the Python
+    backend) is the documented common set: the default image holds every part of it."""
+    core = tomllib.loads((ROOT / "core" / "pyproject.toml").read_text())["project"]
+    extra = {
+        re.sub(r"[^A-Za-z0-9._-].*", "", dep) for dep in core["optional-dependencies"]["serve"]
+    }
+    distribution = {
+        name: tomllib.loads((PLUGINS / name / "pyproject.toml").read_text())["project"]["name"]
+        for name in image_plugins()
+    }
+    missing = extra - set(distribution.values())
+    assert not missing, f"the default image (deploy/container, PLUGINS) lacks {sorted(missing)}"
+
+
 def test_a_misspelled_field_is_caught() -> None:
     """The CRD schemas are closed: an unknown field fails (not silently accepted)."""
     (runtime,) = load(DEPLOY / "kserve" / "cluster-serving-runtime.yaml")
