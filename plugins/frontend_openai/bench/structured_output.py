@@ -5,8 +5,8 @@
    ``pip install outlines-core``), over guided random walks;
 2. decode step: tiny_llm's forward pass and sampling per token, with and without
    ``despina_frontend_openai.guide`` masking each step (in this process, one thread);
-3. end to end: microseconds per completion token through the OpenAI API (the openai
-   client, whole replies), with ``response_format`` json_schema and without.
+3. end to end: the interval between streamed tokens through the OpenAI API (the openai
+   client; one token per chunk), with ``response_format`` json_schema and without.
 
     .venv/bin/python plugins/frontend_openai/bench/structured_output.py [--requests 12]
 
@@ -16,6 +16,7 @@ Builds the example repository in a temporary folder; prints Markdown tables.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
@@ -165,7 +166,9 @@ def outlines_rows(tokenizer: Any, vocab: int) -> list[str]:
 
 def decode_rows(folder: Path, runs: int) -> list[str]:
     """tiny_llm's decode step (forward with the KV cache, temperature-1 sampling) per
-    token, unguided and guided by the "pet" schema, ``runs`` generations of each."""
+    token, unguided and guided by the "pet" schema, ``runs`` generations of each,
+    alternating (so that the machine's load weighs on both alike); of a guided step, the
+    guide's own part (mask and accept)."""
     from despina_frontend_openai.guide import Guides
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -175,70 +178,73 @@ def decode_rows(folder: Path, runs: int) -> list[str]:
     schema = json.dumps(SCHEMAS["pet"])
     prompt = torch.tensor([tokenizer.encode("A pet:")])
 
-    def generate(seed: int, guided: bool) -> list[float]:
+    def generate(seed: int, guided: bool) -> tuple[list[float], list[float]]:
+        """Seconds per step, and the guide's seconds per step."""
         guide = guides.guide("json_schema", schema) if guided else None
         generator = torch.Generator().manual_seed(seed)
-        inputs, past, times = prompt, None, []
+        inputs, past, steps, guiding = prompt, None, [], []
         for _ in range(64):
             start = time.perf_counter()
             out = model.model(input_ids=inputs, cache=past, use_cache=True)
             past = out.cache
             logits = model.lm_head(out.last_hidden_state[0, -1])
+            masked = time.perf_counter()
             if guide is not None:
                 guide.mask(logits)
+            masked = time.perf_counter() - masked
             token = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
             if token == tokenizer.eos_token_id:
                 break
+            accepted = time.perf_counter()
             if guide is not None:
                 guide.accept(token)
-            times.append(time.perf_counter() - start)
+            end = time.perf_counter()
+            steps.append(end - start)
+            guiding.append(masked + end - accepted)
             inputs = torch.tensor([[token]])
-        return times
+        return steps, guiding
 
-    rows = []
+    times: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
     with torch.inference_mode():
         generate(0, True)  # compile and warm up
-        for guided in (False, True):
-            times = [t for seed in range(runs) for t in generate(seed, guided)]
-            label = "json_schema (pet)" if guided else "none"
-            rows.append(f"| {label} | {len(times)} | {_median_us(times)} |")
-    return rows
+        for seed in range(runs):
+            for guided in (False, True):
+                steps, guiding = generate(seed, guided)
+                times[guided][0].extend(steps)
+                times[guided][1].extend(guiding)
+    return [
+        f"| {'json_schema (pet)' if guided else 'none'} | {len(steps)} | {_median_us(steps)} | "
+        f"{_median_us(guiding) if guided else '-'} |"
+        for guided, (steps, guiding) in times.items()
+    ]
 
 
 def http_rows(url: str, runs: int) -> list[str]:
-    """Microseconds per completion token, whole chat replies of at most 64 tokens,
-    sequential, with and without response_format (the first of each not counted)."""
-    rows = []
+    """Seconds between streamed tokens (the first token's wait, which holds the prompt's
+    prefill, left out), streamed chat replies of at most 64 tokens, sequential, without
+    and with response_format alternating (the first of each, which loads xgrammar and
+    compiles, not counted)."""
+    form = {"type": "json_schema", "json_schema": {"name": "pet", "schema": SCHEMAS["pet"]}}
+    bodies: dict[str, dict[str, Any]] = {"none": {}, "json_schema (pet)": {"response_format": form}}
+    intervals: dict[str, list[float]] = {label: [] for label in bodies}
     with openai.OpenAI(base_url=url, api_key="EMPTY", max_retries=0, timeout=120) as client:
-        for label, extra in (
-            ("none", {}),
-            (
-                "json_schema (pet)",
-                {
-                    "response_format": {
-                        "type": "json_schema",
-                        "json_schema": {"name": "pet", "schema": SCHEMAS["pet"]},
-                    }
-                },
-            ),
-        ):
-            per_token, tokens = [], 0
-            for seed in range(runs + 1):
-                start = time.perf_counter()
-                reply = client.chat.completions.create(
+        for seed in range(runs + 1):
+            for label, extra in bodies.items():
+                stream = client.chat.completions.create(
                     model="tiny_llm",
                     messages=[{"role": "user", "content": "Describe a pet."}],
                     max_tokens=64,
                     seed=seed,
+                    stream=True,
                     extra_body=extra,
                 )
-                elapsed = time.perf_counter() - start
-                assert reply.usage is not None
+                arrivals = [time.perf_counter() for c in stream if c.choices[0].delta.content]
                 if seed:
-                    per_token.append(elapsed / max(1, reply.usage.completion_tokens))
-                    tokens += reply.usage.completion_tokens
-            rows.append(f"| {label} | {runs} | {tokens} | {_median_us(per_token)} |")
-    return rows
+                    intervals[label] += [b - a for a, b in itertools.pairwise(arrivals)]
+    return [
+        f"| {label} | {runs} | {len(intervals[label])} | {_median_us(intervals[label])} |"
+        for label in bodies
+    ]
 
 
 def main() -> None:
@@ -255,7 +261,8 @@ def main() -> None:
         print("| library | schema | compile ms | µs per token (mask, apply, accept), p50 |")
         print("| --- | --- | --- | --- |")
         print("\n".join(xgrammar_rows(tokenizer, 512) + outlines_rows(tokenizer, 512)))
-        print("\n| guide | tokens | µs per decode step, p50 |\n| --- | --- | --- |")
+        print("\n| guide | tokens | µs per decode step, p50 | of which the guide, p50 |")
+        print("| --- | --- | --- | --- |")
         print("\n".join(decode_rows(folder, args.requests)))
         server = start_server(
             Path(tmp),
@@ -270,7 +277,7 @@ def main() -> None:
         )
         try:
             port = next(f.port for f in server.server.frontends if f.name == "openai")
-            print("\n| response_format | requests | tokens | µs per token, p50 |")
+            print("\n| response_format | requests | intervals | µs between tokens, p50 |")
             print("| --- | --- | --- | --- |")
             print("\n".join(http_rows(f"http://127.0.0.1:{port}/v1", args.requests)))
         finally:
