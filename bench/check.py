@@ -230,8 +230,9 @@ def report(trees: list[Tree], args: argparse.Namespace) -> str:
     lines = [
         "# bench-check: CPU per request against a baseline tree",
         "",
-        f"`make bench-check` (`bench/check.py`): the peers kit's Python-backend add_sub in process "
-        f"mode, flags `{' '.join(args.server_args) or '(defaults)'}`, {args.rounds} interleaved "
+        f"`make bench-check` (`bench/check.py`): add_sub of `{args.repository}` (the peers "
+        f"kit's Python-backend add_sub in process mode unless another repository is named), "
+        f"flags `{' '.join(args.server_args) or '(defaults)'}`, {args.rounds} interleaved "
         f"rounds of {args.seconds:g} s per cell, medians. CPU microseconds per request from "
         f"`/proc` (utime + stime) of the server process + its model process, over the requests "
         f"the server counted. Current tree at `{commit}; load "
@@ -274,10 +275,15 @@ def main() -> int:
         "--concurrency", type=lambda v: [int(c) for c in v.split(",")], default=CONCURRENCY
     )
     parser.add_argument("--server-args", type=str.split, default=[], help="flags for every server")
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=PEERS / "despina/model_repository",
+        help="the model repository served (its add_sub is measured)",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results/bench_check.md")
     args = parser.parse_args()
     args.load = os.getloadavg()[0]
-    repository = PEERS / "despina/model_repository"
     bodies = payloads()
     revisions = [args.baseline, *args.also]
     trees = [Tree(r, baseline_tree(r), 19800 + 10 * n) for n, r in enumerate(revisions)]
@@ -285,7 +291,7 @@ def main() -> int:
     trees.append(Tree("current", current, 19800 + 10 * len(revisions)))
     try:
         for tree in trees:
-            serve(tree, repository, args.server_args)
+            serve(tree, args.repository, args.server_args)
         time.sleep(2)
         for tree in trees:
             assert tree.process is not None
