@@ -82,6 +82,8 @@ class ModelManager:
         self._locks: dict[str, asyncio.Lock] = {}
         #: caller -> the models it was seen calling through BLS (cleared when it unloads).
         self._calls: dict[str, set[str]] = {}
+        #: The configs of the models whose versions are loading (not yet in ``entries``).
+        self._loading: dict[str, cfg.ModelConfig] = {}
 
     @property
     def explicit(self) -> bool:
@@ -186,6 +188,15 @@ class ModelManager:
         if entry is not None and entry.prepared is not None:
             used.update(_composing_models(entry.prepared.config))
         return used
+
+    def composing_models(self, name: str) -> list[str]:
+        """The models ensemble ``name`` composes, as its config names them, whether it is
+        loading, loaded or failed after its config was read; [] for any other model."""
+        config = self._loading.get(name)
+        entry = self.entries.get(name)
+        if config is None and entry is not None and entry.prepared is not None:
+            config = entry.prepared.config
+        return _composing_models(config) if config is not None else []
 
     def _unloads_with(self, name: str, user: str, through_bls: bool) -> bool:
         """Whether ``name``, used by ``user`` being unloaded with its dependents, goes too."""
@@ -356,12 +367,14 @@ class ModelManager:
             raise Unavailable(f"failed to load '{name}', no version is available")
         entry.versions = {v: ModelVersion(name, v, prepared.config) for v in selected}
         token = _LOADING_FOR.set(name if ensemble else None)
+        self._loading[name] = prepared.config
         try:
             await asyncio.gather(
                 *(load_version(self.server, prepared, v) for v in entry.versions.values())
             )
         finally:
             _LOADING_FOR.reset(token)
+            del self._loading[name]
         entry.state = ModelState.READY if entry.ready else ModelState.UNAVAILABLE
 
     async def _retire(self, entry: ModelEntry, drain: bool = True) -> None:

@@ -61,6 +61,11 @@ class SchedulerHost(Protocol):
         """Whether any version of ``name`` is READY (another version may be asked for)."""
         ...
 
+    def composing_models(self, name: str) -> list[str]:
+        """The models ensemble ``name`` composes, once its config was read (loading,
+        loaded or failed); [] for any other model."""
+        ...
+
     def load_failure(self, name: str) -> str:
         """Why ``name`` failed to load, or "" when it did not fail (or never loaded)."""
         ...

@@ -58,9 +58,13 @@ class EnsembleScheduler(Scheduler):
     async def start(self) -> None:
         """Wait for the composing models to settle, then check the steps against them.
 
-        Raises ConfigError when a composing model is unknown, failed, or does not fit.
+        Raises ConfigError when a composing model is unknown, failed, or does not fit, and
+        InvalidArgument (Triton's text) when the ensemble depends on itself, which is
+        looked for before waiting and again once the composing models settled (an ensemble
+        of the cycle loading meanwhile has its config read by then).
         """
         host = self._host
+        self._check_circular()
         missing = [m for m in self.graph.models if m not in host.known_models()]
         if missing:
             raise InvalidArgument(
@@ -69,6 +73,7 @@ class EnsembleScheduler(Scheduler):
             )
         for name in self.graph.models:
             await host.settle(name)
+        self._check_circular()
         configs: dict[str, ModelConfig] = {}
         for step in self.graph.steps:
             configs[step.model_name] = self._composing_config(step.model_name, step.model_version)
@@ -76,6 +81,29 @@ class EnsembleScheduler(Scheduler):
         policy = self.model.config.model_transaction_policy
         policy.SetInParent()  # as Triton: always stated, false included
         policy.decoupled = bool(self.graph.decoupled)
+
+    def _check_circular(self) -> None:
+        """InvalidArgument with Triton's text when a chain of composing models leads back
+        to this ensemble: ``<this> -> ... -> <the model using it> -> <this>``."""
+        start = self.model.name
+        seen: set[str] = set()
+
+        def user_of_start(current: str, upstreams: list[str]) -> str | None:
+            for upstream in upstreams:
+                if upstream == start:
+                    return current
+                if upstream not in seen:
+                    seen.add(upstream)
+                    found = user_of_start(upstream, self._host.composing_models(upstream))
+                    if found is not None:
+                        return found
+            return None
+
+        user = user_of_start(start, self.graph.models)
+        if user is not None:
+            raise InvalidArgument(
+                f"circular dependency between ensembles: {start} -> ... -> {user} -> {start}"
+            )
 
     def _composing_config(self, name: str, version: str) -> ModelConfig:
         """The config of the composing model's version; Triton's texts when it has none."""

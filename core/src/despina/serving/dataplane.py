@@ -406,6 +406,10 @@ class SchedulerServices:
             with contextlib.suppress(DespinaError):
                 await manager.load(name)
 
+    def composing_models(self, name: str) -> list[str]:
+        """The models ensemble ``name`` composes ([] for any other model)."""
+        return self._models.composing_models(name)
+
     def has_ready_version(self, name: str) -> bool:
         """Whether any version of ``name`` is READY."""
         entry = self._models.entries.get(name)
