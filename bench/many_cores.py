@@ -19,6 +19,12 @@ Configurations and shapes are visited in turn, reversed on odd rounds.
 
     flock /tmp/bench.lock .venv/bin/python bench/many_cores.py --rounds 3
     .venv/bin/python bench/many_cores.py --pipeline-floor
+    .venv/bin/python bench/many_cores.py --gil 0,1 --rounds 3
+    .venv/bin/python bench/many_cores.py --balance
+
+``--gil CPUS`` runs that protocol-free path on 1 loop, on 2 loops in threads of one
+process and on 2 processes at once, pinned to ``CPUS``: whether loops in threads add
+anything under the GIL (no load generator needed, so 2 cores can be compared with 1).
 """
 
 from __future__ import annotations
@@ -35,8 +41,10 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from run import PERF_ANALYZER
 
@@ -199,25 +207,57 @@ def _median(rows: list[dict[str, object]], key: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def pipeline_floor(requests: int, repeats: int) -> None:
-    """Print the loop's CPU per request with no protocol at all: ``Server.infer`` of
-    add_sub from a coroutine on the server's own loop (admission, scheduler, the model,
-    delivery and statistics), at concurrency 1 and 16: what a model host would still spend
-    per request if frontend processes did every protocol step (channel not counted)."""
+def balance(requests: int) -> None:
+    """Print how SO_REUSEPORT spreads one client's requests, and 8 clients' requests, over
+    2 serving processes, per protocol (each tritonclient client keeps one connection)."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    ones = np.ones((1, 16), np.float32)
+    for load in ("http", "grpc"):
+        servers = start(load, 2, 1, "0,1")
+        try:
+            for clients in (1, 8):
+                module: Any = httpclient if load == "http" else grpcclient
+                made = [
+                    module.InferenceServerClient(f"127.0.0.1:{LOAD_PORT}") for _ in range(clients)
+                ]
+                first = counts(servers)
+                for number in range(requests):
+                    inputs = [module.InferInput(f"INPUT{i}", [1, 16], "FP32") for i in range(2)]
+                    for tensor in inputs:
+                        tensor.set_data_from_numpy(ones)
+                    made[number % clients].infer("add_sub", inputs)
+                for client in made:
+                    client.close()
+                served = [b - a for a, b in zip(first, counts(servers), strict=True)]
+                print(f"{load}, {clients} client(s), {requests} requests: per process {served}")
+        finally:
+            servers.stop()
+
+
+def _pipeline_servers(loops: int) -> tuple[list[Any], Callable[[Any, int, int], Any]]:
+    """``loops`` servers of bench's add_sub in threads of this process, and a coroutine
+    factory ``drive(running, requests, concurrency)`` that sends ``requests`` through
+    ``Server.infer`` from ``concurrency`` tasks on that server's own loop and returns the
+    loop thread's CPU seconds."""
     import asyncio
 
     import numpy as np
     from despina import InferenceRequest
-    from despina.testing import start_server
+    from despina.testing import RunningServer, start_server
 
     sys.path.insert(0, str(HERE))
     import bench_backend
 
-    args = ["--busy-poll-us=0", "--allow-metrics=false"]
-    running = start_server(HERE / "model_repository", args, plugins=[bench_backend])
+    args = ["--busy-poll-us=0", "--allow-metrics=false", "--http-port=0", "--grpc-port=0"]
+    servers = [
+        start_server(HERE / "model_repository", args, plugins=[bench_backend]) for _ in range(loops)
+    ]
     ones = np.ones((1, 16), np.float32)
 
-    async def run(concurrency: int) -> float:
+    async def drive(running: RunningServer, requests: int, concurrency: int) -> float:
         async def client() -> None:
             for _ in range(requests // concurrency):
                 request = InferenceRequest("add_sub", {"INPUT0": ones, "INPUT1": ones})
@@ -225,17 +265,82 @@ def pipeline_floor(requests: int, repeats: int) -> None:
 
         started = time.thread_time()
         await asyncio.gather(*(client() for _ in range(concurrency)))
-        return (time.thread_time() - started) * 1e6 / requests
+        return time.thread_time() - started
 
+    return servers, drive
+
+
+def pipeline_floor(requests: int, repeats: int) -> None:
+    """Print the loop's CPU per request with no protocol at all: ``Server.infer`` of
+    add_sub from a coroutine on the server's own loop (admission, scheduler, the model,
+    delivery and statistics), at concurrency 1 and 16: what a model host would still spend
+    per request if frontend processes did every protocol step (channel not counted)."""
+    (running,), drive = _pipeline_servers(1)
     try:
         for concurrency in (1, 16):
-            found = [running.call(run(concurrency)) for _ in range(repeats)]
+            found = [
+                running.call(drive(running, requests, concurrency)) * 1e6 / requests
+                for _ in range(repeats)
+            ]
             print(
                 f"pipeline floor, c={concurrency}: median {statistics.median(found):.1f} "
                 f"µs of loop CPU per request ({', '.join(f'{v:.1f}' for v in found)})"
             )
     finally:
         running.stop()
+
+
+def gil_worker(loops: int, requests: int, start_at: float) -> None:
+    """Drive ``loops`` servers in threads of this process at once, from ``start_at``
+    (epoch seconds); print requests/s over the wall time and the process's CPU cores."""
+    import asyncio
+
+    servers, drive = _pipeline_servers(loops)
+    time.sleep(max(0.0, start_at - time.time()))
+    wall, cpu_before = time.monotonic(), time.process_time()
+    futures = [
+        asyncio.run_coroutine_threadsafe(drive(running, requests, 16), running.loop)
+        for running in servers
+    ]
+    for future in futures:
+        future.result(600)
+    wall, busy = time.monotonic() - wall, time.process_time() - cpu_before
+    print(json.dumps({"rate": loops * requests / wall, "cores": busy / wall}), flush=True)
+    os._exit(0)
+
+
+def gil(cpus: str, requests: int, rounds: int) -> None:
+    """The pipeline on 1 loop, 2 loops in threads of one process, and 2 processes of 1
+    loop, pinned to ``cpus``, interleaved over ``rounds``: whether loops in threads add."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    configs = (
+        ("1 process x 1 loop", 1, 1),
+        ("1 process x 2 loops", 1, 2),
+        ("2 processes x 1 loop", 2, 1),
+    )
+    for number in range(rounds):
+        for label, processes, loops in configs if number % 2 == 0 else configs[::-1]:
+            start_at = time.time() + 8
+            command = ["taskset", "-c", cpus, sys.executable, __file__, "--gil-worker"]
+            command += [str(loops), str(requests), str(start_at)]
+            running = [
+                subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+                for _ in range(processes)
+            ]
+            rows = [json.loads(process.communicate(timeout=600)[0]) for process in running]
+            rate = sum(row["rate"] for row in rows)
+            cores = sum(row["cores"] for row in rows)
+            found.setdefault(label, []).append((rate, cores))
+            print(
+                f"{number} {label} on CPUs {cpus}: {rate:.0f} infer/s, {cores:.2f} cores",
+                flush=True,
+            )
+    for label, values in found.items():
+        rates = ", ".join(f"{rate:.0f}" for rate, _ in values)
+        print(
+            f"| {cpus} | {label} | {statistics.median(v[0] for v in values):.0f} ({rates}) "
+            f"| {statistics.median(v[1] for v in values):.2f} |"
+        )
 
 
 def main() -> int:
@@ -245,6 +350,13 @@ def main() -> int:
     parser.add_argument("--own-port", type=int, default=OWN_PORT, help=argparse.SUPPRESS)
     parser.add_argument(
         "--pipeline-floor", action="store_true", help="measure the loop without a protocol"
+    )
+    parser.add_argument(
+        "--gil", metavar="CPUS", help="the pipeline in loops in threads vs processes on CPUS"
+    )
+    parser.add_argument("--gil-worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--balance", action="store_true", help="how 2 processes share 1 and 8 clients"
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -256,6 +368,16 @@ def main() -> int:
         return 0
     if args.pipeline_floor:
         pipeline_floor(20_000, 5)
+        return 0
+    if args.gil_worker:
+        loops, requests, start_at = args.gil_worker
+        gil_worker(int(loops), int(requests), float(start_at))
+        return 0
+    if args.balance:
+        balance(400)
+        return 0
+    if args.gil:
+        gil(args.gil, 100_000, args.rounds)
         return 0
     points = list(itertools.product(args.protocols, args.shapes, CONFIGS))
     rows: dict[tuple[str, str, tuple[int, int]], list[dict[str, object]]] = {}
