@@ -29,13 +29,23 @@ FAN = ensemble(
     ["X"],
     ["Y"],
 )
+#: Two branches: X -> double -> t -> neg -> Y, and X -> check -> Z.
+FORK = ensemble(
+    [
+        step("double", {"IN": "X"}, {"OUT": "t"}),
+        step("neg", {"IN": "t"}, {"OUT": "Y"}),
+        step("check", {"IN": "X"}, {"OUT": "Z"}),
+    ],
+    ["X"],
+    ["Y", "Z"],
+)
 
 
 @pytest.fixture
 def running(
     model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
 ) -> RunningServer:
-    add_models(model_repository, {"branch": BRANCH, "chain": CHAIN, "fan": FAN})
+    add_models(model_repository, {"branch": BRANCH, "chain": CHAIN, "fan": FAN, "fork": FORK})
     args = ("--model-control-mode=explicit", "--load-model=*")
     return despina_server(model_repository.root, args=args, plugins=[ens_backend])
 
@@ -88,3 +98,21 @@ def test_decoupled_ensemble_over_grpc_stream(running: RunningServer, grpc_client
         client.infer("chain", [x_input(grpcclient, [-2])])
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert info.value.message() == "in ensemble 'chain', step 'check': negative input"
+
+
+@pytest.mark.parametrize(
+    ("wanted", "ran"),
+    [(["Y"], ["double", "neg"]), (["Z"], ["check"]), ([], ["double", "neg", "check"])],
+)
+def test_steps_feeding_no_requested_output_do_not_run(
+    running: RunningServer, http_client: Any, wanted: list[str], ran: list[str]
+) -> None:
+    """As Triton: a request asking for a subset of the outputs runs only the steps that
+    feed them (a negative X would fail the step "check" had it run)."""
+    ens_backend.EnsBackend.calls.clear()
+    client = http_client(running)
+    outputs = [httpclient.InferRequestedOutput(name) for name in wanted] or None
+    values = [2.0] if "Z" in wanted or not wanted else [-2.0]
+    result = client.infer("fork", [x_input(httpclient, values)], outputs=outputs)
+    assert {o["name"] for o in result.get_response()["outputs"]} == set(wanted or ["Y", "Z"])
+    assert sorted(model for model, _, _ in ens_backend.EnsBackend.calls) == sorted(ran)

@@ -9,7 +9,7 @@ are ConfigError with Triton's texts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from despina.errors import ConfigError
@@ -47,6 +47,23 @@ class EnsembleGraph:
     def models(self) -> list[str]:
         """The composing model names, each once, in step order."""
         return list(dict.fromkeys(step.model_name for step in self.steps))
+
+
+def needed_steps(graph: EnsembleGraph, wanted: Collection[str]) -> list[Step]:
+    """The steps that feed the ensemble outputs ``wanted``, in step order: as Triton,
+    a request asking for a subset of the outputs runs no step whose outputs reach none
+    of them."""
+    needed = set(wanted)
+    steps: set[int] = set()
+    grown = True
+    while grown:
+        grown = False
+        for step in graph.steps:
+            if step.index not in steps and needed.intersection(step.outputs.values()):
+                steps.add(step.index)
+                needed.update(step.inputs.values())
+                grown = True
+    return [step for step in graph.steps if step.index in steps]
 
 
 def build_graph(config: ModelConfig) -> EnsembleGraph:

@@ -32,7 +32,7 @@ from despina.inference.request import (
     SequenceFlags,
 )
 from despina.scheduling.base import ScheduledModel, stopping_error
-from despina.scheduling.ensemble_graph import EnsembleGraph, Step
+from despina.scheduling.ensemble_graph import EnsembleGraph, Step, needed_steps
 
 if TYPE_CHECKING:
     from despina.plugin.ports import SchedulerHost
@@ -80,6 +80,9 @@ class EnsembleRun:
         self.limits = limits
         self.host = host
         self.request = request
+        wanted = request.requested_output_names
+        #: The steps this request runs: those feeding the outputs it asked for.
+        self.steps = graph.steps if wanted is None else needed_steps(graph, wanted)
         self.decoupled = bool(model.config.model_transaction_policy.decoupled)
         self.inflight = 0
         self.idle = asyncio.Event()
@@ -113,7 +116,7 @@ class EnsembleRun:
         if self.request.cancelled:
             self._fail(Cancelled("Request was cancelled"))
             return
-        for step in self.graph.steps:
+        for step in self.steps:
             if step.index not in flow.started and flow.has(step.inputs.values()):
                 flow.started.add(step.index)
                 self.inflight += 1
