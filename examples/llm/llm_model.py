@@ -7,7 +7,7 @@ Inputs are the ones Triton's OpenAI frontend sends a Python (TensorRT-LLM-format
 used), ``return_num_input_tokens`` / ``return_num_output_tokens``; and Despina's
 ``return_logprobs`` / ``top_logprobs``; and TensorRT-LLM's ``guided_decoding_guide_type`` /
 ``guided_decoding_guide`` (structured output: each logits step is masked by the guide's
-grammar, ``despina_frontend_openai.guide``). Streaming sends one response per token (its text
+grammar, ``despina_frontend_openai.Guides``). Streaming sends one response per token (its text
 delta); otherwise one response with the whole text. Then the final flag, alone. A
 cancelled request (client gone) stops at the next token.
 
@@ -51,7 +51,7 @@ class Params:
     count_input: bool = False
     count_output: bool = False
     logprobs: int | None = None
-    #: The grammar the output follows (despina_frontend_openai.guide.Guide), or None.
+    #: The grammar the output follows (despina_frontend_openai.Guide), or None.
     guide: Any = None
 
 
@@ -130,7 +130,7 @@ class TritonPythonModel:
 
     def _guide(self, kind: str, text: str) -> Any:
         """A fresh guide for one request; ValueError for a guide that is none."""
-        from despina_frontend_openai.guide import Guides
+        from despina_frontend_openai import Guides
 
         with self.lock:
             if self.guides is None:

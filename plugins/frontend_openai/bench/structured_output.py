@@ -4,7 +4,7 @@
    example tokenizer's vocabulary, xgrammar and outlines-core (when installed:
    ``pip install outlines-core``), over guided random walks;
 2. decode step: tiny_llm's forward pass and sampling per token, with and without
-   ``despina_frontend_openai.guide`` masking each step (in this process, one thread);
+   ``despina_frontend_openai.Guides`` masking each step (in this process, one thread);
 3. end to end: the interval between streamed tokens through the OpenAI API (the openai
    client; one token per chunk), with ``response_format`` json_schema and without.
 
@@ -169,7 +169,7 @@ def decode_rows(folder: Path, runs: int) -> list[str]:
     token, unguided and guided by the "pet" schema, ``runs`` generations of each,
     alternating (so that the machine's load weighs on both alike); of a guided step, the
     guide's own part (mask and accept)."""
-    from despina_frontend_openai.guide import Guides
+    from despina_frontend_openai import Guides
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(folder / "hf").eval()
