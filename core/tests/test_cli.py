@@ -26,6 +26,15 @@ CHOICE_VALUES = {
     "--rate-limit": "execution_count",
     "--rate-limit-resource": "gpu_slot:2:0",
 }
+#: tritonserver's warnings for --strict-model-config.
+DEPRECATED = (
+    "'--strict-model-config' has been deprecated! "
+    "Please use '--disable-auto-complete-config' instead."
+)
+OVERRIDE = (
+    "Overriding deprecated '--strict-model-config' from False to True in favor of "
+    "'--disable-auto-complete-config'!"
+)
 SAMPLE_VALUES = {"<boolean>": "true", "<integer>": "1", "<float>": "1.5", "<string>": "x"}
 
 
@@ -58,6 +67,21 @@ def test_flags_without_effect_are_reported() -> None:
     joined = "\n".join(settings.inert_flags_given)
     assert "--host-policy: host policies (NUMA, CPU pinning) are not supported" in joined
     assert "--pinned-memory-pool-byte-size" in joined
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], []),
+        (["--strict-model-config=false"], [DEPRECATED]),
+        (["--disable-auto-complete-config", "--strict-model-config=true"], [DEPRECATED]),
+        (["--disable-auto-complete-config", "--strict-model-config=false"], [DEPRECATED, OVERRIDE]),
+    ],
+)
+def test_strict_model_config_warnings_are_tritons(argv: list[str], expected: list[str]) -> None:
+    settings = CoreSettings.from_namespace(parse_settings(argv, create_plugins()))
+    assert list(settings.flag_warnings) == expected
+    assert settings.auto_complete is (not argv or argv == ["--strict-model-config=false"])
 
 
 def test_grpc_threads_and_response_pool_are_inert_with_their_reasons() -> None:
@@ -126,6 +150,8 @@ def test_serve_starts_warns_about_inert_flags_and_stops_on_sigterm(tmp_path: Pat
             f"--model-repository={tmp_path / 'repo'}",
             "--pinned-memory-pool-byte-size=1",
             "--grpc-max-response-pool-size=1",
+            "--disable-auto-complete-config",
+            "--strict-model-config=false",
             "--allow-http=false",
             "--allow-grpc=false",
             "--allow-metrics=false",
@@ -147,6 +173,7 @@ def test_serve_starts_warns_about_inert_flags_and_stops_on_sigterm(tmp_path: Pat
     assert process.returncode == 0, output
     assert "flag has no effect: --pinned-memory-pool-byte-size: Despina keeps tensors" in output
     assert "flag has no effect: --grpc-max-response-pool-size:" in output
+    assert DEPRECATED in output and OVERRIDE in output
 
 
 def test_serve_says_when_no_frontend_is_installed_and_how_to_add_them(tmp_path: Path) -> None:

@@ -175,9 +175,9 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
     repo.add_argument(
         "--strict-model-config",
         type=triton_bool,
-        default=False,
+        default=None,
         metavar="BOOL",
-        help="require a complete config.pbtxt, no auto-complete (default: false)",
+        help="deprecated form of --disable-auto-complete-config (default: false)",
     )
     repo.add_argument(
         "--disable-auto-complete-config",
@@ -329,4 +329,24 @@ def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
     settings.inert_flags_given = [
         reason for dest, reason in inert.items() if getattr(settings, dest) is not None
     ]
+    settings.flag_warnings = _strict_model_config_warnings(
+        settings.strict_model_config, settings.disable_auto_complete_config
+    )
     return settings
+
+
+def _strict_model_config_warnings(strict: bool | None, disable: bool) -> list[str]:
+    """tritonserver's warnings for ``--strict-model-config`` (None: not given): it is
+    deprecated, and given false beside ``--disable-auto-complete-config`` it is overridden."""
+    if strict is None:
+        return []
+    warnings = [
+        "'--strict-model-config' has been deprecated! "
+        "Please use '--disable-auto-complete-config' instead."
+    ]
+    if disable and not strict:
+        warnings.append(
+            "Overriding deprecated '--strict-model-config' from False to True in favor of "
+            "'--disable-auto-complete-config'!"
+        )
+    return warnings

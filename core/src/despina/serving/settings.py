@@ -92,6 +92,8 @@ class CoreSettings:
     backend_config: tuple[str, ...]
     #: Why each tritonserver flag given that Despina accepts without effect does nothing.
     inert_flags_given: tuple[str, ...]
+    #: tritonserver's warnings for deprecated flags given (its texts).
+    flag_warnings: tuple[str, ...]
     #: ``--max-pending-requests`` (Despina's): requests each model version queues (per
     #: priority level) where its config sets no ``max_queue_size``; 0: unbounded.
     max_pending_requests: int = 4096
@@ -134,6 +136,7 @@ class CoreSettings:
             log_file=flags.log_file,
             backend_config=tuple(flags.backend_config or ()),
             inert_flags_given=tuple(flags.inert_flags_given),
+            flag_warnings=tuple(flags.flag_warnings),
             max_pending_requests=int(flags.max_pending_requests),
             max_inflight_request_bytes=int(flags.max_inflight_request_bytes),
             min_supported_compute_capability=float(flags.min_supported_compute_capability),
