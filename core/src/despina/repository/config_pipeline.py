@@ -6,7 +6,8 @@ several mistakes gets; the texts are Triton's):
 1. read ``config.pbtxt`` (or a load request's JSON) into the *draft*;
 2. run the model's repository agents (:mod:`despina.repository.agents`), which may move its folder;
 3. resolve the backend (:mod:`despina.repository.backend_resolution`), named in the draft with its
-   default model file; check file names and that each version folder holds that file;
+   default model file; check the ``runtime`` field against it (:func:`check_runtime`), file
+   names and that each version folder holds that file;
 4. the backend's :meth:`~despina.plugin.backend.Backend.auto_complete` fills the draft from the
    model file (Python: the model's ``auto_complete_config``);
 5. :func:`normalize`: Triton's defaults;
@@ -25,7 +26,7 @@ load then.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from despina.errors import ConfigError, DespinaError
@@ -114,6 +115,7 @@ async def prepare(
                 raise ConfigError(no_version_text(model_dir))
             backend = resolve_backend(host, draft, model_dir, versions)
             _name_backend(draft, backend)
+            check_runtime(draft, backend.name, name)
         runtime_dir = python_based_dir(host, draft.backend)
         if runtime_dir is not None:
             draft.runtime = PYTHON_RUNTIME
@@ -138,6 +140,23 @@ async def prepare(
         without_paths(exc, model_dir, host.models.repository.roots)
         raise
     return PreparedConfig(draft, backend, model_dir, tuple(versions), runtime_dir)
+
+
+def check_runtime(draft: ModelConfig, backend: str, name: str) -> None:
+    """ConfigError with Triton's text for a ``runtime`` that names neither the backend's
+    library (``libtriton_<backend>.so``, which Despina's backends stand for) nor a
+    Python-based backend's ``model.py``: one leaving the backend folder (absolute, or
+    through ``..``) escapes it, any other is not found."""
+    runtime = draft.runtime
+    if not runtime or runtime in (PYTHON_RUNTIME, f"libtriton_{backend}.so"):
+        return
+    path = PurePosixPath(runtime)
+    if path.is_absolute() or ".." in path.parts:
+        raise ConfigError(
+            f"backend library name '{runtime}' escapes backend directory, for model "
+            f"'{name}', check model config runtime field"
+        )
+    raise ConfigError(f"unable to find backend library '{runtime}' for model '{name}'")
 
 
 def _name_backend(draft: ModelConfig, backend: type[Backend]) -> None:
