@@ -290,13 +290,26 @@ def pipeline_floor(requests: int, repeats: int) -> None:
         running.stop()
 
 
+def _schedstat(tid: int) -> tuple[int, int]:
+    """Nanoseconds thread ``tid`` of this process has run, and has waited runnable for a
+    CPU (``/proc/.../schedstat``)."""
+    with open(f"/proc/self/task/{tid}/schedstat") as handle:
+        ran, waited, _ = handle.read().split()
+    return int(ran), int(waited)
+
+
 def gil_worker(loops: int, requests: int, start_at: float) -> None:
     """Drive ``loops`` servers in threads of this process at once, from ``start_at``
-    (epoch seconds); print requests/s over the wall time and the process's CPU cores."""
+    (epoch seconds). Print requests/s over the wall time, the process's CPU cores, and
+    the loop threads' mean shares of the wall time on a CPU, runnable but waiting for
+    one (other processes' load), and asleep: a loop that always has work sleeps only
+    while it waits for the GIL."""
     import asyncio
 
     servers, drive = _pipeline_servers(loops)
+    tids = [running.call(_thread_id()) for running in servers]
     time.sleep(max(0.0, start_at - time.time()))
+    before = [_schedstat(tid) for tid in tids]
     wall, cpu_before = time.monotonic(), time.process_time()
     futures = [
         asyncio.run_coroutine_threadsafe(drive(running, requests, 16), running.loop)
@@ -305,14 +318,21 @@ def gil_worker(loops: int, requests: int, start_at: float) -> None:
     for future in futures:
         future.result(600)
     wall, busy = time.monotonic() - wall, time.process_time() - cpu_before
-    print(json.dumps({"rate": loops * requests / wall, "cores": busy / wall}), flush=True)
+    after = [_schedstat(tid) for tid in tids]
+    ran = statistics.mean(b[0] - a[0] for a, b in zip(before, after, strict=True)) / 1e9
+    waited = statistics.mean(b[1] - a[1] for a, b in zip(before, after, strict=True)) / 1e9
+    row = {"rate": loops * requests / wall, "cores": busy / wall}
+    row |= {"on cpu": ran / wall, "runnable": waited / wall}
+    row["asleep"] = 1 - row["on cpu"] - row["runnable"]
+    print(json.dumps(row), flush=True)
     os._exit(0)
 
 
 def gil(cpus: str, requests: int, rounds: int) -> None:
     """The pipeline on 1 loop, 2 loops in threads of one process, and 2 processes of 1
     loop, pinned to ``cpus``, interleaved over ``rounds``: whether loops in threads add."""
-    found: dict[str, list[tuple[float, float]]] = {}
+    keys = ("rate", "cores", "on cpu", "runnable", "asleep")
+    found: dict[str, list[dict[str, float]]] = {}
     configs = (
         ("1 process x 1 loop", 1, 1),
         ("1 process x 2 loops", 1, 2),
@@ -328,18 +348,17 @@ def gil(cpus: str, requests: int, rounds: int) -> None:
                 for _ in range(processes)
             ]
             rows = [json.loads(process.communicate(timeout=600)[0]) for process in running]
-            rate = sum(row["rate"] for row in rows)
-            cores = sum(row["cores"] for row in rows)
-            found.setdefault(label, []).append((rate, cores))
-            print(
-                f"{number} {label} on CPUs {cpus}: {rate:.0f} infer/s, {cores:.2f} cores",
-                flush=True,
-            )
+            row = {key: sum(r[key] for r in rows) for key in ("rate", "cores")}
+            row |= {key: statistics.mean(r[key] for r in rows) for key in keys[2:]}
+            found.setdefault(label, []).append(row)
+            print(number, label, f"on CPUs {cpus}:", json.dumps(row), flush=True)
+    print("| CPUs | configuration | infer/s | cores | loop on CPU | runnable | asleep |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for label, values in found.items():
-        rates = ", ".join(f"{rate:.0f}" for rate, _ in values)
+        med = {key: statistics.median(v[key] for v in values) for key in keys}
         print(
-            f"| {cpus} | {label} | {statistics.median(v[0] for v in values):.0f} ({rates}) "
-            f"| {statistics.median(v[1] for v in values):.2f} |"
+            f"| {cpus} | {label} | {med['rate']:.0f} | {med['cores']:.2f} "
+            f"| {med['on cpu']:.2f} | {med['runnable']:.2f} | {med['asleep']:.2f} |"
         )
 
 
