@@ -55,7 +55,7 @@ def _add_sub(folder: Path, name: str | None = "add_sub") -> None:
     if name is None:  # a config that names no model: SageMaker's archives carry none
         config = folder / "config.pbtxt"
         config.write_text(
-            "\n".join(l for l in config.read_text().splitlines() if not l.startswith("name:"))
+            "\n".join(x for x in config.read_text().splitlines() if not x.startswith("name:"))
         )
 
 
