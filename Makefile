@@ -66,7 +66,8 @@ bench: $(STAMP)
 
 # CPU per request of the Python-backend add_sub (HTTP JSON, binary, gRPC; c=1 and 8) and idle
 # RSS, this tree against BASELINE (default a35dc3f), into bench/results/bench_check.md (~3 min;
-# needs wrk, h2load and ../shared/tools/peers). Informs; fails nothing.
+# needs wrk, h2load and ../shared/tools/peers). Informs; fails nothing. BENCH_CHECK_ARGS=--instructions
+# counts instructions per request under callgrind instead (repeatable under any load, ~1.5 min).
 BASELINE ?= a35dc3f
 bench-check: $(STAMP)
 	$(BIN)/python bench/check.py --baseline $(BASELINE) $(BENCH_CHECK_ARGS)

@@ -10,10 +10,14 @@ process and of its model processes, divided by the requests the server counted
 (``/v2/models/add_sub/stats``). CPU per request does not depend on how busy the machine
 is the way throughput does, so the ratio to the baseline is a guard worth running before
 every change to the request path. It informs; it fails nothing. Also reports idle RSS.
+``--instructions`` counts user-space instructions per request instead (valgrind's
+callgrind, switched on for a fixed number of requests sent one at a time, polling off):
+repeatable within about 1.5% under any load.
 Needs wrk, h2load and the peers kit (``../shared/tools/peers``)::
 
     make bench-check                      # or: python bench/check.py --baseline REV --rounds 3
     python bench/check.py --also REV --also REV --concurrency 8 --out /tmp/bisect.md  # bisect
+    python bench/check.py --instructions  # callgrind: instructions per request instead
 
 Results (medians over rounds) print and go to ``bench/results/bench_check.md``.
 """
@@ -25,11 +29,13 @@ import importlib.metadata
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +45,9 @@ PEERS = Path(os.environ.get("PEERS_HOME", ROOT.parent / "shared/tools/peers"))
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 PROTOCOLS = ("http-json", "http-binary", "grpc")
+READY_S = 300
+#: Requests served before instructions are counted, and counted (``--instructions``).
+WARM_UP, COUNTED = 20, 200
 CONCURRENCY = (1, 8)
 
 
@@ -99,9 +108,9 @@ def shadow_missing_plugins(tree: Tree) -> Path:
     return shim
 
 
-def serve(tree: Tree, repository: Path, flags: list[str]) -> None:
-    """Start ``despina serve`` of ``repository`` (plus ``flags``) from ``tree``'s sources;
-    wait until it is ready."""
+def serve(tree: Tree, repository: Path, flags: list[str], wrapper: Sequence[str] = ()) -> None:
+    """Start ``despina serve`` of ``repository`` (plus ``flags``) from ``tree``'s sources,
+    under ``wrapper`` (valgrind) if given; wait until it is ready."""
     sources = [
         shadow_missing_plugins(tree),
         tree.path / "core/src",
@@ -109,6 +118,7 @@ def serve(tree: Tree, repository: Path, flags: list[str]) -> None:
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(s.resolve()) for s in sources)}
     command = [
+        *wrapper,
         *(sys.executable, "-m", "despina", "serve"),
         f"--model-repository={repository}",
         *("--http-address=127.0.0.1", f"--http-port={tree.port}"),
@@ -119,7 +129,7 @@ def serve(tree: Tree, repository: Path, flags: list[str]) -> None:
     log = Path(f"/tmp/bench_check_{tree.name}.log")
     with log.open("w") as handle:
         tree.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=handle)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + READY_S
     while time.monotonic() < deadline:
         if tree.process.poll() is not None:
             raise SystemExit(f"{tree.name}: despina serve exited, see {log.name}")
@@ -128,7 +138,7 @@ def serve(tree: Tree, repository: Path, flags: list[str]) -> None:
             return
         except OSError:
             time.sleep(0.2)
-    raise SystemExit(f"{tree.name}: not ready in 120 s, see {log.name}")
+    raise SystemExit(f"{tree.name}: not ready in {READY_S} s, see {log.name}")
 
 
 def _stat_fields(pid: int) -> list[str]:
@@ -210,6 +220,61 @@ def measure(tree: Tree, protocol: str, conc: int, seconds: float, bodies: Path) 
     )
 
 
+def fixed_load(tree: Tree, protocol: str, count: int, bodies: Path) -> None:
+    """``count`` requests one after another on one connection (h2load; ``--h1`` for HTTP)."""
+    if protocol == "grpc":
+        body, headers = bodies / "infer_grpc_raw.bin", ["content-type: application/grpc"]
+        url = f"http://127.0.0.1:{tree.port + 1}/inference.GRPCInferenceService/ModelInfer"
+        headers.append("te: trailers")
+        mode: list[str] = []
+    else:
+        url, mode = f"http://127.0.0.1:{tree.port}/v2/models/add_sub/infer", ["--h1"]
+        body, headers = bodies / "infer_json.body", ["Content-Type: application/json"]
+        if protocol == "http-binary":
+            length = (bodies / "infer_binary.hlen").read_text().strip()
+            body = bodies / "infer_binary.body"
+            headers = ["Content-Type: application/octet-stream"]
+            headers.append(f"Inference-Header-Content-Length: {length}")
+    command = ["h2load", *mode, f"-n{count}", "-c1", "-m1", "-t1", "-d", str(body), url]
+    for header in headers:
+        command += ["-H", header]
+    subprocess.run(command, check=True, capture_output=True, timeout=600)
+
+
+def count_instructions(tree: Tree, protocol: str, bodies: Path) -> None:
+    """Record (server, model processes) instructions per request of ``COUNTED`` requests:
+    callgrind's instrumentation is switched on for them only, then dumped."""
+    assert tree.process is not None
+    pids = [str(tree.process.pid), *map(str, children(tree.process.pid))]
+    fixed_load(tree, protocol, WARM_UP, bodies)
+    subprocess.run(["callgrind_control", "-i", "on", *pids], check=True, capture_output=True)
+    fixed_load(tree, protocol, COUNTED, bodies)
+    subprocess.run(["callgrind_control", "-i", "off", *pids], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-d", *pids], check=True, capture_output=True)
+    totals = []
+    for pid in pids:
+        dumps = Path("/tmp").glob(f"despina-bench-cg-{tree.name}.{pid}.*")
+        latest = max(dumps, key=lambda path: int(path.suffix[1:]))
+        line = next(x for x in latest.read_text().splitlines() if x.startswith("totals:"))
+        totals.append(int(line.split()[1]) / COUNTED)
+    sample = (totals[0], sum(totals[1:]))
+    tree.samples.setdefault((protocol, 1), []).append(sample)
+    print(f"  {tree.name:8} {protocol:11}: server {sample[0]:9.0f} Ir/req, model {sample[1]:8.0f}")
+
+
+def no_polling(repository: Path) -> Path:
+    """A copy of ``repository``'s add_sub whose model process never polls its channel
+    (spinning would count instructions), under /tmp."""
+    copy = Path("/tmp/despina-bench-repo-no-polling")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(repository / "add_sub", copy / "add_sub")
+    with (copy / "add_sub/config.pbtxt").open("a") as config:
+        config.write(
+            'parameters: { key: "DESPINA_CHANNEL_POLL_US" value: { string_value: "0" } }\n'
+        )
+    return copy
+
+
 def median_pair(samples: list[tuple[float, float]]) -> tuple[float, float]:
     """Medians of the server and the model-process figures."""
     return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
@@ -227,17 +292,32 @@ def report(trees: list[Tree], args: argparse.Namespace) -> str:
     else:
         commit += "`"
     base = trees[0]
+    if args.instructions:
+        title, how = (
+            "instructions",
+            (
+                f"user-space instructions per request (callgrind, thousands) of the server process "
+                f"+ its model process over {COUNTED} requests sent one at a time after {WARM_UP} "
+                f"of warm-up, polling off in both processes"
+            ),
+        )
+    else:
+        title, how = (
+            "CPU",
+            (
+                f"{args.rounds} interleaved rounds of {args.seconds:g} s per cell, medians. CPU "
+                f"microseconds per request from `/proc` (utime + stime) of the server process + its "
+                f"model process, over the requests the server counted"
+            ),
+        )
     lines = [
-        "# bench-check: CPU per request against a baseline tree",
+        f"# bench-check: {title} per request against a baseline tree",
         "",
-        f"`make bench-check` (`bench/check.py`): add_sub of `{args.repository}` (the peers "
-        f"kit's Python-backend add_sub in process mode unless another repository is named), "
-        f"flags `{' '.join(args.server_args) or '(defaults)'}`, {args.rounds} interleaved "
-        f"rounds of {args.seconds:g} s per cell, medians. CPU microseconds per request from "
-        f"`/proc` (utime + stime) of the server process + its model process, over the requests "
-        f"the server counted. Current tree at `{commit}; load "
-        f"average at the start {args.load:.2f}. Lower is better; ratio = current / "
-        f"{base.name} of the total.",
+        f"`make bench-check` (`bench/check.py`{' --instructions' * args.instructions}): add_sub "
+        f"of `{args.repository}` (the peers kit's Python-backend add_sub in process mode unless "
+        f"another repository is named), flags `{' '.join(args.server_args) or '(defaults)'}`, "
+        f"{how}. Current tree at `{commit}; load average at the start {args.load:.2f}. Lower "
+        f"is better; ratio = current / {base.name} of the total.",
         "",
         "| protocol | c | " + " | ".join(f"{t.name} server + model" for t in trees) + " | ratio |",
         "|---|---:|" + "---:|" * (len(trees) + 1),
@@ -245,9 +325,12 @@ def report(trees: list[Tree], args: argparse.Namespace) -> str:
     for protocol in args.protocols:
         for conc in args.concurrency:
             pairs = [median_pair(t.samples[(protocol, conc)]) for t in trees]
-            cells = " | ".join(f"{p[0]:.0f} + {p[1]:.0f}" for p in pairs)
+            scale = 1000 if args.instructions else 1
+            cells = " | ".join(f"{p[0] / scale:.0f} + {p[1] / scale:.0f}" for p in pairs)
             ratio = sum(pairs[-1]) / sum(pairs[0])
             lines.append(f"| {protocol} | {conc} | {cells} | {ratio:.2f} |")
+    if args.instructions:
+        return "\n".join([*lines, ""])
     rss = ", ".join(
         f"{t.name} {t.idle_rss_kb[0] / 1024:.0f} + {t.idle_rss_kb[1] / 1024:.0f}" for t in trees
     )
@@ -281,17 +364,34 @@ def main() -> int:
         default=PEERS / "despina/model_repository",
         help="the model repository served (its add_sub is measured)",
     )
-    parser.add_argument("--out", type=Path, default=HERE / "results/bench_check.md")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help=f"count instructions per request instead (callgrind, {COUNTED} requests one "
+        "at a time per protocol, polling off; repeatable under any load)",
+    )
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.out is None:
+        name = "bench_check_instructions.md" if args.instructions else "bench_check.md"
+        args.out = HERE / "results" / name
     args.load = os.getloadavg()[0]
     bodies = payloads()
     revisions = [args.baseline, *args.also]
     trees = [Tree(r, baseline_tree(r), 19800 + 10 * n) for n, r in enumerate(revisions)]
     current = ROOT if args.current is None else baseline_tree(args.current)
     trees.append(Tree("current", current, 19800 + 10 * len(revisions)))
+    if args.instructions:
+        args.rounds, args.concurrency = 1, [1]
+        args.server_args = [*args.server_args, "--busy-poll-us=0"]
+        args.repository = no_polling(args.repository)
     try:
         for tree in trees:
-            serve(tree, args.repository, args.server_args)
+            wrapper = [
+                *("valgrind", "--tool=callgrind", "--trace-children=yes", "--instr-atstart=no"),
+                f"--callgrind-out-file=/tmp/despina-bench-cg-{tree.name}.%p",
+            ]
+            serve(tree, args.repository, args.server_args, wrapper if args.instructions else ())
         time.sleep(2)
         for tree in trees:
             assert tree.process is not None
@@ -302,7 +402,10 @@ def main() -> int:
             for protocol in args.protocols:
                 for conc in args.concurrency:
                     for tree in random.sample(trees, len(trees)):
-                        measure(tree, protocol, conc, args.seconds, bodies)
+                        if args.instructions:
+                            count_instructions(tree, protocol, bodies)
+                        else:
+                            measure(tree, protocol, conc, args.seconds, bodies)
     finally:
         for tree in trees:
             if tree.process is not None:
