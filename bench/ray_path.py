@@ -1,25 +1,29 @@
 """Infer/s of Despina on Ray Serve next to Ray Serve's own ceiling and ``despina serve``, in
-one interleaved run: every round measures each setup once, in turn; medians and ratios
-are printed as Markdown.
+one interleaved run per Ray mode: every round measures each setup once, in turn (the
+order rotating); medians, ratios and the server-side CPU per request are printed as
+Markdown.
 
 Setups (model ``examples/onnx_add_sub``, FP32 [1,16], v2 infer; closed-loop clients on
-keep-alive connections, one request in flight each):
+keep-alive connections, one request in flight each, in a process of their own):
 
-- ``despina serve``: its own HTTP frontend (a subprocess).
-- ``noop HTTP``: a Ray Serve deployment answering every request with a fixed v2 infer
-  JSON body after reading the request's: the ceiling of Ray Serve's HTTP proxy path.
-- ``despina HTTP``: :func:`despina_deploy_ray.despina_app`, v2 infer JSON through the
-  HTTP proxy.
-- ``noop gRPC`` / ``despina gRPC``: the same through Ray Serve's gRPC proxy
-  (``tritonclient.grpc``'s ``ModelInfer``; the no-op answers a fixed response).
+- ``despina serve``: its own HTTP frontend (a subprocess), measured in every session.
+- ``noop HTTP`` / ``noop gRPC``: a Ray Serve deployment that reads the request and
+  answers a fixed v2 infer JSON body / ``ModelInferResponse``: Ray Serve's ceiling.
+- ``despina HTTP`` / ``despina gRPC``: :func:`despina_deploy_ray.despina_app`, v2 infer
+  JSON / ``tritonclient.grpc``'s ``ModelInfer``.
 
-Ray runs on one local node (``--nodes 1``) or on two local nodes (``--nodes 2``: a head
-and a second node started with ``ray.cluster_utils.Cluster``, each holding one
-``replica_slot`` resource so that two replicas land one per node); ``--replicas 1 2``
-interleaves one and two Despina replicas (each its own app, HTTP only).
+Ray modes (:data:`MODES`, one local cluster each, started and stopped by the run):
+``proxy`` (Ray Serve's defaults: clients -> HTTP/gRPC proxy actor -> replica),
+``proxy-optimized`` (the same proxies, ``RAY_SERVE_THROUGHPUT_OPTIMIZED=1`` less direct
+ingress) and ``direct`` (``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``: each replica listens
+itself, clients spread over the replicas' ports as a load balancer would).
+
+``--nodes 2`` starts a head and a second node (``ray.cluster_utils.Cluster``), each with
+one ``node_slot`` resource, and ``--replicas 1 2`` deploys Despina with one replica and
+with two (one per node, each taking the slot), interleaved (HTTP only).
 
     .venv/bin/python bench/ray_path.py --seconds 4 --rounds 3
-    .venv/bin/python bench/ray_path.py --nodes 2 --replicas 1 2 --seconds 4 --rounds 3
+    .venv/bin/python bench/ray_path.py --modes direct --nodes 2 --replicas 1 2
 """
 
 from __future__ import annotations
@@ -230,6 +234,12 @@ MODES = {
     # Ray Serve's defaults: HTTP/gRPC proxy actor -> replica by Ray actor calls, user code
     # on a loop of its own in the replica.
     "proxy": {},
+    # Ray Serve's throughput-optimized mode without direct ingress: the same proxies,
+    # Serve's internal calls over gRPC, router and user code on their process's main loop.
+    "proxy-optimized": {
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
+    },
     # Ray Serve's throughput-optimized mode: each ingress replica listens itself (direct
     # ingress), Serve's internal calls over gRPC, user code on the replica's own loop.
     "direct": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"},
@@ -351,7 +361,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=["proxy", "direct"])
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--replicas", type=int, nargs="+", default=[1])
     parser.add_argument("--only", nargs="*", default=None, help="setup names to measure")
