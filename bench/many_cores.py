@@ -1,8 +1,8 @@
 """What more cores can give one Despina host: N serving processes sharing a port against
 N event loops in threads of one process (issue 39, item 5; ``bench/results/many_cores.md``).
 
-Each configuration serves bench's in-process add_sub (INPUT0/INPUT1 FP32 [1,16]) from
-``--processes`` processes of ``--loops`` event loops each. Every loop is a full Despina
+Each configuration (``CONFIGS``) serves bench's in-process add_sub (INPUT0/INPUT1 FP32
+[1,16]) from P processes of L event loops each. Every loop is a full Despina
 server (``despina.testing.start_server``: its own models and frontends) on its own thread;
 the loops of all processes bind the load protocol's port together (``--reuse-http-port`` /
 ``--reuse-grpc-port``, SO_REUSEPORT: the kernel spreads *connections* over them) and each
@@ -24,7 +24,10 @@ Configurations and shapes are visited in turn, reversed on odd rounds.
 
 ``--gil CPUS`` runs that protocol-free path on 1 loop, on 2 loops in threads of one
 process and on 2 processes at once, pinned to ``CPUS``: whether loops in threads add
-anything under the GIL (no load generator needed, so 2 cores can be compared with 1).
+anything under the GIL (no load generator needed, so 2 cores can be compared with 1), and
+how long each loop thread slept (waiting for the GIL) while it had work. ``--balance``
+sends one client's and 8 clients' requests to 2 processes sharing a port and prints
+where they landed.
 """
 
 from __future__ import annotations
