@@ -112,7 +112,10 @@ def test_a_hung_redis_delays_a_request_by_the_socket_timeout_at_most(
     finally:
         redis_server.signal(signal.SIGCONT)
     assert _cache(serving)[:2] == (0, 3)
-    assert "failed (lookup: TimeoutError: Timeout reading" in serving.log.read_text()
+    # the lookup times out, or the first request's insert when the host is slow
+    assert re.search(
+        r"failed \((lookup|insert): TimeoutError: Timeout reading", serving.log.read_text()
+    )
 
 
 def test_options_are_refused_at_start_up_with_the_reason(
