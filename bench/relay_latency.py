@@ -75,7 +75,7 @@ def start(tree: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
     """``despina serve`` from ``tree``; the process and its HTTP port."""
     env = dict(os.environ, PYTHONPATH=python_path(tree))
     front = subprocess.run(
-        [sys.executable, "-c", "import despina_frontend_http.front as f; print(f.__file__)"],
+        [sys.executable, "-c", "import despina_frontend_http as f; print(f.__file__)"],
         env=env,
         check=True,
         capture_output=True,

@@ -66,6 +66,6 @@ def raw(
 
 
 def front_of(server: RunningServer) -> Any:
-    """``server``'s :class:`~despina_frontend_http.front.Front` (the port's listener)."""
+    """``server``'s :class:`~despina_frontend_http.h1_server.Front` (the port's listener)."""
     frontend = next(f for f in server.server.frontends if f.name == "http")
     return frontend._front

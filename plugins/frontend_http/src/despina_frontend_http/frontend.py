@@ -1,5 +1,5 @@
 """The HTTP/REST frontend on the Despina server's event loop: Despina's HTTP/1.1 front
-(:mod:`~despina_frontend_http.front`) on the port, answering through the router of the v2
+(:mod:`~despina_frontend_http.h1_server`) on the port, answering through the router of the v2
 routes and the plugins' (:func:`~despina_frontend_http.v2.serving_router`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING, ClassVar
 
 from despina_frontend_http.context import Context
-from despina_frontend_http.front import Front
+from despina_frontend_http.h1_server import Front
 from despina_frontend_http.options import HTTP_OPTIONS, HttpOptions
 from despina_frontend_http.v2 import serving_router
 
@@ -66,20 +66,20 @@ class HttpFrontend:
     def drain(self) -> None:
         """The server begins to stop: close the listening socket; every answer from now
         on says ``Connection: close`` and closes its connection; an idle connection waits
-        :data:`~despina_frontend_http.front.DRAIN_IDLE_S` for a request its client may be
+        :data:`~despina_frontend_http.h1_server.DRAIN_IDLE_S` for a request its client may be
         sending."""
         if self._front is not None:
             self._front.drain()
 
     @property
     def settled(self) -> bool:
-        """Every request read is answered (:attr:`~despina_frontend_http.front.Front.settled`):
+        """Every request read is answered (:attr:`~despina_frontend_http.h1_server.Front.settled`):
         the server's stop waits for it before the models unload."""
         return self._front is None or self._front.settled
 
     async def stop(self) -> None:
         """Drain unless draining; once the connections closed (those still open after
-        :data:`~despina_frontend_http.front.CLOSE_WAIT_S` are cut), release the threads."""
+        :data:`~despina_frontend_http.h1_server.CLOSE_WAIT_S` are cut), release the threads."""
         if self._front is not None:
             await self._front.stop()
             self._front = None

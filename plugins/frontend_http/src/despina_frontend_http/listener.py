@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from despina_frontend_http.context import Context
-from despina_frontend_http.front import Front
 from despina_frontend_http.h1_engine import Limits
+from despina_frontend_http.h1_server import Front
 from despina_frontend_http.limits import head_too_large
 from despina_frontend_http.options import DEFAULT_MAX_HEADER_SIZE, DEFAULT_MAX_INPUT_SIZE
 from despina_frontend_http.router import Router

@@ -1,7 +1,7 @@
 """``POST /v2/models/{m}[/versions/{v}]/infer``: the inference endpoint.
 
 :func:`start_infer` (decode and submit) and :func:`finish_infer` (wait and encode) are the
-protocol-independent part: the front's fast path (:mod:`despina_frontend_http.front`)
+protocol-independent part: the front's fast path (:mod:`despina_frontend_http.h1_server`)
 answers with them directly, the route here (compressed bodies or answers, requests
 waiting their turn, hosts other than the front) through the router.
 """
