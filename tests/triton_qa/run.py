@@ -127,7 +127,33 @@ def _port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def _ready() -> bool:
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a listening TCP socket of ``port`` (/proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _ready(pid: int) -> bool:
+    """Whether the server ``pid`` listens on port 8000 and answers ready there: another
+    server of this machine may take the port between the check for free ports and ours
+    binding it, and its answer is not ours."""
+    if not _listens(pid, PORTS[0]):
+        return False
     try:
         with urllib.request.urlopen("http://127.0.0.1:8000/v2/health/ready", timeout=2) as r:
             return bool(r.status == 200)
@@ -164,7 +190,7 @@ class Server:
         self.started = False
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline and self.proc.poll() is None:
-            if _ready():
+            if _ready(self.proc.pid):
                 self.started = True
                 break
             time.sleep(0.5)
