@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import logging
 import multiprocessing
 import os
 import statistics
@@ -212,7 +213,8 @@ class Noop:
 
     def __init__(self) -> None:
         # Ray pickles the message by the module name Despina's gRPC adapter registers.
-        from despina_deploy_ray.grpc_service import service_pb2
+        import despina_deploy_ray.grpc_service  # noqa: F401
+        from tritonclient.grpc import service_pb2
 
         response = service_pb2.ModelInferResponse(model_name=MODEL, model_version="1")
         for name in ("OUTPUT0", "OUTPUT1"):
@@ -230,7 +232,7 @@ class Noop:
         return self.grpc_answer
 
 
-MODES = {
+MODES: dict[str, dict[str, str]] = {
     # Ray Serve's defaults: HTTP/gRPC proxy actor -> replica by Ray actor calls, user code
     # on a loop of its own in the replica.
     "proxy": {},
@@ -258,15 +260,16 @@ def ray_cluster(mode: str, nodes: int) -> Iterator[tuple[int, int]]:
     from ray.serve.config import gRPCOptions
 
     saved = dict(os.environ)
+    node: dict[str, Any] = {"num_cpus": 4, "resources": {"node_slot": 1}}
     os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", **MODES[mode]})
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 4, "resources": {"node_slot": 1}, "include_dashboard": False},
+        head_node_args={**node, "include_dashboard": False},
     )
     for _ in range(nodes - 1):
-        cluster.add_node(num_cpus=4, resources={"node_slot": 1})
+        cluster.add_node(**node)
     try:
-        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
         cluster.wait_for_nodes()
         http_port, grpc_port = free_port(), free_port()
         serve.start(
@@ -278,10 +281,10 @@ def ray_cluster(mode: str, nodes: int) -> Iterator[tuple[int, int]]:
         yield http_port, grpc_port
     finally:
         try:
-            serve.shutdown()
+            serve.shutdown()  # type: ignore[no-untyped-call]
         finally:
             ray.shutdown()
-            cluster.shutdown()
+            cluster.shutdown()  # type: ignore[no-untyped-call]
             os.environ.clear()
             os.environ.update(saved)
 
@@ -295,7 +298,7 @@ def targets(app: str, protocol: str) -> list[int]:
     controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
     deadline = time.monotonic() + 60
     while True:
-        groups = ray.get(controller.get_target_groups.remote(app))
+        groups: list[Any] = ray.get(controller.get_target_groups.remote(app))
         ports = [
             t.port
             for g in groups
