@@ -90,7 +90,13 @@ class TritonDeployment:
 def serve_port() -> Iterator[int]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(
+        address="local",  # a cluster of its own, even where another runs on the machine
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     try:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
