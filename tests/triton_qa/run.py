@@ -25,6 +25,7 @@ Exit status: 0 when every case ran and passed, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import shlex
@@ -42,6 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 PORTS = (8000, 8001, 8002)
 READY_TIMEOUT_S = 120.0
@@ -841,6 +843,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.triton_repo is None or not (opts.triton_repo / "qa/L0_backend_python").is_dir():
         parser.error("give --triton-repo (or TRITON_SERVER_REPO): a copy of Triton's server repo")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers on the way out
+    lock = _one_run_at_a_time()  # noqa: F841 (held until the process exits)
     work = Path(tempfile.mkdtemp(prefix="triton-qa-")).resolve()
     for part in ("L0_backend_python", "python_models", "common", *FOLDERS):
         shutil.copytree(opts.triton_repo / "qa" / part, work / "qa" / part)
@@ -872,6 +875,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print(f"total: {total - failed}/{total} passed")
     return 0 if total and not failed else 1
+
+
+def _one_run_at_a_time() -> TextIO:
+    """An exclusive lock that runs of this runner on one machine take in turn: they all
+    serve on ports 8000-8002, and a server of another run that binds them between our
+    check and our bind answers our test files. The lock is released when the file closes."""
+    lock = open(Path(tempfile.gettempdir()) / "despina-triton-qa.lock", "w")  # noqa: SIM115
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("waiting for another triton-qa run to finish", flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
 
 
 def _in_private_shm(size: str, argv: Sequence[str] | None) -> int:
