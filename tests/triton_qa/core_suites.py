@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from run import Context, Server, check, example, fresh, pytest, serving
+from run import PYTEST_TIMEOUT_S, Context, Server, check, example, fresh, pytest, serving
 
 #: The suite folders of ``qa/`` these suites use (copied into the work folder).
 FOLDERS = (
@@ -56,9 +56,18 @@ def generated(ctx: Context, generator: str, *flags: str) -> Path:
 def unittest_case(ctx: Context, suite: str, cwd: Path, target: str, case: str) -> None:
     """``python target case`` as test.sh runs a file whose results a ``TestResultCollector``
     gathers (it runs under unittest only); one case, by exit status."""
-    proc = subprocess.run(
-        [ctx.client_python, target, case], cwd=cwd, env=ctx.env(), capture_output=True, text=True
-    )
+    try:
+        proc = subprocess.run(
+            [ctx.client_python, target, case],
+            cwd=cwd,
+            env=ctx.env(),
+            capture_output=True,
+            text=True,
+            timeout=PYTEST_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        check(ctx, suite, case, False, f"timed out after {PYTEST_TIMEOUT_S} s")
+        return
     check(ctx, suite, case, proc.returncode == 0, (proc.stdout + proc.stderr)[-1000:])
 
 
