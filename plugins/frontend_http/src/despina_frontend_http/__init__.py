@@ -9,7 +9,7 @@ Every other module is internal.
 
 from despina_frontend_http.body import PayloadTooLarge, read_limited
 from despina_frontend_http.context import Context
-from despina_frontend_http.listener import RouterListener, serve_router
+from despina_frontend_http.listener import OwnPortFrontend, RouterListener, serve_router
 from despina_frontend_http.responses import Response, error_response, json_response
 from despina_frontend_http.router import Handler, Request, Route, Router, StreamResponse
 from despina_frontend_http.v2 import ROUTES_HOOK, plugin_routes, serving_router, v2_routes
@@ -18,6 +18,7 @@ __all__ = [
     "ROUTES_HOOK",
     "Context",
     "Handler",
+    "OwnPortFrontend",
     "PayloadTooLarge",
     "Request",
     "Response",

@@ -92,3 +92,66 @@ async def serve_router(
         executor.shutdown(wait=False)
         raise
     return RouterListener(front, bound, executor)
+
+
+class OwnPortFrontend:
+    """The frontend contract (``drain``, ``settled``, ``stop``) of a plugin serving a
+    router on a port of its own: a subclass's ``start`` calls :meth:`listen` once.
+
+    ``ctx``, when the subclass made one for its routes (``Context.from_options``), has its
+    threads stopped with the listener."""
+
+    def __init__(self, host: FrontendHost) -> None:
+        self.host = host
+        #: The port :meth:`listen` bound; None before, and when nothing listens.
+        self.port: int | None = None
+        self._listener: RouterListener | None = None
+        self._ctx: Context | None = None
+
+    async def listen(
+        self,
+        router: Router,
+        address: str,
+        port: int,
+        *,
+        ctx: Context | None = None,
+        max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+        input_size_flag: str = "--http-max-input-size",
+        max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
+    ) -> None:
+        """:func:`serve_router` ``router`` on ``address:port``; OSError when it cannot be
+        bound (``ctx``'s threads are then stopped too)."""
+        self._ctx = ctx
+        try:
+            self._listener = await serve_router(
+                router,
+                self.host,
+                address,
+                port,
+                max_input_size=max_input_size,
+                input_size_flag=input_size_flag,
+                max_header_size=max_header_size,
+            )
+        except BaseException:
+            await self.stop()
+            raise
+        self.port = self._listener.port
+
+    def drain(self) -> None:
+        """Stop listening; open connections close after the answer they are owed."""
+        if self._listener is not None:
+            self._listener.drain()
+
+    @property
+    def settled(self) -> bool:
+        """False while requests read before the stop are not answered."""
+        return self._listener is None or self._listener.settled
+
+    async def stop(self) -> None:
+        """Close the listening socket and the connections; stop ``ctx``'s threads."""
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None
+        if self._ctx is not None:
+            self._ctx.executor.shutdown(wait=False)
+            self._ctx = None

@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING, ClassVar
 
 from despina import CORE
-from despina_frontend_http import Request, Route, Router, RouterListener, serve_router
+from despina_frontend_http import OwnPortFrontend, Request, Route, Router
 
 from despina_frontend_openai.catalog import Catalog
 from despina_frontend_openai.errors import OpenAIError
@@ -60,18 +60,12 @@ class OpenAIRouter(Router):
         return await route.handler(request)
 
 
-class OpenAIFrontend:
+class OpenAIFrontend(OwnPortFrontend):
     """``name = "openai"``; serves ``--openai-address:--openai-port`` with
     ``--allow-openai=true`` (unless ``--openai-on-http-port``). ``--openai-port 0`` binds
     an ephemeral port (:attr:`port`)."""
 
     name: ClassVar[str] = "openai"
-
-    def __init__(self, host: FrontendHost) -> None:
-        self.host = host
-        #: The port :meth:`start` bound; None before, and when no port of its own serves.
-        self.port: int | None = None
-        self._listener: RouterListener | None = None
 
     async def start(self) -> None:
         """Bind and serve; OSError when the port cannot be bound."""
@@ -79,29 +73,11 @@ class OpenAIFrontend:
         if not options.allow or options.on_http_port:
             return
         router = OpenAIRouter(openai_routes(self.host, options, METRICS_PATH))
-        self._listener = await serve_router(
+        await self.listen(
             router,
-            self.host,
             options.address,
             options.port,
             max_input_size=options.max_input_size,
             input_size_flag="--openai-max-input-size",
         )
-        self.port = self._listener.port
         log.info("Started OpenAI-compatible frontend at %s:%d", options.address, self.port)
-
-    def drain(self) -> None:
-        """Stop listening; open connections close after the answer they are owed."""
-        if self._listener is not None:
-            self._listener.drain()
-
-    @property
-    def settled(self) -> bool:
-        """Every request read on the OpenAI port is answered."""
-        return self._listener is None or self._listener.settled
-
-    async def stop(self) -> None:
-        """Close the listening socket and the connections."""
-        if self._listener is not None:
-            await self._listener.stop()
-            self._listener = None

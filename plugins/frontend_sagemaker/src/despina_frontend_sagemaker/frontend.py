@@ -7,7 +7,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, ClassVar
 
-from despina_frontend_http import Context, Router, RouterListener, serve_router, v2_routes
+from despina_frontend_http import Context, OwnPortFrontend, Router, v2_routes
 
 from despina_frontend_sagemaker.options import SAGEMAKER_OPTIONS
 from despina_frontend_sagemaker.routes import SageMakerRouter
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("despina.sagemaker")
 
 
-class SageMakerFrontend:
+class SageMakerFrontend(OwnPortFrontend):
     """``name = "sagemaker"``; serves ``--sagemaker-address:--sagemaker-port`` with
     ``--allow-sagemaker=true``. ``--sagemaker-port 0`` binds an ephemeral port
     (:attr:`port`). Inference bodies are bounded by ``--http-max-input-size`` and the
@@ -27,12 +27,8 @@ class SageMakerFrontend:
     name: ClassVar[str] = "sagemaker"
 
     def __init__(self, host: FrontendHost) -> None:
-        self.host = host
-        #: The port :meth:`start` bound; None before, and when not allowed.
-        self.port: int | None = None
+        super().__init__(host)
         self.router: SageMakerRouter | None = None
-        self._listener: RouterListener | None = None
-        self._ctx: Context | None = None
 
     async def start(self) -> None:
         """Bind and serve; OSError when the port cannot be bound."""
@@ -40,35 +36,15 @@ class SageMakerFrontend:
         if not options.allow:
             return
         # tritonserver's SageMaker server forwards no request headers to models
-        ctx = self._ctx = dataclasses.replace(Context.from_options(self.host), forward=None)
+        ctx = dataclasses.replace(Context.from_options(self.host), forward=None)
         v2 = Router(v2_routes(ctx), ctx.restrictions)
         self.router = SageMakerRouter(ctx, v2, options)
-        self._listener = await serve_router(
+        await self.listen(
             self.router,
-            self.host,
             options.address,
             options.port,
+            ctx=ctx,
             max_input_size=ctx.max_input_size,
             max_header_size=ctx.max_header_size,
         )
-        self.port = self._listener.port
         log.info("Started Sagemaker HTTPService at %s:%d", options.address, self.port)
-
-    def drain(self) -> None:
-        """Stop listening; open connections close after the answer they are owed."""
-        if self._listener is not None:
-            self._listener.drain()
-
-    @property
-    def settled(self) -> bool:
-        """False while requests read before the stop are not answered."""
-        return self._listener is None or self._listener.settled
-
-    async def stop(self) -> None:
-        """Close the listening socket and the connections."""
-        if self._listener is not None:
-            await self._listener.stop()
-            self._listener = None
-        if self._ctx is not None:
-            self._ctx.executor.shutdown(wait=False)
-            self._ctx = None

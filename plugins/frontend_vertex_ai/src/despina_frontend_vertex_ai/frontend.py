@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING, ClassVar
 from despina import InvalidArgument
 from despina_frontend_http import (
     Context,
+    OwnPortFrontend,
     Response,
     Router,
-    RouterListener,
-    serve_router,
     v2_routes,
 )
 
@@ -55,7 +54,7 @@ async def metrics_page(host: FrontendHost) -> Response | None:
     return page(host)
 
 
-class VertexAiFrontend:
+class VertexAiFrontend(OwnPortFrontend):
     """``name = "vertex_ai"``; serves ``--vertex-ai-address:--vertex-ai-port`` with
     ``--allow-vertex-ai=true`` (the default under ``AIP_MODE=PREDICTION``).
     ``--vertex-ai-port 0`` binds an ephemeral port (:attr:`port`). Inference bodies are
@@ -65,13 +64,9 @@ class VertexAiFrontend:
     name: ClassVar[str] = "vertex_ai"
 
     def __init__(self, host: FrontendHost) -> None:
-        self.host = host
-        #: The port :meth:`start` bound; None before, and when not allowed.
-        self.port: int | None = None
+        super().__init__(host)
         #: The model the prediction route runs (set by :meth:`start`).
         self.default_model: str | None = None
-        self._listener: RouterListener | None = None
-        self._ctx: Context | None = None
 
     async def start(self) -> None:
         """Check the routes and the default model (InvalidArgument), bind and serve
@@ -81,7 +76,7 @@ class VertexAiFrontend:
             return
         model = self.default_model = default_model(self.host, options)
         # tritonserver's Vertex AI server forwards no request headers to models
-        ctx = self._ctx = dataclasses.replace(Context.from_options(self.host), forward=None)
+        ctx = dataclasses.replace(Context.from_options(self.host), forward=None)
         v2 = Router(v2_routes(ctx), ctx.restrictions)
         host = self.host
 
@@ -89,32 +84,12 @@ class VertexAiFrontend:
             return await metrics_page(host)
 
         router = VertexRouter(ctx, v2, options, model, metrics)
-        self._listener = await serve_router(
+        await self.listen(
             router,
-            self.host,
             options.address,
             options.port,
+            ctx=ctx,
             max_input_size=ctx.max_input_size,
             max_header_size=ctx.max_header_size,
         )
-        self.port = self._listener.port
         log.info("Started Vertex AI HTTPService at %s:%d", options.address, self.port)
-
-    def drain(self) -> None:
-        """Stop listening; open connections close after the answer they are owed."""
-        if self._listener is not None:
-            self._listener.drain()
-
-    @property
-    def settled(self) -> bool:
-        """False while requests read before the stop are not answered."""
-        return self._listener is None or self._listener.settled
-
-    async def stop(self) -> None:
-        """Close the listening socket and the connections."""
-        if self._listener is not None:
-            await self._listener.stop()
-            self._listener = None
-        if self._ctx is not None:
-            self._ctx.executor.shutdown(wait=False)
-            self._ctx = None
