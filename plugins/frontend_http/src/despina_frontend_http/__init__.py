@@ -7,6 +7,7 @@ and a listener of its own for a router (:mod:`despina_frontend_http.listener`).
 Every other module is internal.
 """
 
+from despina_frontend_http.binary_content_type import binary_header_length
 from despina_frontend_http.body import PayloadTooLarge, read_limited
 from despina_frontend_http.context import Context
 from despina_frontend_http.listener import OwnPortFrontend, RouterListener, serve_router
@@ -26,6 +27,7 @@ __all__ = [
     "Router",
     "RouterListener",
     "StreamResponse",
+    "binary_header_length",
     "error_response",
     "json_response",
     "plugin_routes",

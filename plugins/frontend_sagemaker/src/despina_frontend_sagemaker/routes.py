@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 from despina import DespinaError
-from despina_frontend_http import Context, Request, Response, Router, error_response
+from despina_frontend_http import (
+    Context,
+    Request,
+    Response,
+    Router,
+    binary_header_length,
+    error_response,
+)
 
 from despina_frontend_sagemaker.mme import MultiModel, is_oom
 from despina_frontend_sagemaker.options import SageMakerOptions
@@ -38,29 +45,6 @@ BAD_REQUEST = Response(400)
 NOT_FOUND = Response(404)
 OK = Response(200)
 _NOT_ALLOWED = error_response(405, "Method Not Allowed")
-_STOI = re.compile(r"\s*([+-]?[0-9]+)")
-
-
-def header_length(content_type: str | None, body_size: int) -> str | None:
-    """The JSON header's size a SageMaker ``Content-Type`` gives (None: the whole body is
-    JSON); InvalidArgument-like ValueError with tritonserver's texts."""
-    if content_type is None:
-        return None
-    pos = content_type.find(BINARY_MIME)
-    if pos < 0:
-        return None
-    if pos != 0:
-        raise ValueError(
-            f"expect MIME type for binary data starts with '{BINARY_MIME}', got: {content_type}"
-        )
-    raw = content_type[len(BINARY_MIME) :]
-    found = _STOI.match(raw)  # std::stoi: leading blanks, a sign, digits; the rest ignored
-    if found is None:
-        raise ValueError(f"Unable to parse inference header size, got: {raw}")
-    size = int(found[1])
-    if size < 0 or size > body_size:
-        raise ValueError(f"inference header size should be in range (0, {body_size}), got: {raw}")
-    return str(size)
 
 
 class SageMakerRouter(Router):
@@ -138,7 +122,9 @@ class SageMakerRouter(Router):
     async def _infer(self, request: Request, model: str) -> Answer:
         headers = _plain(request.headers)
         try:
-            size = header_length(request.headers.get("content-type"), len(request.body))
+            size = binary_header_length(
+                request.headers.get("content-type"), BINARY_MIME, len(request.body)
+            )
         except ValueError as exc:
             self.host.inference_model(model)  # an unknown model is reported first
             return error_response(400, str(exc))

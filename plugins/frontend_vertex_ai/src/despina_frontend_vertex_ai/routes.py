@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from despina import DespinaError
-from despina_frontend_http import Context, Request, Response, Router, error_response
+from despina_frontend_http import (
+    Context,
+    Request,
+    Response,
+    Router,
+    binary_header_length,
+    error_response,
+)
 
 from despina_frontend_vertex_ai.options import VertexOptions
 
@@ -32,7 +39,6 @@ BAD_REQUEST = Response(400)
 FORBIDDEN = Response(403)
 NOT_ALLOWED = Response(405)
 _NOT_ALLOWED_JSON = error_response(405, "Method Not Allowed")
-_STOI = re.compile(r"\s*([+-]?[0-9]+)")
 # tritonserver's route expressions
 _SERVER = re.compile(r"/v2(?:/health/(live|ready))?")
 _MODEL = re.compile(
@@ -42,28 +48,6 @@ _MODEL = re.compile(
 _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 _SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 _CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
-
-
-def header_length(content_type: str | None, body_size: int) -> str | None:
-    """The JSON header's size a Vertex AI ``Content-Type`` gives (None: the whole body is
-    JSON); ValueError with tritonserver's texts."""
-    if content_type is None:
-        return None
-    pos = content_type.find(BINARY_MIME)
-    if pos < 0:
-        return None
-    if pos != 0:
-        raise ValueError(
-            f"expect MIME type for binary data starts with '{BINARY_MIME}', got: {content_type}"
-        )
-    raw = content_type[len(BINARY_MIME) :]
-    found = _STOI.match(raw)  # std::stoi: leading blanks, a sign, digits; the rest ignored
-    if found is None:
-        raise ValueError(f"Unable to parse inference header size, got: {raw}")
-    size = int(found[1])
-    if size < 0 or size > body_size:
-        raise ValueError(f"inference header size should be in range (0, {body_size}), got: {raw}")
-    return str(size)
 
 
 class VertexRouter(Router):
@@ -140,7 +124,9 @@ class VertexRouter(Router):
         """v2 inference of ``model`` (the body as tritonserver's Vertex AI server reads it)."""
         headers = _plain(request.headers)
         try:
-            size = header_length(request.headers.get("content-type"), len(request.body))
+            size = binary_header_length(
+                request.headers.get("content-type"), BINARY_MIME, len(request.body)
+            )
         except ValueError as exc:
             self.host.inference_model(model, version)  # an unknown model is reported first
             return error_response(400, str(exc))
