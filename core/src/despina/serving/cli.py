@@ -92,8 +92,8 @@ def cmd_serve(argv: Sequence[str]) -> int:
     configure_logging(settings.log_file, settings.log_format)
     for warning in settings.inert_flags_given:
         log.warning("flag has no effect: %s", warning)
-    for warning in settings.flag_warnings:
-        log.warning("%s", warning)
+    for warning in settings.flag_warnings:  # tritonserver's own: plain lines on stderr
+        print(f"Warning: {warning}", file=sys.stderr, flush=True)
     for failure in server.plugins.failures:
         log.warning("%s", failure.describe())
     for warning in startup_warnings(server):

@@ -337,7 +337,9 @@ def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
 
 def _strict_model_config_warnings(strict: bool | None, disable: bool) -> list[str]:
     """tritonserver's warnings for ``--strict-model-config`` (None: not given): it is
-    deprecated, and given false beside ``--disable-auto-complete-config`` it is overridden."""
+    deprecated, and given false beside ``--disable-auto-complete-config`` it is overridden.
+    ``despina serve`` prints each as tritonserver does: a plain ``Warning: <text>`` line on
+    stderr, not a log line."""
     if strict is None:
         return []
     warnings = [
