@@ -225,21 +225,29 @@ class Server:
             raise StartupError(f"failed to load all models: {lines}")
         for cls in self.registry.exporters.values():
             exporter = cls(self.metrics_host)
-            await exporter.start()
+            await self._start_or_stop(exporter, "metrics exporter")
             self.exporters.append(exporter)
         for cls in self.registry.frontends.values():
             frontend = cls(self.dataplane)
-            try:
-                await frontend.start()
-            except (OSError, DespinaError) as exc:  # a port, or a setting refused at start
-                await self.stop()
-                raise StartupError(f"frontend '{cls.name}' failed to start: {exc}") from None
+            await self._start_or_stop(frontend, "frontend")
             self.frontends.append(frontend)
         if self.settings.model_control_mode == "poll":
             self.poller = RepositoryPoller(self.models, float(self.settings.repository_poll_secs))
             self.poller.remember_loaded()
             self.poller.start()
         self.plugins.hook.despina_server_started(server=self.dataplane)
+
+    async def _start_or_stop(self, component: Frontend | MetricsExporter, what: str) -> None:
+        """Start ``component``; when it fails, stop what started before it (models,
+        exporters, frontends) and raise: StartupError for a port or a setting refused,
+        any other exception as it came (a plugin's bug)."""
+        try:
+            await component.start()
+        except BaseException as exc:
+            await self.stop()
+            if isinstance(exc, OSError | DespinaError):
+                raise StartupError(f"{what} '{component.name}' failed to start: {exc}") from None
+            raise
 
     async def start_frontend(
         self, name: str, args: Sequence[str] = ()

@@ -64,6 +64,21 @@ class RunningServer:
             self.thread.join(30)
 
 
+def _finish(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what still runs on the stopped ``loop`` and wait (10 s at most) for it to
+    end, then close the loop, as ``asyncio.run`` ends: nothing is left pending to be
+    destroyed later, no accepted socket left unserved and unclosed."""
+    import asyncio
+
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending, timeout=10))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
 def _bound_port(components: Sequence[Any], name: str) -> int | None:
     """The ``port`` the started frontend or exporter called ``name`` bound, or None."""
     port = next((getattr(c, "port", None) for c in components if c.name == name), None)
@@ -107,11 +122,11 @@ def start_server(
             loop.run_until_complete(server.start())
         except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
             ready.set_exception(exc)
-            loop.close()
+            _finish(loop)
             return
         ready.set_result(server)
         loop.run_forever()
-        loop.close()
+        _finish(loop)
 
     thread = threading.Thread(target=run, name="despina-test-server", daemon=True)
     thread.start()

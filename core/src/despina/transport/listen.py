@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import socket
@@ -203,7 +204,7 @@ def serve(
     )
     task: asyncio.Task[object] = loop.create_task(made)
     _making.add(task)
-    task.add_done_callback(_made)
+    task.add_done_callback(functools.partial(_made, connection))
 
 
 def stop_listening(
@@ -244,7 +245,9 @@ def stop_listening(
     loop.call_soon(close)
 
 
-def _made(task: asyncio.Task[object]) -> None:
+def _made(connection: socket.socket, task: asyncio.Task[object]) -> None:
+    """A connection's serving began, failed or was cancelled (its loop closing first):
+    one that is not served is closed here (closing a socket twice is harmless)."""
     _making.discard(task)
-    if not task.cancelled():
-        task.exception()  # a client gone meanwhile: nothing to serve
+    if task.cancelled() or task.exception() is not None:  # a client gone meanwhile
+        connection.close()
