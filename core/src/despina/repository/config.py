@@ -2,9 +2,9 @@
 
 The schema is Triton's own protobuf (the generated module shipped in ``tritonclient``);
 ``config.pbtxt`` is parsed with protobuf's text format, so an unknown field or bad value
-is an error naming the file, line and field. :func:`check_file_names` and :func:`validate`
-check what Triton checks before a model loads; :mod:`despina.repository.config_pipeline` runs them,
-in order with the steps that complete a config.
+is an error naming the file, line and field. :func:`check_file_names` and
+:mod:`despina.repository.validation` check what Triton checks before a model loads;
+:mod:`despina.repository.config_pipeline` runs them, in order with the steps that complete a config.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ __all__ = [
     "parse_text",
     "read_model_config",
     "to_json_dict",
-    "validate",
 ]
 
 #: Triton platform name -> the backend that serves it.
@@ -212,54 +211,6 @@ def check_file_names(config: mc.ModelConfig, model_name: str) -> None:
                 relative_parts(value, field)
             except InvalidArgument as exc:
                 raise ConfigError(f"model '{model_name}': {exc}") from None
-
-
-def validate(config: mc.ModelConfig, model_name: str, *, inputs_optional: bool = False) -> None:
-    """Raise ConfigError for what Triton refuses before loading a model (no inputs is
-    accepted when ``inputs_optional``: the backend's models may make their own data)."""
-    where = f"model '{model_name}'"
-    if config.name != model_name:
-        raise ConfigError(
-            f"{where}: config name '{config.name}' does not match the folder name '{model_name}'"
-        )
-    if config.max_batch_size < 0:
-        raise ConfigError(f"{where}: max_batch_size must be >= 0")
-    for kind, tensors in (("input", config.input), ("output", config.output)):
-        seen: set[str] = set()
-        for tensor in tensors:
-            _validate_tensor(where, kind, tensor, seen)
-    if config.platform != ENSEMBLE_PLATFORM and not config.output:
-        raise ConfigError(f"{where}: must specify at least one output")
-    if config.platform != ENSEMBLE_PLATFORM and not (config.input or inputs_optional):
-        raise ConfigError(f"{where}: must specify at least one input")
-
-
-def _validate_tensor(where: str, kind: str, tensor: Any, seen: set[str]) -> None:
-    if not tensor.name:
-        raise ConfigError(f"{where}: an {kind} has no name")
-    if tensor.name in seen:
-        raise ConfigError(f"{where}: {kind} '{tensor.name}' is specified more than once")
-    seen.add(tensor.name)
-    if tensor.data_type == mc.TYPE_INVALID:
-        raise ConfigError(f"{where}: {kind} '{tensor.name}' must specify a data_type")
-    if any(d < -1 or d == 0 for d in tensor.dims):
-        raise ConfigError(
-            f"{where}: {kind} '{tensor.name}' dims must be positive or -1, got {list(tensor.dims)}"
-        )
-    if tensor.HasField("reshape"):
-        fixed = all(d > 0 for d in tensor.dims) and all(d > 0 for d in tensor.reshape.shape)
-        if fixed and _product(tensor.dims) != _product(tensor.reshape.shape):
-            raise ConfigError(
-                f"{where}: {kind} '{tensor.name}' reshape {list(tensor.reshape.shape)} "
-                f"has a different element count than dims {list(tensor.dims)}"
-            )
-
-
-def _product(values: Any) -> int:
-    result = 1
-    for value in values:
-        result *= int(value)
-    return result
 
 
 def parameters_of(config: mc.ModelConfig) -> dict[str, str]:

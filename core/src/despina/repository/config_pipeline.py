@@ -5,14 +5,19 @@ several mistakes gets; the texts are Triton's):
 
 1. read ``config.pbtxt`` (or a load request's JSON) into the *draft*;
 2. run the model's repository agents (:mod:`despina.repository.agents`), which may move its folder;
-3. resolve the backend (:mod:`despina.repository.backend_resolution`), named in the draft with its
+3. validate what needs neither backend nor files (:mod:`despina.repository.validation`:
+   Triton's ``ValidateModelConfig``, and with auto-complete off ``ValidateModelIOConfig``),
+   as Triton does when it polls the repository;
+4. at least one version folder (but for an ensemble);
+5. resolve the backend (:mod:`despina.repository.backend_resolution`), named in the draft with its
    default model file; check the ``runtime`` field against it (:func:`check_runtime`), file
    names and that each version folder holds that file;
-4. the backend's :meth:`~despina.plugin.backend.Backend.auto_complete` fills the draft from the
+6. the backend's :meth:`~despina.plugin.backend.Backend.auto_complete` fills the draft from the
    model file (Python: the model's ``auto_complete_config``);
-5. :func:`normalize`: Triton's defaults;
-6. instance groups completed and checked (:mod:`despina.repository.instance_groups`);
-7. validated (:func:`despina.repository.config.validate`), then frozen in a :class:`PreparedConfig`.
+7. :func:`normalize`: Triton's defaults;
+8. instance groups completed and checked (:mod:`despina.repository.instance_groups`);
+9. validated again (:func:`despina.repository.validation.validate_completed`), then frozen in a
+   :class:`PreparedConfig`.
 
 The draft is the only ModelConfig written, by this module and the backend's
 ``auto_complete`` alone. Once frozen it is read-only for everyone (server, backends,
@@ -42,6 +47,7 @@ from despina.repository.folders import (
     select_versions,
 )
 from despina.repository.redact import without_paths
+from despina.repository.validation import validate_completed, validate_io, validate_model
 
 if TYPE_CHECKING:
     from despina.models.load_host import LoadHost
@@ -107,7 +113,12 @@ async def prepare(
     name, versions = model_dir.name, available_versions(model_dir)
     if model_name is not None and model_name != name:  # mapped: served under its mapping
         name = draft.name = model_name
+    if not draft.name:
+        draft.name = name
     try:
+        validate_model(draft)
+        if not host.settings.auto_complete:
+            validate_io(draft)
         backend: type[Backend] | None = None
         named_file = bool(draft.default_model_filename)
         if draft.platform != cfg.ENSEMBLE_PLATFORM:
@@ -120,8 +131,6 @@ async def prepare(
         if runtime_dir is not None:
             draft.runtime = PYTHON_RUNTIME
         cfg.check_file_names(draft, name)  # before auto-complete opens the model file
-        if not draft.name:
-            draft.name = name
         if backend is not None:
             if runtime_dir is None:
                 _check_model_files(draft, model_dir, versions, backend.name, named_file)
@@ -135,7 +144,7 @@ async def prepare(
             _place_instances(host, draft, backend)
             _require_tensors(host, draft, backend, name)
         inputs_optional = backend is not None and backend.inputs_optional
-        cfg.validate(draft, name, inputs_optional=inputs_optional)
+        validate_completed(draft, name, inputs_optional=inputs_optional)
     except DespinaError as exc:
         without_paths(exc, model_dir, host.models.repository.roots)
         raise

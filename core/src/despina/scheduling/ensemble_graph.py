@@ -1,6 +1,7 @@
 """An ensemble's steps as a data-flow graph, checked the way Triton checks it.
 
-:func:`build_graph` checks what the ensemble's own config says (every step names a model
+:func:`build_graph` checks what the ensemble's own config says past
+:func:`despina.repository.validation.validate_model` (every step names a model
 and maps inputs and outputs, every output is written, no tensor is unused) and
 :func:`check_composing` what needs the composing models' configs (mapped names exist,
 every required input is mapped, batch sizes fit, no step mixes decoupled origins). Errors
@@ -67,20 +68,10 @@ def needed_steps(graph: EnsembleGraph, wanted: Collection[str]) -> list[Step]:
 
 
 def build_graph(config: ModelConfig) -> EnsembleGraph:
-    """The graph of an ensemble config; ConfigError when the config is not a valid one."""
+    """The graph of an ensemble config that passed
+    :func:`despina.repository.validation.validate_model` (ensemble scheduling set, with
+    steps); ConfigError when its steps do not make a valid graph."""
     name = config.name
-    if not config.HasField("ensemble_scheduling"):
-        raise ConfigError(
-            f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble"
-        )
-    if config.instance_group:
-        raise ConfigError(f"instance group should not be specified for ensemble '{name}'")
-    if config.HasField("optimization"):
-        raise ConfigError(f"optimization should not be specified for ensemble '{name}'")
-    if config.model_warmup:
-        raise ConfigError(f"model_warmup can not be specified for ensemble '{name}'")
-    if not config.ensemble_scheduling.step:
-        raise ConfigError(f"must specify 'step' for ensemble '{name}'")
     steps: list[Step] = []
     written: set[str] = set()
     for index, step in enumerate(config.ensemble_scheduling.step):

@@ -35,7 +35,7 @@ import math
 import time
 from collections import deque
 
-from despina.errors import Cancelled, ConfigError, InvalidArgument, Unavailable
+from despina.errors import Cancelled, InvalidArgument, Unavailable
 from despina.inference.pipeline import reject
 from despina.inference.request import InferenceRequest, SequenceFlags
 from despina.repository.config import ENSEMBLE_PLATFORM, ModelConfig
@@ -92,7 +92,6 @@ class SequenceBatchScheduler(Scheduler):
         super().__init__(model)
         config = model.config
         batching = config.sequence_batching
-        _validate(config)
         self.iterative = bool(batching.iterative_sequence)
         self._sequence_ids = itertools.count(1)
         self.controls = SequenceControls(config)
@@ -375,26 +374,3 @@ class SequenceBatchScheduler(Scheduler):
         for request in queued:
             if request is not None:
                 reject(self.model, request, stopping_error(self.model))
-
-
-def _validate(config: ModelConfig) -> None:
-    """Triton's checks of the strategy settings."""
-    batching = config.sequence_batching
-    name = config.name
-    if config.response_cache.enable:
-        raise ConfigError(
-            f"Response Cache does not currently support model {name} with sequence batching "
-            "scheduler. Please disable the response cache."
-        )
-    for size in batching.oldest.preferred_batch_size:
-        if size <= 0:
-            raise ConfigError(f"sequence batching preferred batch size must be positive for {name}")
-        if size > config.max_batch_size:
-            raise ConfigError(
-                f"sequence batching preferred batch size must be <= max batch size for {name}"
-            )
-    utilization = batching.direct.minimum_slot_utilization
-    if not 0.0 <= utilization <= 1.0:
-        raise ConfigError(
-            f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}"
-        )

@@ -4,7 +4,8 @@
 with their ``fp32/int32/bool_false_true`` encodings, CORRID with its data type) and builds
 the tensors the backend receives beside the client's inputs: shape ``[1]``, or ``[1, 1]``
 when the model batches. :class:`StateSpec` describes one ``state`` entry and its initial
-value. Config errors are raised as ConfigError with Triton's texts.
+value. Config errors are raised as ConfigError with Triton's texts (the controls' checks are
+:mod:`despina.repository.validation`'s, which the config pipeline ran before).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from despina.inference.request import SequenceFlags
 from despina.inference.tensors import DATATYPE_TO_DTYPE, config_to_datatype
 from despina.repository.config import ModelConfig, mc
 from despina.repository.paths import safe_join
+from despina.repository.validation import bool_encoding, check_corrid, find_control
 
 Kind = mc.ModelSequenceBatching.Control
-_CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
 
 
 def numpy_dtype(data_type: int) -> np.dtype[Any]:
@@ -46,7 +47,6 @@ class SequenceControls:
         self.batched = config.max_batch_size > 0
         batching = config.sequence_batching
         name = config.name
-        _check_names(batching, name)
         self.start = self._bool(batching, name, Kind.CONTROL_SEQUENCE_START)
         self.end = self._bool(batching, name, Kind.CONTROL_SEQUENCE_END)
         self.ready = self._bool(batching, name, Kind.CONTROL_SEQUENCE_READY)
@@ -81,96 +81,32 @@ class SequenceControls:
         return np.full(self._shape(), value, dtype=self.corrid_dtype)
 
     def _bool(self, batching: Any, model: str, kind: int) -> BoolControl | None:
-        found = _find(batching, model, kind)
+        found = find_control(batching, model, kind)
         if found is None:
             return None
         tensor, control = found
-        kind_name = Kind.Kind.Name(kind)
-        encodings = [
-            (field, values, dtype)
-            for field, dtype in _ENCODINGS
-            if len(values := getattr(control, field))
-        ]
-        if not encodings:
-            raise ConfigError(
-                "sequence batching must specify either 'int32_false_true', 'fp32_false_true' "
-                f"or 'bool_false_true' for {kind_name} for {model}"
-            )
-        if len(encodings) > 1:
-            raise ConfigError(
-                "sequence batching specifies more than one from 'int32_false_true', "
-                f"'fp32_false_true' and 'bool_false_true' for {kind_name} for {model}"
-            )
-        field, values, dtype = encodings[0]
-        if len(values) != 2:
-            raise ConfigError(
-                f"sequence batching control '{field}' must have exactly 2 entries for "
-                f"{kind_name} for {model}"
-            )
+        field = bool_encoding(control, model)
+        values, dtype = getattr(control, field), _ENCODINGS[field]
         shape = self._shape()
         return BoolControl(
             tensor, np.full(shape, values[0], dtype=dtype), np.full(shape, values[1], dtype=dtype)
         )
 
     def _corrid(self, batching: Any, model: str) -> tuple[str, np.dtype[Any] | None]:
-        found = _find(batching, model, Kind.CONTROL_SEQUENCE_CORRID)
+        found = find_control(batching, model, Kind.CONTROL_SEQUENCE_CORRID)
         if found is None:
             return "", None
         tensor, control = found
-        if (
-            len(control.int32_false_true)
-            or len(control.fp32_false_true)
-            or len(control.bool_false_true)
-        ):
-            raise ConfigError(
-                "sequence batching must not specify either 'int32_false_true', "
-                "'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_CORRID for "
-                f"{model}"
-            )
-        if mc.DataType.Name(control.data_type) not in _CORRID_TYPES:
-            raise ConfigError(
-                f"unexpected data type for control CONTROL_SEQUENCE_CORRID for {model}. "
-                "Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 "
-                "and TYPE_STRING"
-            )
+        check_corrid(control, model)
         return tensor, numpy_dtype(control.data_type)
 
 
-#: (config field, numpy dtype) of the boolean control encodings.
-_ENCODINGS = (
-    ("int32_false_true", np.int32),
-    ("fp32_false_true", np.float32),
-    ("bool_false_true", np.bool_),
-)
-
-
-def _check_names(batching: Any, model: str) -> None:
-    seen: set[str] = set()
-    for control_input in batching.control_input:
-        if not control_input.name:
-            raise ConfigError(f"sequence batching control tensor must have a name for {model}")
-        if control_input.name in seen:
-            raise ConfigError(
-                f"sequence batching control tensor '{control_input.name}' is specified for "
-                f"multiple control kinds for {model}"
-            )
-        seen.add(control_input.name)
-
-
-def _find(batching: Any, model: str, kind: int) -> tuple[str, Any] | None:
-    """(tensor name, control) of the one control of ``kind``, or None."""
-    found: tuple[str, Any] | None = None
-    for control_input in batching.control_input:
-        for control in control_input.control:
-            if control.kind != kind:
-                continue
-            if found is not None:
-                raise ConfigError(
-                    f"sequence batching specifies multiple {Kind.Kind.Name(kind)} tensors "
-                    f"for {model}"
-                )
-            found = (control_input.name, control)
-    return found
+#: The numpy dtype of each boolean control encoding.
+_ENCODINGS: dict[str, type[np.generic]] = {
+    "int32_false_true": np.int32,
+    "fp32_false_true": np.float32,
+    "bool_false_true": np.bool_,
+}
 
 
 @dataclass(frozen=True)
