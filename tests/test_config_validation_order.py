@@ -1,7 +1,8 @@
 """A broken config is reported before what the model folder lacks, in Triton's order
 (qa/L0_model_config): Triton validates config.pbtxt when it polls the repository
 (``ValidateModelConfig``; ``ValidateModelIOConfig`` too with auto-complete off), before it
-looks for version folders. Real server, explicit model control, loads over HTTP."""
+looks for version folders, and checks the instance groups before the model file. Real
+server, explicit model control, loads over HTTP."""
 
 from __future__ import annotations
 
@@ -138,3 +139,36 @@ def test_tensor_errors_wait_for_auto_complete(
     model_repository.add("m", config, {})
     text = load_error(serve(model_repository, despina_server), "m")
     assert "at least one version must be available under the version policy of model 'm'" in text
+
+
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        (
+            "[ { kind: KIND_CPU gpus: [ 0 ] } ]",
+            "instance group m_0 of model m has kind KIND_CPU but specifies one or more GPUs",
+        ),
+        (
+            "[ { kind: KIND_GPU gpus: [ 42 ] } ]",
+            "instance group m_0 of model m specifies invalid or unsupported gpu id 42. GPUs "
+            "with at least the minimum required CUDA compute compatibility",
+        ),
+        (
+            '[ { name: "g" kind: KIND_GPU gpus: [ -1 ] } ]',
+            "instance group g of model m specifies invalid or unsupported gpu id -1.",
+        ),
+    ],
+)
+@pytest.mark.parametrize("platform", ["tensorflow_savedmodel", "onnxruntime_onnx"])
+def test_instance_groups_are_checked_before_the_backend_and_model_file(
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
+    platform: str,
+    groups: str,
+    expected: str,
+) -> None:
+    """Whether the platform's backend is installed (TensorFlow: not) or its model file is
+    there (an empty version folder): the misplaced group is what is reported."""
+    config = f'platform: "{platform}" max_batch_size: 8 {IO} instance_group {groups}'
+    model_repository.add("m", config, {"1/.keep": ""})
+    assert expected in load_error(serve(model_repository, despina_server), "m")

@@ -8,7 +8,8 @@ several mistakes gets; the texts are Triton's):
 3. validate what needs neither backend nor files (:mod:`despina.repository.validation`:
    Triton's ``ValidateModelConfig``, and with auto-complete off ``ValidateModelIOConfig``),
    as Triton does when it polls the repository;
-4. at least one version folder (but for an ensemble);
+4. at least one version folder (but for an ensemble); the instance groups that name their
+   kind and GPUs (:func:`despina.repository.instance_groups.check_listed`);
 5. resolve the backend (:mod:`despina.repository.backend_resolution`), named in the draft with its
    default model file; check the ``runtime`` field against it (:func:`check_runtime`), file
    names and that each version folder holds that file;
@@ -124,6 +125,9 @@ async def prepare(
         if draft.platform != cfg.ENSEMBLE_PLATFORM:
             if not versions:
                 raise ConfigError(no_version_text(model_dir))
+            instance_groups.check_listed(
+                draft, host.gpus.supported, host.gpus.min_compute_capability
+            )
             backend = resolve_backend(host, draft, model_dir, versions)
             _name_backend(draft, backend)
             check_runtime(draft, backend.name, name)

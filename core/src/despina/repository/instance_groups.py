@@ -71,27 +71,52 @@ def check(
     gpu_support: str | None,
     min_compute_capability: float,
 ) -> None:
-    """Raise ConfigError (Triton's text) for a group that cannot be placed here."""
+    """Raise ConfigError (Triton's text) for a completed group that cannot be placed here."""
     for group in config.instance_group:
-        where = f"instance group {group.name} of model {config.name}"
-        if group.kind in (KIND_CPU, KIND_MODEL) and group.gpus:
-            raise ConfigError(
-                f"{where} has kind {Kind.Name(group.kind)} but specifies one or more GPUs"
-            )
-        if group.kind != KIND_GPU:
+        _check_group(group, group.name, config.name, gpus, gpu_support, min_compute_capability)
+
+
+def check_listed(
+    config: mc.ModelConfig, gpus: Sequence[int], min_compute_capability: float
+) -> None:
+    """:func:`check` of what needs no backend, before the backend is resolved: the groups
+    that name their kind (not ``KIND_AUTO``) and, for ``KIND_GPU``, list GPUs, named as
+    :func:`complete` names them. Triton checks them only once it found the backend library;
+    Despina checks them first, so a misplaced group is reported whatever is installed."""
+    for index, group in enumerate(config.instance_group):
+        if group.kind == KIND_AUTO or (group.kind == KIND_GPU and not group.gpus):
             continue
-        if gpu_support is not None:
-            raise ConfigError(f"{where} has kind KIND_GPU but {gpu_support}")
-        if not group.gpus:
-            detail = "no GPUs are available" if not gpus else "specifies no GPUs"
-            raise ConfigError(f"{where} has kind KIND_GPU but {detail}")
-        for gid in group.gpus:
-            if gid not in gpus:
-                raise ConfigError(
-                    f"{where} specifies invalid or unsupported gpu id {gid}. GPUs with at least "
-                    f"the minimum required CUDA compute compatibility of "
-                    f"{min_compute_capability:f} are: {', '.join(map(str, gpus))}"
-                )
+        name = group.name or f"{config.name}_{index}"
+        _check_group(group, name, config.name, gpus, None, min_compute_capability)
+
+
+def _check_group(
+    group: mc.ModelInstanceGroup,
+    name: str,
+    model: str,
+    gpus: Sequence[int],
+    gpu_support: str | None,
+    min_compute_capability: float,
+) -> None:
+    where = f"instance group {name} of model {model}"
+    if group.kind in (KIND_CPU, KIND_MODEL) and group.gpus:
+        raise ConfigError(
+            f"{where} has kind {Kind.Name(group.kind)} but specifies one or more GPUs"
+        )
+    if group.kind != KIND_GPU:
+        return
+    if gpu_support is not None:
+        raise ConfigError(f"{where} has kind KIND_GPU but {gpu_support}")
+    if not group.gpus:
+        detail = "no GPUs are available" if not gpus else "specifies no GPUs"
+        raise ConfigError(f"{where} has kind KIND_GPU but {detail}")
+    for gid in group.gpus:
+        if gid not in gpus:
+            raise ConfigError(
+                f"{where} specifies invalid or unsupported gpu id {gid}. GPUs with at least "
+                f"the minimum required CUDA compute compatibility of "
+                f"{min_compute_capability:f} are: {', '.join(map(str, gpus))}"
+            )
 
 
 def instance_specs(config: mc.ModelConfig) -> list[InstanceSpec]:
