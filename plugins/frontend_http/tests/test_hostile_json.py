@@ -35,6 +35,8 @@ def infer(server: RunningServer, datatype: str, shape: list[int], data: Any) -> 
     [
         ("FP32", [1, 2], [1.0, True], NUMBER),
         ("FP32", [1, 2], [[False, 2.5]], NUMBER),
+        ("FP32", [2, 1], [[True], [2.5]], NUMBER),
+        ("INT32", [2, 1], [[1], [False]], SIGNED),
         ("FP64", [1, MANY], [0.5] * (MANY - 1) + [True], NUMBER),
         ("FP32", [2, MANY], [[0.0] * MANY, [1.0] * (MANY - 1) + [False]], NUMBER),
         ("FP16", [1, 2], [True, 3.0], NUMBER),
@@ -54,17 +56,29 @@ def test_json_values_of_the_wrong_type_are_refused(
 
 
 @pytest.mark.parametrize(
-    ("datatype", "value"), [("FP16", 1e10), ("FP16", -70000.0), ("FP32", 1e39)]
+    ("datatype", "value", "inside"),
+    [
+        ("FP16", 1e10, 2.0),
+        ("FP16", -70000.0, 2.0),
+        ("FP16", 65520, 65519.99),  # the least magnitude that rounds to infinity
+        ("FP16", -65520.0, -65519.99),
+        ("FP32", 1e39, 2.0),
+        ("FP32", 2.0**128 - 2.0**103, 3.4028235677973362e38),
+        ("FP32", -(2.0**128 - 2.0**103), -3.4028235677973362e38),
+    ],
 )
 def test_floats_past_the_datatype_are_refused(
-    server: RunningServer, datatype: str, value: float
+    server: RunningServer, datatype: str, value: float, inside: float
 ) -> None:
     """Found by `make fuzz`: numpy's overflowing cast became inf with a RuntimeWarning
-    (a 500 where warnings are errors); a client's value the type cannot hold is a 400."""
-    status, answer = infer(server, datatype, [1, 2], [1.0, value])
+    (a 500 where warnings are errors); a client's value the type cannot hold is a 400,
+    among few values or many, flat or nested; ``inside`` (the largest that rounds to a
+    finite value at the boundary) passes."""
     message = f"Unable to parse 'data': a value is outside the range of {datatype}"
-    assert (status, answer) == (400, {"error": message})
-    status, answer = infer(server, datatype, [1, 2], [1.0, 2.0])
+    for shape, data in (([1, 2], [1.0, value]), ([1, MANY], [[1.0] * (MANY - 1) + [value]])):
+        status, answer = infer(server, datatype, shape, data)
+        assert (status, answer) == (400, {"error": message})
+    status, answer = infer(server, datatype, [1, 2], [1.0, inside])
     assert status == 200, answer
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeGuard
 
+import ml_dtypes
 import numpy as np
 import orjson
 from despina import (
@@ -39,9 +40,18 @@ LAYOUTS_KEPT = 256
 #: JSON headers longer than this are parsed every time, never kept.
 LAYOUT_MAX_BYTES = 4096
 _FLAT = (str, int, float, bool, type(None))
-#: Flat JSON data up to this many values is checked for booleans value by value; larger
-#: data only where numpy read a 0 or 1 (cheaper past about this size).
+#: Flat JSON data up to this many values is checked value by value (booleans, range of a
+#: float datatype); larger or nested data with numpy (cheaper past about this size).
 _SCAN_MAX = 64
+#: The smallest magnitude a cast to each float datatype overflows at: numpy rounds to
+#: nearest even, so a finite value this large becomes infinity (what ``np.errstate(over=
+#: "raise")`` reports). ml_dtypes casts float64 to BF16 through float32, so BF16 overflows
+#: only where float32 does. FP64 takes every JSON number (orjson refuses infinities).
+_OVERFLOWS_AT = {
+    np.dtype(np.float16): 65520.0,
+    np.dtype(np.float32): 2.0**128 - 2.0**103,
+    np.dtype(ml_dtypes.bfloat16): 2.0**128 - 2.0**103,
+}
 
 
 class BinaryInput(NamedTuple):
@@ -348,20 +358,24 @@ def tensor_from_json(
 def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray:
     """JSON numbers (nested lists) as a flat ``dtype`` array; ValueError for a value of
     the wrong JSON type or outside the datatype's range."""
-    parsed = np.asarray(data).reshape(-1)
+    read = np.asarray(data)
+    parsed = read.reshape(-1)
     if parsed.size == 0:
         return parsed.astype(dtype)
     kinds, text = _JSON_KINDS[dtype.kind]
+    # each value of flat data is checked in Python, cheaper than numpy for a few values
+    scan = read.ndim == 1 and parsed.size <= _SCAN_MAX
     if dtype.kind not in "iu":
         if parsed.dtype.kind not in kinds:
             raise ValueError(text)
         if dtype.kind != "b":
-            _no_booleans(data, parsed, text)
-        with np.errstate(over="raise"):
-            try:
-                return parsed.astype(dtype)
-            except FloatingPointError:
-                raise ValueError(f"a value is outside the range of {datatype}") from None
+            _no_booleans(data, parsed, text, scan)
+            limit = _OVERFLOWS_AT.get(dtype)
+            if limit is not None:
+                low, high = _bounds(data, parsed, scan)
+                if high >= limit or low <= -limit:
+                    raise ValueError(f"a value is outside the range of {datatype}")
+        return parsed.astype(dtype)
     if parsed.dtype.kind not in kinds:
         # numpy reads integers past int64 mixed with others as float64 (or object): check
         # the JSON values themselves on this rare path, exactly.
@@ -371,8 +385,9 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray
         values: Any = exact
         low, high = min(exact), max(exact)
     else:
-        _no_booleans(data, parsed, text)
-        values, low, high = parsed, parsed.min(), parsed.max()
+        _no_booleans(data, parsed, text, scan)
+        values = parsed
+        low, high = _bounds(data, parsed, scan)
     limits = np.iinfo(dtype)
     if low < limits.min:
         raise ValueError(text if dtype.kind == "u" else f"a value is below the range of {datatype}")
@@ -381,10 +396,19 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray
     return np.asarray(values, dtype=dtype)
 
 
-def _no_booleans(data: list[Any], parsed: np.ndarray, text: str) -> None:
+def _bounds(data: list[Any], parsed: np.ndarray, scan: bool) -> tuple[Any, Any]:
+    """The least and the greatest number of ``data`` (read by numpy into ``parsed``, flat);
+    from ``data`` itself where ``scan`` (flat and short)."""
+    if scan:
+        return min(data), max(data)
+    return parsed.min(), parsed.max()
+
+
+def _no_booleans(data: list[Any], parsed: np.ndarray, text: str, scan: bool) -> None:
     """ValueError(text) when ``data`` (read by numpy into the numbers ``parsed``, flat)
-    holds a JSON boolean: numpy reads ``[1.5, true]`` as ``[1.5, 1.0]``."""
-    if parsed.size <= _SCAN_MAX and len(data) == parsed.size:  # flat: each value's type
+    holds a JSON boolean: numpy reads ``[1.5, true]`` as ``[1.5, 1.0]``. ``scan``: ``data``
+    is flat and short enough to check value by value."""
+    if scan:
         found = bool in set(map(type, data))
     else:  # a boolean became 0 or 1: only those values' types
         candidates = (parsed == 0) | (parsed == 1)
