@@ -68,6 +68,8 @@ class Core(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    async def ready_checked(self) -> bool: ...
+
     @property
     def extensions(self) -> list[str]: ...
 
@@ -118,6 +120,8 @@ class DataPlane:
         self.gpus: GpuInventory = server.gpus
         #: Every READY model version, by name then version (metrics exporters read them).
         self.ready_versions = server.models.ready_versions
+        #: Readiness with every READY model's own checks (strict readiness).
+        self.ready_checked = server.ready_checked
         # Inference: the server's own bound methods, so the request path gains no frame.
         #: The version a new request runs on (Unavailable once stopping).
         self.inference_model = server.inference_model
@@ -156,13 +160,7 @@ class DataPlane:
             model = self._models.get(name, version)
         except DespinaError:
             return False
-        checks = [instance.check_ready() for instance in model.instances]
-        for answer in await asyncio.gather(*checks, return_exceptions=True):
-            if answer is not True:
-                why = answer if isinstance(answer, BaseException) else "an instance's check"
-                log.debug("Model '%s' version %s is not ready: %s", name, model.version, why)
-                return False
-        return True
+        return await instances_ready(model)
 
     def server_metadata(self) -> dict[str, Any]:
         """``{"name", "version", "extensions"}`` as KServe v2 server metadata."""
@@ -419,3 +417,15 @@ class SchedulerServices:
         """Why ``name`` failed to load, or ""."""
         entry = self._models.entries.get(name)
         return entry.reason if entry is not None else ""
+
+
+async def instances_ready(model: ModelVersion) -> bool:
+    """Every instance's own check of ``model``, all at once; one that answers False or
+    raises makes it not ready (logged at verbose level)."""
+    checks = [instance.check_ready() for instance in model.instances]
+    for answer in await asyncio.gather(*checks, return_exceptions=True):
+        if answer is not True:
+            why = answer if isinstance(answer, BaseException) else "an instance's check"
+            log.debug("Model '%s' version %s is not ready: %s", model.name, model.version, why)
+            return False
+    return True

@@ -39,7 +39,12 @@ from despina.repository.poller import RepositoryPoller
 from despina.scheduling.base import DRAIN_POLL_S, STOPPING
 from despina.scheduling.rate_limiter import RateLimiter, parse_resource_flags
 from despina.serving.custom_metrics import CustomMetrics
-from despina.serving.dataplane import BackendServices, DataPlane, SchedulerServices
+from despina.serving.dataplane import (
+    BackendServices,
+    DataPlane,
+    SchedulerServices,
+    instances_ready,
+)
 from despina.serving.flags import build_serve_parser, parse_settings, plugin_modules
 from despina.serving.runtime_settings import LogSettings, TraceSettings
 from despina.serving.settings import CORE, CoreSettings, Stash
@@ -191,6 +196,18 @@ class Server:
         if not self.live or self._stopping or self.draining:
             return False
         return self.models.all_ready() if self.settings.strict_readiness else True
+
+    async def ready_checked(self) -> bool:
+        """:attr:`ready`, then, with strict readiness, every READY version's instance
+        checks (:meth:`~despina.ModelInstance.check_ready`, all at once), as Triton's server
+        readiness asks each READY model's instances. An instance without a check of its
+        own answers at once, so only models that define one cost anything."""
+        if not self.ready:
+            return False
+        if not self.settings.strict_readiness:
+            return True
+        checks = [instances_ready(version) for version in self.models.ready_versions()]
+        return all(await asyncio.gather(*checks))
 
     async def start(self) -> None:
         """Configure plugins, load the start-up models, start exporters and frontends.

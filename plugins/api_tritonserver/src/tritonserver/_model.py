@@ -76,7 +76,11 @@ class Model:
         return self._running.run(self._running.host.model_metadata, self.name, self._version_text)
 
     def ready(self) -> bool:
-        return self._running.run(self._running.host.model_ready, self.name, self._version_text)
+        """Whether the model is READY and its instances' own checks (a Python model's
+        ``is_ready()``) answer True."""
+        return self._running.call(
+            self._running.host.model_ready_checked(self.name, self._version_text)
+        )
 
     def config(self, config_version: int = 1) -> dict[str, Any]:
         """The complete model configuration as Triton's JSON (``config_version``: 1 only)."""

@@ -97,8 +97,10 @@ class Server:
         return running.run(lambda: running.host.live)
 
     def ready(self) -> bool:
+        """Triton's readiness: with ``strict_readiness``, every READY model's own check
+        (a Python model's ``is_ready()``) is asked too."""
         running = self._started()
-        return running.run(lambda: running.host.ready)
+        return running.call(running.server.ready_checked())
 
     def model(self, model_name: str, model_version: int = -1) -> Model:
         """The model ``model_name`` (checked when used)."""
