@@ -53,9 +53,13 @@ def check_returned(
                 "Expected a None object in the execute function return list for reschduled "
                 f"request, found type '{type(item)}'."
             )
-        if isinstance(item, InferenceResponse):
-            try:  # a returned response is the request's final send
-                request.get_response_sender().record(item, final=True)
+        if isinstance(item, InferenceResponse):  # the request's final send
+            sender = request._sender
+            if sender is None:  # none made for it: one taken later starts after this send
+                request._returned = True
+                continue
+            try:
+                sender.record(item, final=True)
             except TritonModelException as exc:
                 raise ReturnedError(str(exc)) from None
     return unanswered
@@ -82,6 +86,8 @@ def close_senders(requests: Sequence[InferenceRequest]) -> None:
     for request in requests:
         sender = request._sender
         if sender is None and request._responder is not None:  # not taken: nothing waits
-            sender = request._sender = InferenceResponseSender(request._responder)
+            sender = request._sender = InferenceResponseSender(
+                request._responder, request._returned
+            )
         if sender is not None:
             sender.close()

@@ -154,10 +154,12 @@ class InferenceResponseSender:
 
     __slots__ = ("_closed", "_lock", "_responder", "_sent")
 
-    def __init__(self, responder: Responder) -> None:
+    def __init__(self, responder: Responder, returned: bool = False) -> None:
+        """``returned``: ``execute`` returned the request's response before the model took
+        this sender (the state :meth:`record` of it leaves)."""
         self._responder = responder
-        self._closed = False
-        self._sent = 0
+        self._closed = returned
+        self._sent = int(returned)
         self._lock = threading.Lock()
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
@@ -224,6 +226,10 @@ class ResponseIterator:
 class InferenceRequest:
     """A request: the ones ``execute`` receives, or one built for BLS with
     ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...])``."""
+
+    #: ``execute`` returned a response for it before its sender was taken (a sender
+    #: taken later starts as that response's final send left it).
+    _returned = False
 
     def __init__(
         self,
@@ -342,7 +348,7 @@ class InferenceRequest:
         if self._responder is None:
             raise TritonModelException("only requests given to execute() have a response sender")
         if self._sender is None:  # one per request: it counts what was sent
-            self._sender = InferenceResponseSender(self._responder)
+            self._sender = InferenceResponseSender(self._responder, self._returned)
             self._responder.taken()
         return self._sender
 
