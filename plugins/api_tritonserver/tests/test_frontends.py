@@ -53,16 +53,24 @@ def test_metrics_count_inferences(server: tritonserver.Server) -> None:
     http.start()
     metrics.start()
     try:
-        before = _inference_count(metrics_port)
+        before = _inference_count(_scrape(metrics_port))
+        assert _inference_count(server.metrics()) == before
         _add_sub(httpclient, f"127.0.0.1:{http_port}")
-        assert _inference_count(metrics_port) == before + 1
+        assert _inference_count(_scrape(metrics_port)) == before + 1
+        assert _inference_count(server.metrics()) == before + 1
+        with pytest.raises(urllib.error.HTTPError):  # the HTTP port serves no /metrics
+            _scrape(http_port)
     finally:
         metrics.stop()
         http.stop()
 
 
-def _inference_count(port: int) -> int:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def _inference_count(text: str) -> int:
     match = re.search(r'nv_inference_count\{[^}]*model="add_sub"[^}]*\}\s+([0-9.]+)', text)
     return int(float(match.group(1))) if match else 0
 

@@ -134,6 +134,7 @@ class MetricsOptions:
         """The despina-metrics-prometheus flags of these options."""
         return [
             "--allow-metrics=true",
+            "--metrics-on-http-port=false",
             f"--metrics-address={self.address}",
             f"--metrics-port={self.port}",
         ]

@@ -10,6 +10,7 @@ otherwise ignored; the plugin's README lists them.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -165,7 +166,7 @@ def serve_args(options: Options) -> list[str]:
         *_log_args(options),
         "--allow-http=false",
         "--allow-grpc=false",
-        "--allow-metrics=false",
+        *_metrics_args(options),
     ]
     args += [f"--load-model={name}" for name in options.startup_models]
     if options.rate_limiter_mode == RateLimitMode.EXEC_COUNT:
@@ -177,6 +178,20 @@ def serve_args(options: Options) -> list[str]:
     for cache, settings in options.cache_config.items():
         args += [f"--cache-config={cache},{key}={_text(value)}" for key, value in settings.items()]
     return args
+
+
+def _metrics_args(options: Options) -> list[str]:
+    """The server's own metrics, what ``Server.metrics()`` reads: collected (by
+    despina-metrics-prometheus, where installed) without a port of their own."""
+    if importlib.util.find_spec("despina_metrics_prometheus") is None:
+        return ["--allow-metrics=false"]
+    return [
+        f"--allow-metrics={_flag(options.metrics)}",
+        "--metrics-on-http-port=true",
+        f"--allow-gpu-metrics={_flag(options.gpu_metrics)}",
+        f"--allow-cpu-metrics={_flag(options.cpu_metrics)}",
+        f"--metrics-interval-ms={options.metrics_interval}",
+    ]
 
 
 def _log_args(options: Options) -> list[str]:

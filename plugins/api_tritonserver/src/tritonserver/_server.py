@@ -166,25 +166,62 @@ class Server:
         )
 
     def metrics(self, metric_format: MetricFormat = MetricFormat.PROMETHEUS) -> str:
-        """Not provided: start ``tritonfrontend.Metrics`` over the server and scrape it."""
-        raise UnsupportedError(
-            "Server.metrics() is not provided by Despina's tritonserver API: start "
-            "tritonfrontend.Metrics over the server and read its /metrics"
-        )
+        """The server's metrics in Prometheus' text format, the page Triton's ``/metrics``
+        serves ("" with ``Options.metrics`` false). UnsupportedError without
+        despina-metrics-prometheus, InvalidArgumentError for another format."""
+        running = self._started()
+        if metric_format != MetricFormat.PROMETHEUS:
+            raise InvalidArgumentError(f"unknown metric format '{metric_format}'")
+        try:
+            from despina_metrics_prometheus import metrics_page
+        except ImportError:
+            raise UnsupportedError(
+                "Server.metrics() needs despina-metrics-prometheus "
+                "(pip install 'despina-tritonserver-api[frontends]')"
+            ) from None
+        page = running.run(metrics_page, running.host)
+        return "" if page is None else page.joined().decode()
 
     def poll_model_repository(self) -> None:
-        """Not provided: Despina polls by itself in POLL control mode."""
-        raise UnsupportedError(
-            "poll_model_repository() is not provided by Despina's tritonserver API: "
-            "ModelControlMode.POLL polls the repository by itself"
-        )
+        """Apply the repository's changes now (POLL control mode): new model folders
+        load, changed ones reload, removed ones unload. UnavailableError in other modes."""
+        running = self._started()
+        poller = running.server.poller
+        if poller is None:
+            raise UnavailableError("polling is disabled")
+
+        async def poll_now() -> None:
+            # A poll acts on a folder seen unchanged by the poll before it: the second
+            # of two takes every folder as it is now, as Triton's explicit poll does.
+            await poller.poll_once()
+            await poller.poll_once()
+
+        running.call(poll_now())
 
     def register_model_repository(
         self, repository_path: str, name_mapping: dict[str, str] | None = None
     ) -> None:
-        """Not provided: give every repository in Options.model_repository."""
-        raise UnsupportedError("register_model_repository() is not provided by Despina")
+        """Serve the model folders of ``repository_path`` as well (EXPLICIT control mode),
+        ``name_mapping`` (``{folder name: model name}``) renaming those it names.
+        InvalidArgumentError for a path that is not a repository or two folders given one
+        name, AlreadyExistsError for a path or name registered already,
+        UnsupportedError in other control modes."""
+        running = self._started()
+        by_name: dict[str, str] = {}
+        for folder, name in (name_mapping or {}).items():
+            if not isinstance(name, str):
+                raise InvalidArgumentError(
+                    f"Mapped model name must be a string, found another type for {folder}"
+                )
+            if by_name.setdefault(name, folder) != folder:
+                raise InvalidArgumentError(
+                    f"failed to register '{repository_path}', there is a conflicting "
+                    f"mapping for '{name}'"
+                )
+        running.run(running.host.register_model_repository, repository_path, by_name)
 
     def unregister_model_repository(self, repository_path: str) -> None:
-        """Not provided: give every repository in Options.model_repository."""
-        raise UnsupportedError("unregister_model_repository() is not provided by Despina")
+        """Forget a repository :meth:`register_model_repository` added (its loaded models
+        stay loaded); InvalidArgumentError for one not registered."""
+        running = self._started()
+        running.run(running.host.unregister_model_repository, repository_path)
