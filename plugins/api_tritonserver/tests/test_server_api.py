@@ -5,6 +5,7 @@ models, errors)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import queue
 from pathlib import Path
@@ -81,6 +82,24 @@ def test_infer_answers_one_final_response(server: tritonserver.Server) -> None:
     np.testing.assert_array_equal(np.from_dlpack(response.outputs["OUTPUT1"]), X - Y)
     after = server.model("add_sub").statistics()["model_stats"][0]["inference_count"]
     assert after == before + 1
+
+
+def test_requests_leave_no_objects_behind(server: tritonserver.Server) -> None:
+    """Nothing of a finished request stays referenced (no per-request growth of the
+    objects the collector tracks, on either thread)."""
+    model = server.model("add_sub")
+
+    def run(count: int) -> None:
+        for _ in range(count):
+            for response in model.infer(inputs={"INPUT0": X, "INPUT1": Y}):
+                np.from_dlpack(response.outputs["OUTPUT0"])
+
+    run(20)
+    gc.collect()
+    before = len(gc.get_objects())
+    run(300)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100
 
 
 def test_request_objects_as_inputs(server: tritonserver.Server) -> None:
