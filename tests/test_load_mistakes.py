@@ -57,14 +57,21 @@ def loads(running: RunningServer, name: str) -> bool:
     return bool(client.is_model_ready(name))
 
 
+@pytest.mark.parametrize("config", [None, 'platform: "onnxruntime_onnx"'])
 def test_model_file_beside_the_version_folder_names_the_move(
-    model_repository: RepositoryBuilder, server: RunningServer
+    model_repository: RepositoryBuilder, server: RunningServer, config: str | None
 ) -> None:
-    folder = model_repository.add("m", None, {"model.onnx": ONNX})
+    """Triton's text first, then the fix. Without a config nothing names the backend,
+    which Triton reports first (it looks at version folders only afterwards)."""
+    folder = model_repository.add("m", config, {"model.onnx": ONNX})
     status, text = load_error(server, "m")
     assert status == "400"
-    # Triton's text first, then the fix.
-    assert "at least one version must be available under the version policy of model 'm'" in text
+    if config is None:
+        assert "Invalid model name: Could not determine backend for model 'm'" in text
+    else:
+        assert (
+            "at least one version must be available under the version policy of model 'm'" in text
+        )
     assert "'model.onnx' lies directly in the model folder" in text
     assert "move it into a version folder, e.g. 'm/1/model.onnx'" in text
     (folder / "1").mkdir()
@@ -75,13 +82,46 @@ def test_model_file_beside_the_version_folder_names_the_move(
 def test_non_numeric_version_folder_names_the_rename(
     model_repository: RepositoryBuilder, server: RunningServer
 ) -> None:
-    folder = model_repository.add("m", None, {"v1/model.onnx": ONNX})
+    folder = model_repository.add("m", 'backend: "onnxruntime"', {"v1/model.onnx": ONNX})
     status, text = load_error(server, "m")
     assert status == "400"
     assert "at least one version must be available" in text
     assert "rename folder 'v1' to '1'" in text
     (folder / "v1").rename(folder / "1")
     assert loads(server, "m")
+
+
+def test_no_config_and_no_version_folder_asks_for_the_backend(
+    model_repository: RepositoryBuilder, server: RunningServer
+) -> None:
+    """qa/L0_model_config common/no_version: a config without backend or platform, in a
+    folder without version folders, is refused for its name, as Triton refuses it."""
+    model_repository.add("no_version", IO, {})
+    _, text = load_error(server, "no_version")
+    assert (
+        "Invalid model name: Could not determine backend for model 'no_version' with no "
+        "backend in model configuration. Expected model name of the form "
+        "'model.<backend_name>'."
+    ) in text
+
+
+def test_backend_taken_from_the_model_name(
+    model_repository: RepositoryBuilder, server: RunningServer
+) -> None:
+    """qa/L0_model_config custom/*: a model named ``<name>.<backend>`` whose config names
+    no backend is served by that backend, with ``model.<backend>`` as its model file."""
+    pytest.importorskip("despina_backend_qa")
+    model_repository.add("m.identity", IO, {"1/.keep": ""})
+    model_repository.add("m.foo_bar", IO, {"1/.keep": ""})
+    assert loads(server, "m.identity")
+    client = httpclient.InferenceServerClient(server.http_url)
+    config = client.get_model_config("m.identity")
+    assert (config["backend"], config["default_model_filename"]) == ("identity", "model.identity")
+    _, text = load_error(server, "m.foo_bar")
+    assert (
+        "unable to find backend library for backend 'foo_bar', try specifying runtime on the "
+        "model configuration"
+    ) in text
 
 
 def test_python_model_beside_an_empty_version_folder(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from despina.errors import ConfigError, Unavailable
 from despina.plugin.backend import PYTHON_RUNTIME, Backend
 from despina.repository import config as cfg
-from despina.repository.folders import available_versions
+from despina.repository.folders import available_versions, no_version_hints
 from despina.repository.paths import safe_join
 
 if TYPE_CHECKING:
@@ -44,18 +44,53 @@ def resolve_backend(
         return _installed(server, backends, mapped, f"platform '{config.platform}' needs ")
     if versions is None:
         versions = available_versions(model_dir)
-    folders = [model_dir / str(v) for v in reversed(versions)]
+    folders = _version_folders(model_dir, versions)
     wanted = config.default_model_filename
+    by_file = _by_model_file(backends, folders)
+    if by_file is not None:
+        return by_file
+    if wanted and any((f / wanted).exists() for f in folders):
+        by_extension = _by_extension(backends, wanted)
+        if len(by_extension) == 1:
+            return by_extension[0]
+    raise ConfigError(_no_backend_text(backends, model_dir.name, model_dir, folders))
+
+
+def backend_from_name(
+    server: LoadHost, config: cfg.ModelConfig, model_dir: Path, versions: list[int], name: str
+) -> None:
+    """Triton's last resort when neither the config (``backend``, ``platform``,
+    ``default_model_filename``) nor a model file of an installed backend in a version
+    folder tells the backend: a model named ``<anything>.<backend>`` gets ``backend:
+    "<backend>"`` and ``default_model_filename: "model.<backend>"``; any other name fails
+    with Triton's "Invalid model name" text and what would fix it. Triton does this when it
+    polls the repository, before it looks for version folders."""
+    if config.backend or config.platform or config.default_model_filename:
+        return
+    backends: dict[str, type[Backend]] = server.registry.backends
+    folders = _version_folders(model_dir, versions)
+    if _by_model_file(backends, folders) is not None:
+        return
+    _, dot, backend = name.partition(".")
+    if not dot:
+        raise ConfigError(_no_backend_text(backends, name, model_dir, folders))
+    config.backend = backend
+    config.default_model_filename = f"model.{backend}"
+
+
+def _version_folders(model_dir: Path, versions: list[int]) -> list[Path]:
+    """The version folders, latest first."""
+    return [model_dir / str(v) for v in reversed(versions)]
+
+
+def _by_model_file(backends: dict[str, type[Backend]], folders: list[Path]) -> type[Backend] | None:
+    """The installed backend whose default model file a version folder holds, else None."""
     for cls in backends.values():
         if cls.default_model_filename and any(
             (f / cls.default_model_filename).exists() for f in folders
         ):
             return cls
-    if wanted and any((f / wanted).exists() for f in folders):
-        by_extension = _by_extension(backends, wanted)
-        if len(by_extension) == 1:
-            return by_extension[0]
-    raise ConfigError(_no_backend_text(backends, config, model_dir, folders))
+    return None
 
 
 def _installed(
@@ -75,8 +110,9 @@ def _installed(
     if failure is not None:
         raise Unavailable(f"{reason} ({failure.describe()})")
     raise ConfigError(
-        f"{reason} (Triton: unable to find backend library for backend '{name}'); install "
-        "the plugin that provides it or correct the config's backend/platform"
+        f"unable to find backend library for backend '{name}', try specifying runtime on the "
+        f"model configuration ({reason}; install the plugin that provides it or correct the "
+        "config's backend/platform)"
     )
 
 
@@ -103,26 +139,25 @@ def _by_extension(backends: dict[str, type[Backend]], filename: str) -> list[typ
 
 
 def _no_backend_text(
-    backends: dict[str, type[Backend]],
-    config: cfg.ModelConfig,
-    model_dir: Path,
-    folders: list[Path],
+    backends: dict[str, type[Backend]], model: str, model_dir: Path, folders: list[Path]
 ) -> str:
-    """Triton's text for a model whose backend cannot be told from its files, with what
-    each installed backend looks for and, for a file under another name
-    (``resnet.onnx``), the rename or ``default_model_filename`` that fixes it."""
-    model = model_dir.name
+    """Triton's text for a model whose backend cannot be told from its config, name or
+    files, with what each installed backend looks for and, for a file under another name
+    (``resnet.onnx``), the rename or ``default_model_filename`` that fixes it; for a
+    folder without version folders, what it holds instead."""
     text = (
-        f"Could not determine backend for model '{model}' with no backend in model "
-        "configuration. Expected model name of the form 'model.<backend_name>'"
+        f"Invalid model name: Could not determine backend for model '{model}' with no "
+        "backend in model configuration. Expected model name of the form "
+        "'model.<backend_name>'."
     )
     looks_for = ", ".join(
         f"'{cls.default_model_filename}' ({cls.name})"
         for cls in sorted(backends.values(), key=lambda c: c.name)
         if cls.default_model_filename
     )
-    if looks_for:
-        text += f"; the installed backends look for {looks_for}"
+    text += f" The installed backends look for {looks_for or 'no model file'}"
+    if not folders:
+        return f"{text}; {no_version_hints(model_dir)}"
     for folder in folders:
         try:
             files = sorted(p for p in folder.iterdir() if not p.name.startswith("."))

@@ -5,7 +5,10 @@ several mistakes gets; the texts are Triton's):
 
 1. read ``config.pbtxt`` (or a load request's JSON) into the *draft*;
 2. run the model's repository agents (:mod:`despina.repository.agents`), which may move its folder;
-3. validate what needs neither backend nor files (:mod:`despina.repository.validation`:
+3. a config that names no backend and whose version folders hold no model file gets the
+   backend its model name ends with (``<name>.<backend>``,
+   :func:`despina.repository.backend_resolution.backend_from_name`); then validate what
+   needs neither backend nor files (:mod:`despina.repository.validation`:
    Triton's ``ValidateModelConfig``, and with auto-complete off ``ValidateModelIOConfig``),
    as Triton does when it polls the repository;
 4. at least one version folder (but for an ensemble); the instance groups that name their
@@ -39,7 +42,11 @@ from despina.errors import ConfigError, DespinaError
 from despina.plugin.backend import PYTHON_RUNTIME, Backend, ModelContext
 from despina.repository import config as cfg, instance_groups
 from despina.repository.agents import run_agents
-from despina.repository.backend_resolution import python_based_dir, resolve_backend
+from despina.repository.backend_resolution import (
+    backend_from_name,
+    python_based_dir,
+    resolve_backend,
+)
 from despina.repository.config import ModelConfig
 from despina.repository.folders import (
     available_versions,
@@ -117,6 +124,7 @@ async def prepare(
     if not draft.name:
         draft.name = name
     try:
+        backend_from_name(host, draft, model_dir, versions, name)
         validate_model(draft)
         if not host.settings.auto_complete:
             validate_io(draft)
@@ -136,7 +144,7 @@ async def prepare(
             draft.runtime = PYTHON_RUNTIME
         cfg.check_file_names(draft, name)  # before auto-complete opens the model file
         if backend is not None:
-            if runtime_dir is None:
+            if runtime_dir is None and backend.default_model_filename:
                 _check_model_files(draft, model_dir, versions, backend.name, named_file)
             if host.settings.auto_complete:
                 context = ModelContext(
@@ -185,9 +193,10 @@ def _check_model_files(
     draft: ModelConfig, model_dir: Path, versions: list[int], backend: str, named: bool
 ) -> None:
     """ConfigError naming the fix when a version to load lacks its model file (a file
-    under another name, a file beside the version folder); skipped for backends that
-    name no model file and for ``cc_model_filenames``. ``named``: whether the config
-    itself named ``default_model_filename``."""
+    under another name, a file beside the version folder); skipped for
+    ``cc_model_filenames``, and not called for backends that name no model file (they read
+    none, whatever the config names: ``model.<backend>`` from the model's name).
+    ``named``: whether the config itself named ``default_model_filename``."""
     filename = draft.default_model_filename
     if not filename or draft.cc_model_filenames:
         return

@@ -168,10 +168,18 @@ def no_version_text(model_dir: Path) -> str:
     one version must be available ..."), then what the folder holds instead (a folder
     ``v1`` that is not a number, a model file lying directly in the model folder)."""
     name = model_dir.name
-    text = (
+    return (
         f"load failed for model '{name}': at least one version must be available under "
-        f"the version policy of model '{name}': the model folder has no version folder "
-        f"(a folder named by a positive integer holding the model file, e.g. '{name}/1/')"
+        f"the version policy of model '{name}': {no_version_hints(model_dir)}"
+    )
+
+
+def no_version_hints(model_dir: Path) -> str:
+    """That a model folder has no version folder, and what it holds instead."""
+    name = model_dir.name
+    text = (
+        "the model folder has no version folder (a folder named by a positive integer "
+        f"holding the model file, e.g. '{name}/1/')"
     )
     entries = _visible(model_dir)
     folders = [e for e in entries if e.is_dir()]
