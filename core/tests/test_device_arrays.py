@@ -19,6 +19,7 @@ import pytest
 import toy_backend
 from cuda_standin import installed
 from despina import DeviceArray, is_on_device, to_host
+from despina.memory import device_arrays
 from despina.memory.device_arrays import concatenate
 from despina.testing import RepositoryBuilder, RunningServer
 from test_ensemble import ensemble, step
@@ -195,3 +196,15 @@ def test_device_array_surface_standin(cupy_standin: Any) -> None:
     joined = concatenate([array, np.ones((1, 3), np.float32)])  # a batch of mixed parts
     assert isinstance(joined, DeviceArray) and joined.device_id == 1
     np.testing.assert_array_equal(to_host(joined), [[0, 1, 2], [3, 4, 5], [1, 1, 1]])
+
+
+def test_holds_device_arrays_from_the_first_one_made(
+    cupy_standin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host tensors are told at once in a process that never made a DeviceArray, and a
+    DeviceArray is found in any process that did, the first one included."""
+    monkeypatch.setattr(device_arrays, "_made", False)
+    assert not device_arrays.holds_device_arrays({"a": A, "b": B})
+    found = DeviceArray.from_host(A, device_id=0)
+    assert device_arrays.holds_device_arrays({"a": A, "b": found})
+    assert not device_arrays.holds_device_arrays({"a": A, "b": B})

@@ -27,6 +27,9 @@ import numpy as np
 DLPACK_CUDA = 2
 #: How to get cupy, in the errors that say it is missing.
 CUPY_HINT = "pip install 'despina[cuda]'"
+#: Whether this process made a DeviceArray yet: until it does, every tensor is a host
+#: array and :func:`holds_device_arrays` answers without looking (the host path's one test).
+_made = False
 
 
 class DeviceArray:
@@ -43,6 +46,8 @@ class DeviceArray:
 
     def __init__(self, data: Any) -> None:
         """``data``: a C-contiguous cupy array (see :meth:`from_dlpack` for anything else)."""
+        global _made
+        _made = True
         self.data = data
 
     @classmethod
@@ -149,7 +154,7 @@ def to_host(array: np.ndarray | DeviceArray) -> np.ndarray:
 
 def holds_device_arrays(tensors: Mapping[str, Any]) -> bool:
     """Whether any value of ``tensors`` is a DeviceArray."""
-    return any(type(array) is DeviceArray for array in tensors.values())
+    return _made and any(type(array) is DeviceArray for array in tensors.values())
 
 
 def host_inputs(inputs: MutableMapping[str, Any]) -> None:
