@@ -241,14 +241,14 @@ def fixed_load(tree: Tree, protocol: str, count: int, bodies: Path) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=600)
 
 
-def count_instructions(tree: Tree, protocol: str, bodies: Path) -> None:
-    """Record (server, model processes) instructions per request of ``COUNTED`` requests:
+def count_instructions(tree: Tree, protocol: str, bodies: Path, counted: int) -> None:
+    """Record (server, model processes) instructions per request of ``counted`` requests:
     callgrind's instrumentation is switched on for them only, then dumped."""
     assert tree.process is not None
     pids = [str(tree.process.pid), *map(str, children(tree.process.pid))]
     fixed_load(tree, protocol, WARM_UP, bodies)
     subprocess.run(["callgrind_control", "-i", "on", *pids], check=True, capture_output=True)
-    fixed_load(tree, protocol, COUNTED, bodies)
+    fixed_load(tree, protocol, counted, bodies)
     subprocess.run(["callgrind_control", "-i", "off", *pids], check=True, capture_output=True)
     subprocess.run(["callgrind_control", "-d", *pids], check=True, capture_output=True)
     totals = []
@@ -256,7 +256,7 @@ def count_instructions(tree: Tree, protocol: str, bodies: Path) -> None:
         dumps = Path("/tmp").glob(f"despina-bench-cg-{tree.name}.{pid}.*")
         latest = max(dumps, key=lambda path: int(path.suffix[1:]))
         line = next(x for x in latest.read_text().splitlines() if x.startswith("totals:"))
-        totals.append(int(line.split()[1]) / COUNTED)
+        totals.append(int(line.split()[1]) / counted)
     sample = (totals[0], sum(totals[1:]))
     tree.samples.setdefault((protocol, 1), []).append(sample)
     print(f"  {tree.name:8} {protocol:11}: server {sample[0]:9.0f} Ir/req, model {sample[1]:8.0f}")
@@ -297,7 +297,7 @@ def report(trees: list[Tree], args: argparse.Namespace) -> str:
             "instructions",
             (
                 f"user-space instructions per request (callgrind, thousands) of the server process "
-                f"+ its model process over {COUNTED} requests sent one at a time after {WARM_UP} "
+                f"+ its model process over {args.counted} requests sent one at a time after {WARM_UP} "
                 f"of warm-up, polling off in both processes"
             ),
         )
@@ -367,8 +367,15 @@ def main() -> int:
     parser.add_argument(
         "--instructions",
         action="store_true",
-        help=f"count instructions per request instead (callgrind, {COUNTED} requests one "
+        help="count instructions per request instead (callgrind, --counted requests one "
         "at a time per protocol, polling off; repeatable under any load)",
+    )
+    parser.add_argument(
+        "--counted",
+        type=int,
+        default=COUNTED,
+        help="requests counted per protocol with --instructions (more: less of the "
+        "garbage collector's timing in the figure)",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -403,7 +410,7 @@ def main() -> int:
                 for conc in args.concurrency:
                     for tree in random.sample(trees, len(trees)):
                         if args.instructions:
-                            count_instructions(tree, protocol, bodies)
+                            count_instructions(tree, protocol, bodies, args.counted)
                         else:
                             measure(tree, protocol, conc, args.seconds, bodies)
     finally:
