@@ -7,6 +7,7 @@ Tensors are numpy arrays end to end. BYTES tensors are numpy ``object`` arrays o
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -90,6 +91,10 @@ def checked_element_count(
     spans more than :data:`MAX_TENSOR_BYTES` (numpy counts a zero dimension as 1 here:
     no array of that shape can exist, not even an empty one). Both protocols call it
     before any array is made."""
+    if shape and min(shape) > 0:  # the usual shape: its count spans count * itemsize
+        count = math.prod(shape)
+        if count * itemsize <= MAX_TENSOR_BYTES:
+            return count
     count = 1
     span = itemsize
     for dim in shape:
