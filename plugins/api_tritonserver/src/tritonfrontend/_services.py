@@ -47,8 +47,9 @@ class _Service:
             raise tritonserver.UnavailableError(f"failed to start: {exc}") from None
 
     def stop(self) -> None:
-        """Stop listening and close connections (not graceful: requests in flight on
-        them get no answer); no-op when not started."""
+        """Stop listening, answer the requests in flight, close the connections
+        (Despina's graceful stop; Triton's leaves requests in flight unanswered); no-op
+        when not started."""
         component, self._component = self._component, None
         if component is not None:
             self._running.stop_component(component)
