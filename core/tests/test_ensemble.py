@@ -223,6 +223,32 @@ def test_ready_only_while_composing_models_are(start_ens: Callable[..., RunningS
             "in ensemble bad, step of model 'add' receives inputs originated from different "
             "decoupled models",
         ),
+        (  # the ensemble's outputs meet in one response: Triton checks them as a step's inputs
+            ensemble(
+                [
+                    step("split", {"IN": "X"}, {"OUT": "Y"}),
+                    step("double", {"IN": "X"}, {"OUT": "Z"}),
+                ],
+                ["X"],
+                ["Y", "Z"],
+            ),
+            "in ensemble bad, step of model 'bad' receives inputs originated from different "
+            "decoupled models",
+        ),
+        (
+            ensemble([step("double", {"IN": "X"}, {"OUT": "Y"})], ["X"], ["Y"]).replace(
+                "TYPE_FP32", "TYPE_INT32", 1
+            ),
+            "in ensemble bad, ensemble tensor X: inconsistent data type: TYPE_INT32 is inferred "
+            "from model bad while TYPE_FP32 is inferred from model double",
+        ),
+        (
+            ensemble([step("double", {"IN": "X"}, {"OUT": "Y"})], ["X"], ["Y"]).replace(
+                "dims: [ -1 ]", "dims: [ 2, 3 ]", 1
+            ),
+            "in ensemble bad, ensemble tensor X: inconsistent shape: [2,3] is inferred from "
+            "model bad while [-1] is inferred from model double",
+        ),
         (  # input_map is a map: a key given twice keeps its last value, as in Triton 2.51,
             # so no model input is fed twice; the first value's tensor is left unused
             ensemble(

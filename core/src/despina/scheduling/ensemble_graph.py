@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from despina.errors import ConfigError
-from despina.repository.config import ModelConfig
+from despina.repository.config import ModelConfig, mc
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,11 @@ def _unconnected_source(graph: EnsembleGraph, tensor: str, ready: set[str]) -> s
 def check_composing(
     graph: EnsembleGraph, config: ModelConfig, composing: Mapping[str, ModelConfig]
 ) -> None:
-    """Check the steps against their models' configs; record the decoupled steps."""
+    """Check the steps against their models' configs, in Triton's order: batch sizes, the
+    mapped names, and every ensemble tensor's data type and shape the same wherever it is
+    used; record the decoupled steps."""
     name = graph.name
+    tensors = _ensemble_tensors(config)
     for step in graph.steps:
         model = composing[step.model_name]
         if 0 < model.max_batch_size < config.max_batch_size:
@@ -173,25 +177,88 @@ def check_composing(
                     f"input {model_input} in model {step.model_name}"
                 )
         for model_input in model.input:
-            if model_input.name not in step.inputs and not model_input.optional:
+            if model_input.name in step.inputs:
+                tensor = step.inputs[model_input.name]
+                _agree(tensors, name, tensor, _Tensor.of(step.model_name, model, model_input))
+            elif not model_input.optional:
                 raise ConfigError(
                     f"in ensemble {name}, input {model_input.name} in model {step.model_name} "
                     "is not mapped to any ensemble tensors"
                 )
-        outputs = {o.name for o in model.output}
+        outputs = {o.name: o for o in model.output}
         for model_output, tensor in step.outputs.items():
             if model_output not in outputs:
                 raise ConfigError(
                     f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing "
                     f"output {model_output} in model {step.model_name}"
                 )
+        for model_output, tensor in step.outputs.items():
+            seen = _Tensor.of(step.model_name, model, outputs[model_output])
+            _agree(tensors, name, tensor, seen)
         if model.model_transaction_policy.decoupled:
             graph.decoupled.add(step.index)
     _check_decoupled_origins(graph)
 
 
+@dataclass(frozen=True)
+class _Tensor:
+    """An ensemble tensor as one model sees it (Triton's ``TensorNode``)."""
+
+    model: str
+    data_type: int
+    dims: tuple[int, ...]
+    #: ``dims`` with the batch dimension (-1) in front where the model batches.
+    full_dims: tuple[int, ...]
+
+    @classmethod
+    def of(cls, model: str, config: ModelConfig, tensor: Any, reshaped: bool = False) -> _Tensor:
+        dims = tuple(tensor.reshape.shape if reshaped else tensor.dims)
+        full = (-1, *dims) if config.max_batch_size > 0 else dims
+        return cls(model, tensor.data_type, dims, full)
+
+
+def _ensemble_tensors(config: ModelConfig) -> dict[str, _Tensor]:
+    """The ensemble's inputs and outputs (their reshape where given), as it sees them."""
+    return {
+        tensor.name: _Tensor.of(config.name, config, tensor, tensor.HasField("reshape"))
+        for tensor in (*config.input, *config.output)
+    }
+
+
+def _agree(tensors: dict[str, _Tensor], ensemble: str, name: str, new: _Tensor) -> None:
+    """Record ensemble tensor ``name`` as a step's model sees it; ConfigError (Triton's
+    text) when it was seen before with another data type, or another shape (but where
+    one is -1, or where they agree once the batch dimension is counted)."""
+    seen = tensors.get(name)
+    if seen is None:
+        tensors[name] = new
+        return
+    where = f"in ensemble {ensemble}, ensemble tensor {name}: "
+    if seen.data_type != new.data_type:
+        raise ConfigError(
+            f"{where}inconsistent data type: {mc.DataType.Name(seen.data_type)} is inferred "
+            f"from model {seen.model} while {mc.DataType.Name(new.data_type)} is inferred "
+            f"from model {new.model}"
+        )
+    if not _same_shape(seen.dims, new.dims) and not _same_shape(seen.full_dims, new.full_dims):
+        raise ConfigError(
+            f"{where}inconsistent shape: {_dims_text(seen.full_dims)} is inferred from model "
+            f"{seen.model} while {_dims_text(new.full_dims)} is inferred from model {new.model}"
+        )
+
+
+def _same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Triton's ``CompareDimsWithWildcard``."""
+    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
+
+
+def _dims_text(dims: tuple[int, ...]) -> str:
+    return f"[{','.join(map(str, dims))}]"
+
+
 def _check_decoupled_origins(graph: EnsembleGraph) -> None:
-    """A step's inputs must all come from the same decoupled step (or none)."""
+    """A step's inputs must all come from the same decoupled step (or none), and so must
+    the ensemble's outputs (Triton checks them as the inputs of the response)."""
     origin: dict[str, int] = dict.fromkeys(graph.inputs, -1)
     pending = list(graph.steps)
     while pending:
@@ -208,3 +275,8 @@ def _check_decoupled_origins(graph: EnsembleGraph) -> None:
         label = step.index if step.index in graph.decoupled else origins.pop()
         for tensor in step.outputs.values():
             origin[tensor] = label
+    if len({origin.get(t) for t in graph.outputs}) > 1:  # the outputs meet in the response
+        raise ConfigError(
+            f"in ensemble {graph.name}, step of model '{graph.name}' receives inputs "
+            "originated from different decoupled models"
+        )
