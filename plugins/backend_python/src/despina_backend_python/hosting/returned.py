@@ -42,13 +42,14 @@ def check_returned(
     items = [None] * len(requests) if result is None else result
     if not isinstance(items, list | tuple) or len(items) != len(requests):
         return []
-    unanswered = [
-        i
-        for i, item in enumerate(items)
-        if item is None and not has_sender(requests[i]) and not rescheduled(requests[i])
-    ]
-    for request, item in zip(requests, items, strict=True):
-        if item is not None and rescheduled(request):
+    unanswered = []
+    for index, (request, item) in enumerate(zip(requests, items, strict=True)):
+        again = request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+        if item is None:
+            if request._sender is None and not again:
+                unanswered.append(index)
+            continue
+        if again:
             raise ReturnedError(  # sic: Triton's spelling, which tests grep for
                 "Expected a None object in the execute function return list for reschduled "
                 f"request, found type '{type(item)}'."
@@ -65,19 +66,10 @@ def check_returned(
     return unanswered
 
 
-def rescheduled(request: InferenceRequest) -> bool:
-    """Whether the model released the request with ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``."""
-    return bool(request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
-
-
 def rescheduled_indices(requests: Sequence[InferenceRequest]) -> list[int]:
     """The indices of the requests of a successful ``execute`` the model rescheduled."""
-    return [i for i, request in enumerate(requests) if rescheduled(request)]
-
-
-def has_sender(request: InferenceRequest) -> bool:
-    """Whether the model took the request's response sender."""
-    return request._sender is not None
+    flag = TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+    return [i for i, request in enumerate(requests) if request._release_flags & flag]
 
 
 def close_senders(requests: Sequence[InferenceRequest]) -> None:
