@@ -72,8 +72,9 @@ def _bound_queue(running: RunningServer, limit: int) -> None:
 
     async def rebuild() -> None:
         scheduler.queue = scheduler.make_queue()
-        for worker in scheduler._workers:  # they wait on the old queue
-            worker.cancel()
+        for workers in scheduler._workers.values():  # they wait on the old queue
+            for worker in workers:
+                worker.cancel()
         scheduler._workers.clear()
         await scheduler.start()
 

@@ -23,6 +23,8 @@ from despina.scheduling.base import ScheduledModel, Scheduler
 from despina.scheduling.rate_limiter import Needs
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from despina.models.load_host import LoadHost
     from despina.repository.config_pipeline import PreparedConfig
 
@@ -71,6 +73,34 @@ def rate_limiter_needs(
     return needs
 
 
+def make_scheduler(
+    server: LoadHost, version: ModelVersion, model_dir: Path, specs: list[InstanceSpec]
+) -> Scheduler:
+    """The scheduler of ``version``, whose instances (made from ``specs``) exist, not
+    started yet; sets the version's signature and its latency observers."""
+    scheduler_cls = pick_scheduler(server, version.config)
+    version.signature = ModelSignature(version.name, version.config)
+    model = ScheduledModel(
+        version.name,
+        str(version.version),
+        version.config,
+        version.instances,
+        version.stats,
+        host=server.scheduler_host,
+        model_dir=model_dir,
+        cache=server.response_cache if version.config.response_cache.enable else None,
+        limiter=server.rate_limiter,
+        needs=rate_limiter_needs(server, version.config, specs),
+        max_pending=server.settings.max_pending_requests,
+    )
+    stash = server.backend_host.stash
+    if LATENCY_OBSERVERS in stash:
+        version.stats.latency = stash[LATENCY_OBSERVERS].for_model(
+            version.name, str(version.version), version.config
+        )
+    return scheduler_cls(model)
+
+
 async def load_version(server: LoadHost, prepared: PreparedConfig, version: ModelVersion) -> None:
     """Load one version of the model ``prepared`` describes; on failure it ends
     UNAVAILABLE with the reason, which names no server path
@@ -94,27 +124,7 @@ async def load_version(server: LoadHost, prepared: PreparedConfig, version: Mode
             for spec in specs:
                 version.instances.append(await version.backend.create_instance(spec))
             await warm_up(version.config, model_dir, version.instances)
-        scheduler_cls = pick_scheduler(server, version.config)
-        version.signature = ModelSignature(version.name, version.config)
-        model = ScheduledModel(
-            version.name,
-            str(version.version),
-            version.config,
-            version.instances,
-            version.stats,
-            host=server.scheduler_host,
-            model_dir=model_dir,
-            cache=server.response_cache if version.config.response_cache.enable else None,
-            limiter=server.rate_limiter,
-            needs=rate_limiter_needs(server, version.config, specs),
-            max_pending=server.settings.max_pending_requests,
-        )
-        stash = server.backend_host.stash
-        if LATENCY_OBSERVERS in stash:
-            version.stats.latency = stash[LATENCY_OBSERVERS].for_model(
-                version.name, str(version.version), version.config
-            )
-        version.scheduler = scheduler_cls(model)
+        version.scheduler = make_scheduler(server, version, model_dir, specs)
         await version.scheduler.start()
     except Exception as exc:  # noqa: BLE001 - any load failure makes the version unavailable
         error = exc if isinstance(exc, DespinaError) else Internal(f"{type(exc).__name__}: {exc}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import shutil
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from despina.errors import DespinaError, InvalidArgument, NotFound, Unavailable
+from despina.models.instance_update import FilesStamp, files_stamp, updatable, update_version
 from despina.models.loader import load_version, unload_version
 from despina.models.versions import ModelState, ModelVersion, describe, load_failure_text
 from despina.repository import config as cfg
@@ -61,6 +63,9 @@ class ModelEntry:
         self.temp_dir: Path | None = None
         #: Loaded by name (start-up list, a load request), not for an ensemble that uses it.
         self.explicit = True
+        #: The model's files when its config was prepared (None for override files): a
+        #: reload that finds them unchanged may be an instance update.
+        self.stamp: FilesStamp | None = None
 
     @property
     def ready(self) -> bool:
@@ -130,7 +135,8 @@ class ModelManager:
             keep_old = old is not None and old.ready
             try:
                 entry.model_dir = self._model_dir(name, config_json, files, entry)
-                await self._load_entry(entry, config_json)
+                if await self._load_entry(entry, config_json, old if keep_old else None):
+                    return  # an instance update: ``old`` serves on, updated
                 failed = [v for v in entry.versions.values() if v.state is not ModelState.READY]
                 if failed:
                     raise InvalidArgument(load_failure_text(name, failed))
@@ -355,16 +361,25 @@ class ModelManager:
                 ) from None
         return model_dir
 
-    async def _load_entry(self, entry: ModelEntry, config_json: str | bytes | None) -> None:
+    async def _load_entry(
+        self, entry: ModelEntry, config_json: str | bytes | None, serving: ModelEntry | None
+    ) -> bool:
+        """Prepare ``entry``'s config and load its versions; or, when ``serving`` (the
+        READY entry of the same model) differs only in its instance groups, update
+        ``serving``'s instances instead (:mod:`despina.models.instance_update`) and
+        return True (``entry`` is then not used)."""
         assert entry.model_dir is not None
         name = entry.name
         prepared = await prepare(self.server, entry.model_dir, config_json, entry.name)
         entry.model_dir, entry.prepared = prepared.model_dir, prepared
+        entry.stamp = files_stamp(prepared.model_dir) if entry.temp_dir is None else None
         ensemble = prepared.config.platform == cfg.ENSEMBLE_PLATFORM
         versions = list(prepared.versions) or ([1] if ensemble else [])
         selected = select_versions(prepared.config, versions)
         if not selected:
             raise Unavailable(f"failed to load '{name}', no version is available")
+        if serving is not None and await self._update(serving, entry, selected):
+            return True
         entry.versions = {v: ModelVersion(name, v, prepared.config) for v in selected}
         token = _LOADING_FOR.set(name if ensemble else None)
         self._loading[name] = prepared.config
@@ -376,6 +391,45 @@ class ModelManager:
             _LOADING_FOR.reset(token)
             del self._loading[name]
         entry.state = ModelState.READY if entry.ready else ModelState.UNAVAILABLE
+        return False
+
+    async def _update(self, serving: ModelEntry, entry: ModelEntry, selected: list[int]) -> bool:
+        """Update the instances of every version of ``serving`` to ``entry``'s config
+        when only its instance groups changed (same files, same versions); whether it
+        did. A version whose scheduler cannot hand over (a sequence in flight) before any
+        was updated makes it a full reload; after, that version serves on as it was."""
+        prepared = entry.prepared
+        assert prepared is not None
+        if (
+            serving.prepared is None
+            or entry.stamp is None
+            or serving.stamp != entry.stamp
+            or serving.model_dir != entry.model_dir
+            or sorted(serving.versions) != sorted(selected)
+            or not all(v.state is ModelState.READY for v in serving.versions.values())
+            or not updatable(serving.prepared.config, prepared.config)
+        ):
+            return False
+        updated = 0
+        for number, version in sorted(serving.versions.items()):
+            done = await update_version(
+                self.server,
+                version,
+                prepared.config,
+                prepared.model_dir,
+                functools.partial(serving.versions.__setitem__, number),
+            )
+            if done is None and not updated:
+                return False
+            if done is None:
+                log.warning(
+                    "'%s' version %d keeps its instances: a sequence is in flight",
+                    entry.name,
+                    number,
+                )
+            updated += done is not None
+        serving.prepared, serving.explicit = prepared, entry.explicit
+        return True
 
     async def _retire(self, entry: ModelEntry, drain: bool = True) -> None:
         await asyncio.gather(

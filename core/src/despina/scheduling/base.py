@@ -102,6 +102,10 @@ class ScheduledModel:
     #: ``--max-pending-requests``: the queue bound where the config sets no
     #: ``max_queue_size`` (0: unbounded).
     max_pending: int = DEFAULT_MAX_PENDING_REQUESTS
+    #: Instances (by index) that a scheduler this one took over from is still running an
+    #: execution on (an instance update, see :meth:`Scheduler.hand_over`): each future is
+    #: done once it no longer is; until then nothing else runs on that instance.
+    busy_until: dict[int, asyncio.Future[None]] = field(default_factory=dict)
     #: The outputs the config declares: what a request that names none receives.
     output_names: frozenset[str] = field(init=False)
 
@@ -177,6 +181,26 @@ class Scheduler(abc.ABC):
         """The server is stopping: raise Unavailable unless a client's ``request``
         continues work accepted before (default: it never does)."""
         raise Unavailable(STOPPING)
+
+    def can_hand_over(self, successor: Scheduler) -> bool:
+        """Whether :meth:`hand_over` to ``successor`` is possible now (the default: when
+        :attr:`settled`, nothing accepted left to run); False: the model is reloaded in
+        full instead."""
+        return self.settled
+
+    async def hand_over(self, successor: Scheduler) -> dict[int, asyncio.Future[None]]:
+        """Stop, giving what this scheduler accepted to ``successor``, which runs on some
+        of the same instances (an instance update: only the config's ``instance_group``
+        changed, the model keeps serving without a reload). Called right after
+        :meth:`can_hand_over` said True, once new requests go to ``successor``, which
+        is not started yet (it queues what it is given).
+
+        Returns, per instance index of this scheduler, a future done once nothing of
+        this scheduler runs on that instance any more (an index not in it is free now).
+        The default stops this (settled) scheduler.
+        """
+        await self.stop()
+        return {}
 
     async def drain(self) -> None:
         """Wait until nothing is queued or executing; unload and reload call this before

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 from collections.abc import Sequence
 
 from despina.errors import DespinaError
@@ -22,12 +23,15 @@ class QueueScheduler(Scheduler):
     def __init__(self, model: ScheduledModel) -> None:
         super().__init__(model)
         self.queue = self.make_queue()
-        self._workers: list[asyncio.Task[None]] = []
+        #: Worker tasks, ``max_in_flight`` per instance, by instance index.
+        self._workers: dict[int, list[asyncio.Task[None]]] = {}
         self._executing: set[asyncio.Task[None]] = set()
         self._stopping = False
+        #: The scheduler this one handed over to (:meth:`hand_over`).
+        self._successor: QueueScheduler | None = None
         self._last_turn: asyncio.Future[None] | None = None
-        #: Executions running on each instance (sized in :meth:`start`).
-        self._running: list[int] = []
+        #: Executions running on each instance.
+        self._running = [0] * len(model.instances)
 
     def make_queue(self) -> RequestQueue:
         """The queue, bounded by ``--max-pending-requests``; subclasses pass their queue
@@ -38,13 +42,26 @@ class QueueScheduler(Scheduler):
         reject(self.model, request, error)
 
     async def start(self) -> None:
-        self._running = [0] * len(self.model.instances)
+        """A worker per execution slot; an instance in ``model.busy_until`` counts as
+        running one execution (so it is not picked by :meth:`submit` either) until its
+        future is done."""
         for index, instance in enumerate(self.model.instances):
-            for _ in range(instance.max_in_flight):
-                self._workers.append(asyncio.create_task(self._work(index)))
+            busy = self.model.busy_until.get(index)
+            if busy is not None and not busy.done():
+                self._running[index] += 1
+                busy.add_done_callback(functools.partial(self._free, index))
+            self._workers[index] = [
+                asyncio.create_task(self._work(index, busy)) for _ in range(instance.max_in_flight)
+            ]
+
+    def _free(self, index: int, _: object) -> None:
+        self._running[index] -= 1
 
     def submit(self, request: InferenceRequest) -> None:
         if self._stopping:
+            if self._successor is not None:
+                self._successor.submit(request)
+                return
             raise stopping_error(self.model)
         self.queue.put(request)
 
@@ -68,9 +85,11 @@ class QueueScheduler(Scheduler):
         it takes several at once, then let idle instances go first)."""
         return self._running[index] > 0
 
-    async def _work(self, index: int) -> None:
+    async def _work(self, index: int, busy: asyncio.Future[None] | None) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if busy is not None:
+            await asyncio.shield(busy)
         while not self._stopping:
             batch = await self.next_batch(index)
             self._executing.add(task)
@@ -93,18 +112,49 @@ class QueueScheduler(Scheduler):
     async def stop(self) -> None:
         """Idle workers stop at once (a batch being formed goes back to the queue), the
         queue is answered with the stopping error, then running executions finish."""
+        await self._stop_idle()
+        for request in self.queue.drain():
+            reject(self.model, request, stopping_error(self.model))
+        for workers in self._workers.values():
+            for worker in workers:
+                if not worker.cancelled():  # an idle one, ended above
+                    await worker
+
+    def can_hand_over(self, successor: Scheduler) -> bool:
+        return isinstance(successor, QueueScheduler)
+
+    async def hand_over(self, successor: Scheduler) -> dict[int, asyncio.Future[None]]:
+        """Every queued request (and each batch being formed) moves to ``successor``'s
+        queue in its order, and so does any request still submitted here; running
+        executions finish here."""
+        assert isinstance(successor, QueueScheduler)
+        self._successor = successor
+        await self._stop_idle()
+        for request in self.queue.drain():
+            try:
+                successor.queue.put(request)
+            except DespinaError as exc:  # the new queue is smaller and full
+                reject(self.model, request, exc)
+        return {
+            index: asyncio.ensure_future(_all_done(running))
+            for index, workers in self._workers.items()
+            if (running := [w for w in workers if not w.done()])
+        }
+
+    async def _stop_idle(self) -> None:
+        """Stop taking requests and end the idle workers (a batch being formed goes
+        back to the queue); running executions go on."""
         self._stopping = True
-        idle = [worker for worker in self._workers if worker not in self._executing]
+        idle = [w for ws in self._workers.values() for w in ws if w not in self._executing]
         for worker in idle:
             worker.cancel()
         for worker in idle:
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
-        for request in self.queue.drain():
-            reject(self.model, request, stopping_error(self.model))
-        for worker in self._workers:
-            if worker not in idle:
-                await worker
+
+
+async def _all_done(tasks: list[asyncio.Task[None]]) -> None:
+    await asyncio.wait(tasks)
 
 
 class OrderedExecution(ModelInstance):
@@ -147,7 +197,7 @@ class DefaultScheduler(QueueScheduler):
     name = "default"
 
     def submit(self, request: InferenceRequest) -> None:
-        if not self.queue and self.model.limiter is None and not self._stopping:
+        if not self.queue and self._workers and self.model.limiter is None and not self._stopping:
             for index, instance in enumerate(self.model.instances):
                 if not self._running[index] and instance.runs_now:
                     if self._run_now(index, instance, request):
