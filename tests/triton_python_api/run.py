@@ -11,9 +11,11 @@ whose ``python/test/test_api.py`` (with its ``test_api_models``) runs unchanged;
 v2.71.0), whose ``qa/L0_python_api/test_kserve.py`` (with ``testing_utils.py`` and
 ``test_model_repository``) runs unchanged, twice: as its ``test.sh`` runs it, and with
 ``--runxfail``, which runs the cases Triton marks ``xfail(run=False)`` (every server case
-of that file). ``test_binding.py`` (tests of NVIDIA's C binding) is not run. Nothing is
+of that file); ``test_api.py``'s one such case (``TestServer::test_stop``) runs the same
+way. ``test_binding.py`` (tests of NVIDIA's C binding) is not run. Nothing is
 fetched and nothing of Triton's is copied into this repository: the files are copied to a
-temporary folder and run there with the Python running this script, which must have
+temporary folder and run there with the Python running this script (and its
+``PYTHONPATH``, after this folder's), which must have
 despina-tritonserver-api, tritonclient[all] and requests installed. Coroutine tests
 marked ``asyncio`` run through pytest-asyncio when installed, else through
 ``asyncio_marker.py`` beside this script.
@@ -43,6 +45,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 RESULTS = ROOT / "bench" / "results" / "triton_python_api.md"
 PYTEST_TIMEOUT_S = 1800
+#: The caller's PYTHONPATH, kept after this folder's (a tree to test in place of the installed one).
+PYTHONPATH = os.environ.get("PYTHONPATH", "")
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,14 @@ SUITES = (
         "python/test",
         ("test_api.py", "test_api_models"),
         "test_api.py",
+    ),
+    Suite(
+        "core r26.06 python/test/test_api.py --runxfail -k test_stop",
+        "core_repo",
+        "python/test",
+        ("test_api.py", "test_api_models"),
+        "test_api.py",
+        ("--runxfail", "-k", "test_stop"),
     ),
     Suite(
         "server v2.71.0 qa/L0_python_api/test_kserve.py",
@@ -121,7 +133,7 @@ def run_suite(suite: Suite, repo: Path, work: Path, use_netns: bool) -> tuple[li
     if suite.netns and use_netns:
         inner = "ip link set lo up && exec " + shlex.join(command)
         command = ["unshare", "-n", "sh", "-c", inner]
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), PYTHONPATH]))}
     done = subprocess.run(
         command,
         cwd=work,
