@@ -238,15 +238,20 @@ class ProcessInstance(ModelInstance):
             _forget(child, tokens)
             raise
         again = reply["rescheduled"]
-        # a rescheduled request's next execute gives it a new token: this one is done
-        _forget(child, [tokens[i] for i in again])
+        if again:  # a rescheduled request's next execute gives it a new token: this one is done
+            _forget(child, [tokens[i] for i in again])
         if not self.decoupled:  # open: the requests that answer through their senders
-            items = result if result is not None else [None] * len(tokens)
-            _forget(
-                child,
-                [t for i, t in enumerate(tokens) if items[i] is not None or i in unanswered],
-            )
-        core_responses.reschedule(self.spec.name, requests, again, self.host.logger)
+            # (unpacked items: responses, type names or None, so ``in`` compares safely)
+            if result is not None and None not in result:  # every one answered by a return
+                _forget(child, tokens)
+            else:
+                items = result if result is not None else [None] * len(tokens)
+                _forget(
+                    child,
+                    [t for i, t in enumerate(tokens) if items[i] is not None or i in unanswered],
+                )
+        if again:
+            core_responses.reschedule(self.spec.name, requests, again, self.host.logger)
         report_compute(requests, *reply["span"])
         return collected
 
