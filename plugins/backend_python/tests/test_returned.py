@@ -1,8 +1,12 @@
 """A response ``execute`` returns is its request's final send, whether or not the model
-took the request's sender before or after (Triton's rules for default models)."""
+took the request's sender before or after (Triton's rules for default models); the
+constructors of what ``execute`` returns check their arguments' types as Triton's."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pytest
 from despina_backend_python.hosting.returned import (
     ReturnedError,
@@ -11,6 +15,7 @@ from despina_backend_python.hosting.returned import (
 )
 from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
+from despina_backend_python.pb.tensor import Tensor
 
 MORE_THAN_ONE = "Non-decoupled model cannot send more than one response."
 
@@ -68,3 +73,23 @@ def test_senders_closed_after_a_failed_execute_remember_a_returned_response() ->
     close_senders([first, second])
     with pytest.raises(TritonModelException, match=MORE_THAN_ONE):
         first.get_response_sender().send(InferenceResponse())
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Tensor(7, np.zeros(1)), "Tensor(): name: incompatible argument type int"),
+        (
+            lambda: InferenceResponse(output_tensors={"a": 1}),
+            "InferenceResponse(): output_tensors: incompatible argument type dict",
+        ),
+    ],
+)
+def test_constructors_refuse_argument_types_as_triton(build: Any, message: str) -> None:
+    """pybind11's TypeError for the wrong argument type; a tuple of tensors and a str
+    subclass as a name pass, as there."""
+    with pytest.raises(TypeError) as refused:
+        build()
+    assert str(refused.value) == message
+    named = type("Named", (str,), {})("OUT")
+    assert InferenceResponse(output_tensors=(Tensor(named, np.zeros(1)),)).output_tensors()

@@ -118,7 +118,8 @@ class InferenceResponse:
         error: TritonError | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
-        require(output_tensors, list | tuple, "InferenceResponse(): output_tensors")
+        if type(output_tensors) is not list:  # the usual argument passes without a call
+            require(output_tensors, list | tuple, "InferenceResponse(): output_tensors")
         if error is not None and not isinstance(error, TritonError):
             raise TritonModelException("InferenceResponse error must be a pb_utils.TritonError")
         self._outputs = list(output_tensors)

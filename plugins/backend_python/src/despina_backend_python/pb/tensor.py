@@ -32,7 +32,8 @@ class Tensor:
     __slots__ = ("_array", "_name")
 
     def __init__(self, name: str, array: Any) -> None:
-        require(name, str, "Tensor(): name")
+        if type(name) is not str:  # the usual argument passes without a call
+            require(name, str, "Tensor(): name")
         if not isinstance(array, np.ndarray):
             raise TypeError(f"Tensor '{name}' expects a numpy array, got {type(array).__name__}")
         wire_datatype(array)  # refuses unsupported dtypes up front

@@ -41,7 +41,7 @@ def pack_responses(arena: Arena, items: list[Any]) -> dict[str, Any]:
             continue
         error = item.error()
         outputs = [] if error is not None else item.output_tensors()
-        tensors.extend((t.name(), t._array) for t in outputs)
+        tensors.extend([(t._name, t._array) for t in outputs])
         descs.append(
             {
                 "n": len(outputs),
