@@ -17,7 +17,16 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from run import PYTEST_TIMEOUT_S, Context, Server, check, example, fresh, pytest, serving
+from run import (
+    PYTEST_TIMEOUT_S,
+    Context,
+    Server,
+    check,
+    example,
+    fresh,
+    pytest,
+    serving,
+)
 
 #: The suite folders of ``qa/`` these suites use (copied into the work folder).
 FOLDERS = (
@@ -28,6 +37,7 @@ FOLDERS = (
     "openvino_models",
     "L0_decoupled",
     "L0_client_timeout",
+    "L0_model_update",
 )
 
 
@@ -53,14 +63,14 @@ def generated(ctx: Context, generator: str, *flags: str) -> Path:
     return out
 
 
-def unittest_case(ctx: Context, suite: str, cwd: Path, target: str, case: str) -> None:
+def unittest_case(ctx: Context, suite: str, cwd: Path, target: str, case: str, **env: str) -> None:
     """``python target case`` as test.sh runs a file whose results a ``TestResultCollector``
-    gathers (it runs under unittest only); one case, by exit status."""
+    gathers (it runs under unittest only), with ``env`` added; one case, by exit status."""
     try:
         proc = subprocess.run(
             [ctx.client_python, target, case],
             cwd=cwd,
-            env=ctx.env(),
+            env=ctx.env(**env),
             capture_output=True,
             text=True,
             timeout=PYTEST_TIMEOUT_S,
@@ -521,6 +531,54 @@ def suite_l0_client_timeout(ctx: Context) -> None:
                 unittest_case(ctx, s, d, target, f"ClientNonInferTimeoutTest.{case}")
 
 
+#: ``instance_update_test.py`` cases that place instances on a GPU (``KIND_GPU``).
+_GPU_UPDATE_CASES = {
+    "test_gpu_instance_update",
+    "test_gpu_cpu_instance_update",
+    "test_instance_name_update",
+    "test_instance_signature",
+    "test_direct_scheduler_update_with_ongoing_sequences",
+    "test_oldest_scheduler_update_with_ongoing_sequences",
+}
+
+
+def suite_l0_model_update(ctx: Context) -> None:
+    """``L0_model_update/test.sh``: instance_update_test.py under a server per rate-limit
+    mode (off, execution_count, execution_count with ``--rate-limit-resource=R1:10``),
+    each with the log check that no ``Should not print this`` line appeared. Left out:
+    the cases that place instances on a GPU (``_GPU_UPDATE_CASES``)."""
+    s, d = "L0_model_update", ctx.qa / "L0_model_update"
+    target = "instance_update_test.py"
+    cases = re.findall(r"def (test_\w+)", (d / target).read_text())
+    modes = {
+        "off": ["--rate-limit=off"],
+        "execution_count": ["--rate-limit=execution_count"],
+        "execution_count_with_explicit_resource": [
+            "--rate-limit=execution_count",
+            "--rate-limit-resource=R1:10",
+        ],
+    }
+    for mode, flags in modes.items():
+        m = fresh(d / "models")
+        shutil.copytree(ctx.qa / "python_models/model_init_del", m / "model_init_del")
+        (m / "model_init_del/1").mkdir()
+        shutil.move(m / "model_init_del/model.py", m / "model_init_del/1/model.py")
+        env = {"MODEL_LOG_DIR": str(d), "RATE_LIMIT_MODE": mode}
+        log = d / f"instance_update_test.rate_limit_{mode}.server.log"
+        args = [
+            f"--model-repository={m}",
+            "--model-control-mode=explicit",
+            *flags,
+            "--log-verbose=2",
+        ]
+        with serving(ctx, s, args, log, False, **env):
+            for case in cases:
+                if case not in _GPU_UPDATE_CASES:
+                    unittest_case(ctx, s, d, target, f"TestInstanceUpdate.{case}", **env)
+        text = log.read_text(errors="replace")
+        check(ctx, s, f"no 'Should not print this' ({mode})", "Should not print this" not in text)
+
+
 SUITES: dict[str, Callable[[Context], None]] = {
     "L0_parameters": suite_l0_parameters,
     "L0_optional_input": suite_l0_optional_input,
@@ -528,4 +586,5 @@ SUITES: dict[str, Callable[[Context], None]] = {
     "L0_model_config": suite_l0_model_config,
     "L0_decoupled": suite_l0_decoupled,
     "L0_client_timeout": suite_l0_client_timeout,
+    "L0_model_update": suite_l0_model_update,
 }
