@@ -52,3 +52,43 @@ def test_resource_flag_syntax() -> None:
     assert parse_resource_flags(["R:4", "gpu:2:1"]) == {("r", None): 4, ("gpu", 1): 2}
     with pytest.raises(ValueError, match="expected <name>:<count>"):
         parse_resource_flags(["R"])
+
+
+def test_a_need_above_the_given_count_fails_the_load(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    """Triton's check: with ``--rate-limit-resource`` given, an instance asking for more
+    of a resource (or for one not given) cannot load; the server keeps serving."""
+    greedy = LIMITED.replace("count: 1 }", "count: 32 }")
+    model_repository.add("greedy", toy_config(extra=greedy), {"1/model.toy": ""})
+    other = LIMITED.replace('name: "slot"', 'name: "other"')
+    model_repository.add("unlisted", toy_config(extra=other), {"1/model.toy": ""})
+    model_repository.add("fits", toy_config(extra=LIMITED), {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root,
+        ["--rate-limit=execution_count", "--rate-limit-resource=slot:10", "--exit-on-error=false"],
+        plugins=[toy_backend],
+    )
+    reasons = dict(running.server.models.failures())
+    assert (
+        'Resource count for "slot" is limited to 10 which will prevent scheduling of one or '
+        "more model instances, the minimum required count is 32" in reasons["greedy"]
+    )
+    assert 'Resource count for "other" is limited to 0' in reasons["unlisted"]
+    assert running.call(running.server.infer(toy_request("fits"))).error is None
+
+
+def test_availability_follows_the_instances_loaded() -> None:
+    """Without given counts a resource is as available as the most a loaded instance
+    asks for, and shrinks back when that instance is released."""
+    from despina.scheduling.rate_limiter import Needs, RateLimiter
+
+    limiter = RateLimiter({})
+    small, large = Needs({("r", None): 3}), Needs({("r", None): 4})
+    limiter.register(small)
+    limiter.register(large)
+    assert limiter._capacity == {("r", None): 4}
+    limiter.release(large)
+    limiter.release(large)  # idempotent
+    assert limiter._capacity == {("r", None): 3}
+    assert limiter._available == {("r", None): 3}

@@ -107,29 +107,33 @@ async def update_version(
             kept[new_index] = same.pop(0)
     dropped = [index for indices in by_signature.values() for index in indices]
     backend.context.config = config  # the groups new specs index (frozen: replaced, not written)
+    added: list[ModelInstance] = []
+    version = ModelVersion(old.name, old.version, config)
+    version.stats, version.backend = old.stats, backend
     try:
         specs = [spec for index, spec in enumerate(new_specs) if index not in kept]
         added = await _create(backend.create_instance, specs)
         await warm_up(config, model_dir, added)
-    except BaseException:
-        backend.context.config = old.config
-        raise
-    fresh = iter(added)
-    version = ModelVersion(old.name, old.version, config)
-    version.stats, version.backend = old.stats, backend
-    version.instances = [
-        old.instances[kept[i]] if i in kept else next(fresh) for i in range(len(new_specs))
-    ]
-    successor = make_scheduler(server, version, model_dir, new_specs)
-    if not scheduler.can_hand_over(successor):
+        fresh = iter(added)
+        version.instances = [
+            old.instances[kept[i]] if i in kept else next(fresh) for i in range(len(new_specs))
+        ]
+        successor = make_scheduler(server, version, model_dir, new_specs)
+        if not scheduler.can_hand_over(successor):
+            successor.model.release_needs()
+            raise _Declined
+    except BaseException as exc:
         backend.context.config = old.config
         await _close(added, old.name)
-        return None
+        if isinstance(exc, _Declined):
+            return None
+        raise
     version.scheduler = successor
     version.state = ModelState.READY
     serve(version)  # requests now go to ``version``
     old.state, old.reason = ModelState.UNAVAILABLE, "unloaded"
     busy = await scheduler.hand_over(successor)
+    scheduler.model.release_needs()
     successor.model.busy_until = {new: busy[was] for new, was in kept.items() if was in busy}
     await successor.start()
     log.info(
@@ -146,6 +150,10 @@ async def update_version(
     await _close([old.instances[i] for i in dropped], old.name)
     old.instances, old.backend, old.scheduler = [], None, None
     return version
+
+
+class _Declined(Exception):
+    """The serving scheduler cannot hand over now."""
 
 
 async def _create(

@@ -58,18 +58,24 @@ def rate_limiter_needs(
     if server.rate_limiter is None:
         return []
     needs: list[Needs | None] = []
-    for spec in specs:
-        group = config.instance_group[spec.group_index]
-        if not group.HasField("rate_limiter") or not group.rate_limiter.resources:
-            needs.append(None)
-            continue
-        resources = {
-            (r.name.lower(), None if getattr(r, "global") else spec.device_id): int(r.count)
-            for r in group.rate_limiter.resources
-        }
-        one = Needs(resources, int(group.rate_limiter.priority) or 1)
-        server.rate_limiter.register(one)
-        needs.append(one)
+    try:
+        for spec in specs:
+            group = config.instance_group[spec.group_index]
+            if not group.HasField("rate_limiter") or not group.rate_limiter.resources:
+                needs.append(None)
+                continue
+            resources = {
+                (r.name.lower(), None if getattr(r, "global") else spec.device_id): int(r.count)
+                for r in group.rate_limiter.resources
+            }
+            one = Needs(resources, int(group.rate_limiter.priority) or 1)
+            server.rate_limiter.register(one)
+            needs.append(one)
+    except DespinaError:  # one refused: none of this model's stays registered
+        for registered in needs:
+            if registered is not None:
+                server.rate_limiter.release(registered)
+        raise
     return needs
 
 
@@ -170,6 +176,8 @@ async def unload_version(version: ModelVersion, drain: bool = True) -> None:
 
 
 async def _release(version: ModelVersion) -> None:
+    if version.scheduler is not None:
+        version.scheduler.model.release_needs()
     for instance in version.instances:
         try:
             await instance.close()

@@ -112,6 +112,13 @@ class ScheduledModel:
     def __post_init__(self) -> None:
         self.output_names = frozenset(output.name for output in self.config.output)
 
+    def release_needs(self) -> None:
+        """Tell the rate limiter these instances are gone (idempotent)."""
+        if self.limiter is not None:
+            for needs in self.needs:
+                if needs is not None:
+                    self.limiter.release(needs)
+
 
 class Scheduler(abc.ABC):
     """Queues requests of one model version and runs them on its instances.

@@ -14,10 +14,14 @@ import asyncio
 import contextlib
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Sequence
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from despina.errors import InvalidArgument
 from despina.serving.digits import ascii_digits
+
+log = logging.getLogger("despina.rate_limiter")
 
 #: A resource key: (name, device) with device None for global resources.
 ResourceKey = tuple[str, int | None]
@@ -57,19 +61,69 @@ class RateLimiter:
         self._configured = configured
         self._available: dict[ResourceKey, int] = {}
         self._capacity: dict[ResourceKey, int] = {}
+        #: The needs of every instance loaded, registered and not yet released.
+        self._registered: list[Needs] = []
         self._waiting: list[tuple[int, int, Needs, asyncio.Future[None]]] = []
         self._order = itertools.count()
 
     def register(self, needs: Needs) -> None:
-        """Account for an instance's needs (sets default availability as Triton does)."""
-        for key, count in needs.resources.items():
-            configured = self._configured.get(key, self._configured.get((key[0], None)))
-            capacity = (
-                configured if configured is not None else max(count, self._capacity.get(key, 0))
-            )
+        """Account for a new instance's needs: a resource not given with
+        ``--rate-limit-resource`` is as available as the most any instance loaded asks
+        for (Triton's default). With resources given, InvalidArgument (Triton's text)
+        when one the instance needs is given less, or not at all; nothing is changed."""
+        if self._configured:
+            for (name, device), count in needs.resources.items():
+                limit = self._explicit(name, device)
+                if limit < count:
+                    raise InvalidArgument(
+                        f'Resource count for "{name}" is limited to {limit} which will '
+                        "prevent scheduling of one or more model instances, the minimum "
+                        f"required count is {count}"
+                    )
+        self._registered.append(needs)
+        self._resize(needs.resources)
+
+    def release(self, needs: Needs) -> None:
+        """Forget an instance unloaded (or removed by an instance update): what it alone
+        asked for most is no longer available. An execution it still runs gives its
+        resources back as usual."""
+        if any(one is needs for one in self._registered):
+            self._registered = [one for one in self._registered if one is not needs]
+            self._resize(needs.resources)
+
+    def _explicit(self, name: str, device: int | None) -> int:
+        """The count ``--rate-limit-resource`` gives resource ``name`` on ``device`` (a
+        global resource: the most given on any device), 0 when not given."""
+        counts = [
+            count
+            for (given, on), count in self._configured.items()
+            if given == name and (device is None or on in (device, None))
+        ]
+        return max(counts, default=0)
+
+    def _resize(self, keys: Mapping[ResourceKey, int]) -> None:
+        """Set the capacity of ``keys`` from the instances registered (or the counts
+        given), keeping what executions hold taken; log the map at verbose level, as
+        Triton does."""
+        for key in keys:
+            if self._configured:
+                capacity = self._explicit(*key)
+            else:
+                wanted = (one.resources.get(key, 0) for one in self._registered)
+                capacity = max(wanted, default=0)
             grown = capacity - self._capacity.get(key, 0)
             self._capacity[key] = capacity
             self._available[key] = self._available.get(key, 0) + grown
+        if log.isEnabledFor(logging.DEBUG):
+            rows = [
+                f"Device: {'GLOBAL' if device is None else device}\\t\\tResource: {name}"
+                f"\\t Count: {count}"
+                for (name, device), count in sorted(
+                    self._capacity.items(), key=lambda item: (str(item[0][1]), item[0][0])
+                )
+            ]
+            log.debug("Max Resource Map===> %s", "; ".join(rows))
+        self._wake()
 
     def _fits(self, needs: Needs) -> bool:
         return all(self._available.get(k, 0) >= n for k, n in needs.resources.items())
