@@ -53,7 +53,7 @@ class DeviceExports:
         try:
             for position, name, array in tensors:
                 device_id = int(array.__dlpack_device__()[1])
-                shape = tuple(int(d) for d in array.shape)
+                shape = array.shape  # a tuple of ints already
                 handle = None
                 if array.nbytes:
                     with cp.cuda.Device(device_id) as gpu:

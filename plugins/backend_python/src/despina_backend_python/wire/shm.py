@@ -226,7 +226,7 @@ def _plan(
             on_device.append((len(plan) + len(on_device), name, array))
             continue
         datatype = wire_datatype(array)
-        shape = tuple(int(d) for d in array.shape)
+        shape = array.shape  # a tuple of ints already (numpy, CuPy)
         if datatype == "BYTES":
             items, data = bytes_payload(array)
             lengths = np.fromiter(map(len, items), dtype=np.uint32, count=len(items))
