@@ -198,9 +198,10 @@ def decode_request(
         raise _parse_error("inputs", inputs_json, "array")
     inputs: dict[str, np.ndarray] = {}
     binary: list[BinaryInput] = []  # only while the header may be kept
+    booleans = b"true" in body or b"false" in body  # else no JSON value is a boolean
     for item in inputs_json:
         start = offset
-        name, array, offset = _decode_input(item, body, offset, model, shm)
+        name, array, offset = _decode_input(item, body, offset, model, shm, booleans)
         if name in inputs:  # Triton's check, where it adds the input
             raise repeated_tensor("input", name, _id(header))
         inputs[name] = array
@@ -237,7 +238,7 @@ def _id(header: dict[str, Any]) -> str | None:
 
 
 def _decode_input(
-    item: Any, body: bytes, offset: int, model: str, shm: SharedMemoryRegistry
+    item: Any, body: bytes, offset: int, model: str, shm: SharedMemoryRegistry, booleans: bool
 ) -> tuple[str, np.ndarray, int]:
     if type(item) is not dict:
         raise _parse_error("inputs", item, "object")
@@ -298,7 +299,7 @@ def _decode_input(
             return name, deserialize_bytes(window.read(), count).reshape(shape), offset
         _check_size(byte_size, count * dtype.itemsize, name, model)
         return name, window.tensor(dtype).reshape(shape), offset  # type: ignore[return-value]
-    return name, tensor_from_json(data, dtype, datatype, shape, count, name), offset
+    return name, tensor_from_json(data, dtype, datatype, shape, count, name, booleans), offset
 
 
 def _count(shape: Any, itemsize: int, name: str, model: str) -> int:
@@ -331,11 +332,18 @@ _JSON_KINDS = {
 
 
 def tensor_from_json(
-    data: Any, dtype: np.dtype[Any], datatype: str, shape: Any, count: int, name: str
+    data: Any,
+    dtype: np.dtype[Any],
+    datatype: str,
+    shape: Any,
+    count: int,
+    name: str,
+    booleans: bool = True,
 ) -> np.ndarray:
     """A JSON value (scalar, flat or nested array) as a tensor of ``shape``; InvalidArgument
     when a value has the wrong JSON type (Triton's texts), is out of the datatype's range,
-    or the element count is not ``count``."""
+    or the element count is not ``count``. ``booleans=False``: the JSON text it came from
+    holds no ``true`` or ``false``, so no value is looked at for being one."""
     if not isinstance(data, list):
         data = [data]
     try:
@@ -344,7 +352,7 @@ def tensor_from_json(
             array = np.empty(flat.size, dtype=np.object_)
             array[:] = [_to_bytes(v) for v in flat]
         else:
-            array = _numbers(data, dtype, datatype)
+            array = _numbers(data, dtype, datatype, booleans)
     except (ValueError, TypeError, OverflowError) as exc:
         what = "JSON bytes array" if dtype is _OBJECT else "'data'"
         raise InvalidArgument(f"Unable to parse {what}: {exc}") from None
@@ -355,9 +363,10 @@ def tensor_from_json(
     return array.reshape(shape)
 
 
-def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray:
+def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str, booleans: bool) -> np.ndarray:
     """JSON numbers (nested lists) as a flat ``dtype`` array; ValueError for a value of
-    the wrong JSON type or outside the datatype's range."""
+    the wrong JSON type (a boolean only looked for where ``booleans``) or outside the
+    datatype's range."""
     read = np.asarray(data)
     parsed = read.reshape(-1)
     if parsed.size == 0:
@@ -369,7 +378,8 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray
         if parsed.dtype.kind not in kinds:
             raise ValueError(text)
         if dtype.kind != "b":
-            _no_booleans(data, parsed, text, scan)
+            if booleans:
+                _no_booleans(data, parsed, text, scan)
             limit = _OVERFLOWS_AT.get(dtype)
             if limit is not None:
                 low, high = _bounds(data, parsed, scan)
@@ -385,7 +395,8 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str) -> np.ndarray
         values: Any = exact
         low, high = min(exact), max(exact)
     else:
-        _no_booleans(data, parsed, text, scan)
+        if booleans:
+            _no_booleans(data, parsed, text, scan)
         values = parsed
         low, high = _bounds(data, parsed, scan)
     limits = np.iinfo(dtype)
