@@ -370,7 +370,7 @@ class FrontConnection(asyncio.Protocol):
             return self.engine.stays_open(incoming) and not self.engine.ends_stream(incoming, None)
         parts = answer.parts
         if incoming.method == b"HEAD":  # the head says what GET would answer; no body
-            self._write_head(incoming, answer.status, answer.headers, sum(len(p) for p in parts))
+            self._write_head(incoming, answer.status, answer.headers, sum(map(len, parts)))
         else:
             self._write_response(incoming, answer.status, answer.headers, parts)
         return self.engine.stays_open(incoming)
@@ -403,7 +403,7 @@ class FrontConnection(asyncio.Protocol):
     ) -> None:
         if self.transport is None or self.engine.closed:
             return
-        head = self.engine.head(incoming, status, headers, sum(len(p) for p in parts))
+        head = self.engine.head(incoming, status, headers, sum(map(len, parts)))
         self.transport.writelines([head, *parts])
 
     def _write_head(
