@@ -104,3 +104,26 @@ def test_checks_share_the_call_in_flight_and_time_out(monkeypatch: pytest.Monkey
         calls[1].set()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_server_readiness_asks_every_model(
+    mode: str,
+    model_repository: Any,
+    despina_server: Any,
+    http_client: Any,
+    grpc_client: Any,
+) -> None:
+    """With strict readiness (the default) the server is ready only while every READY
+    model's ``is_ready()`` says so, over HTTP and gRPC; without it, only liveness counts."""
+    add(model_repository, "flagged", FLAGGED, ADD_SUB_IO, mode)
+    root = Path(model_repository.root)
+    (root / "flagged" / "READY").write_text("yes")
+    local = ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1"]
+    strict = despina_server(root, local)
+    lenient = despina_server(root, [*local, "--strict-readiness=false"])
+    clients = [http_client(strict), grpc_client(strict)]
+    assert all(client.is_server_ready() for client in clients)
+    (root / "flagged" / "READY").write_text("no")
+    assert not any(client.is_server_ready() for client in clients)
+    assert http_client(lenient).is_server_ready() and grpc_client(lenient).is_server_ready()

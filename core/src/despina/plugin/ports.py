@@ -73,6 +73,12 @@ class FrontendHost(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    async def ready_checked(self) -> bool:
+        """:attr:`ready`, then (strict readiness) every READY model's instance checks
+        (:meth:`~despina.ModelInstance.check_ready`): what the server-ready endpoints
+        answer."""
+        ...
+
     def inference_model(
         self, name: str, version: str = "", *, received_ns: int = 0
     ) -> ModelVersion:

@@ -82,10 +82,13 @@ class ReadinessHealth(health_aio.HealthServicer):  # type: ignore[misc]
         await self.refresh()
         return await super().Watch(request, context)
 
-    async def refresh(self) -> None:
+    async def refresh(self, ask_models: bool = True) -> None:
+        """Set the status from the server's readiness; with ``ask_models`` (a client's
+        check) the models' own readiness checks are asked too."""
+        ready = await self.host.ready_checked() if ask_models else self.host.ready
         status = (
             health_pb2.HealthCheckResponse.SERVING
-            if self.host.ready
+            if ready
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         for service in ("", SERVICE):
@@ -118,7 +121,7 @@ class GrpcFrontend:
             )
         inference = Inference(self.host, options.header_forward_pattern)
         self.health = ReadinessHealth(self.host)
-        await self.health.refresh()
+        await self.health.refresh(ask_models=False)
         servicers = {SERVICE: InferenceServicer(self.host, inference), HEALTH_SERVICE: self.health}
         context = None
         if options.tls:

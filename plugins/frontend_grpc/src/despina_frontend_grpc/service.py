@@ -37,7 +37,7 @@ class InferenceServicer:
 
     @guarded
     async def ServerReady(self, request: Any, context: Any) -> Any:
-        return pb.ServerReadyResponse(ready=self.host.ready)
+        return pb.ServerReadyResponse(ready=await self.host.ready_checked())
 
     @guarded
     async def ModelReady(self, request: Any, context: Any) -> Any:

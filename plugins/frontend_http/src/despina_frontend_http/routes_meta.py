@@ -19,7 +19,7 @@ def routes(ctx: Context) -> list[Route]:
         return OK if host.live else NOT_READY
 
     async def ready(request: Request) -> Response:
-        return OK if host.ready else NOT_READY
+        return OK if await host.ready_checked() else NOT_READY
 
     async def metadata(request: Request) -> Response:
         return json_response(host.server_metadata())
