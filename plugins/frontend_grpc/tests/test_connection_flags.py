@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from despina.testing import RunningServer
 from despina_frontend_grpc import h2_frames
 from test_http2_abuse import RawClient, assert_serves, grpc_message
@@ -83,3 +84,25 @@ def test_reuse_grpc_port_lets_two_servers_share_it(serve: Serve) -> None:
     second = serve(f"--grpc-port={first.grpc_port}", "--reuse-grpc-port=true")
     assert second.grpc_port == first.grpc_port
     assert_serves(second)
+
+
+def test_response_delay_hook_holds_back_non_inference_answers(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton's test hook ``TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC``: an answer to any
+    RPC but inference waits that long (a client deadline shorter than it expires), while
+    inference answers at once."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    monkeypatch.setenv("TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC", "60")
+    running = serve()
+    with grpcclient.InferenceServerClient(running.grpc_url) as client:
+        with pytest.raises(InferenceServerException, match="Deadline"):
+            client.is_server_live(client_timeout=0.5)
+        tensor = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
+        other = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
+        other.set_data_from_numpy(np.ones((1, 16), np.float32))
+        result = client.infer("add_sub", [tensor, other], client_timeout=30)
+        assert result.as_numpy("OUTPUT0").tolist() == [[2.0] * 16]

@@ -8,7 +8,12 @@ keeps serving.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import functools
+import logging
+import os
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from despina import InvalidArgument
@@ -22,6 +27,16 @@ from despina_frontend_grpc.infer import Inference
 if TYPE_CHECKING:
     from despina import FrontendHost
 
+log = logging.getLogger("despina.frontend.grpc")
+
+
+#: Triton's test hook: every answer to an RPC other than inference waits this many whole
+#: seconds before it is sent (Triton's ``L0_client_timeout`` times clients out with it).
+RESPONSE_DELAY_ENV = "TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC"
+
+#: The RPCs the delay leaves alone.
+_INFERENCE_RPCS = ("ModelInfer", "ModelStreamInfer")
+
 
 class InferenceServicer:
     """Serves one server's :class:`despina.plugin.ports.FrontendHost`."""
@@ -29,6 +44,14 @@ class InferenceServicer:
     def __init__(self, host: FrontendHost, inference: Inference) -> None:
         self.host = host
         self.inference = inference
+        delay = _response_delay_s()
+        if delay:
+            log.warning(
+                "%s=%d: answers to non-inference RPCs are delayed", RESPONSE_DELAY_ENV, delay
+            )
+            for name in dir(InferenceServicer):
+                if name[0].isupper() and name not in _INFERENCE_RPCS:
+                    setattr(self, name, _delayed(getattr(self, name), delay))
 
     # health and metadata
     @guarded
@@ -168,3 +191,25 @@ class InferenceServicer:
             else:
                 setting.string_param = value
         return response
+
+
+def _response_delay_s() -> int:
+    """``$TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC`` as Triton reads it (``atoi``: the
+    leading digits, else 0)."""
+    digits = re.match(r"\s*\+?(\d+)", os.environ.get(RESPONSE_DELAY_ENV, ""))
+    return int(digits.group(1)) if digits else 0
+
+
+def _delayed(
+    rpc: Callable[[Any, Any], Awaitable[Any]], seconds: int
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """``rpc``, its answer held back ``seconds`` before it is returned."""
+
+    @functools.wraps(rpc)
+    async def run(request: Any, context: Any) -> Any:
+        response = await rpc(request, context)
+        log.debug("Delaying the write of the response by %d seconds", seconds)
+        await asyncio.sleep(seconds)
+        return response
+
+    return run
