@@ -65,7 +65,7 @@ def rate_limiter_needs(
                 needs.append(None)
                 continue
             resources = {
-                (r.name.lower(), None if getattr(r, "global") else spec.device_id): int(r.count)
+                (r.name, None if getattr(r, "global") else spec.device_id): int(r.count)
                 for r in group.rate_limiter.resources
             }
             one = Needs(resources, int(group.rate_limiter.priority) or 1)

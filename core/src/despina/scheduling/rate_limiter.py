@@ -93,11 +93,12 @@ class RateLimiter:
 
     def _explicit(self, name: str, device: int | None) -> int:
         """The count ``--rate-limit-resource`` gives resource ``name`` on ``device`` (a
-        global resource: the most given on any device), 0 when not given."""
+        global resource: the most given on any device), 0 when not given. The flag's
+        names are lower case (Triton lowers the flag); a config's keep their case."""
         counts = [
             count
             for (given, on), count in self._configured.items()
-            if given == name and (device is None or on in (device, None))
+            if given == name.lower() and (device is None or on in (device, None))
         ]
         return max(counts, default=0)
 
