@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from lifecycle_suite import LIFECYCLE_FOLDERS, suite_l0_lifecycle
 from run import (
     PYTEST_TIMEOUT_S,
     Context,
@@ -38,6 +39,7 @@ FOLDERS = (
     "L0_decoupled",
     "L0_client_timeout",
     "L0_model_update",
+    *LIFECYCLE_FOLDERS,
 )
 
 
@@ -520,6 +522,7 @@ def suite_l0_client_timeout(ctx: Context) -> None:
     args = [
         f"--model-repository={m}",
         "--model-control-mode=explicit",
+        "--allow-client-shm=true",  # as the suite's v2.71 test.sh: client shm is off by default
         "--load-model=custom_identity_int32",
         "--log-verbose=2",
     ]
@@ -587,4 +590,5 @@ SUITES: dict[str, Callable[[Context], None]] = {
     "L0_decoupled": suite_l0_decoupled,
     "L0_client_timeout": suite_l0_client_timeout,
     "L0_model_update": suite_l0_model_update,
+    "L0_lifecycle": suite_l0_lifecycle,
 }
