@@ -89,17 +89,32 @@ class ModelManager:
         self._calls: dict[str, set[str]] = {}
         #: The configs of the models whose versions are loading (not yet in ``entries``).
         self._loading: dict[str, cfg.ModelConfig] = {}
+        #: (name, reason) of the ``--load-model`` models no repository holds.
+        self._not_found: list[tuple[str, str]] = []
 
     @property
     def explicit(self) -> bool:
         return str(self.server.settings.model_control_mode) == "explicit"
 
     async def load_startup(self) -> None:
-        """Load the start-up models of the control mode, in parallel."""
+        """Load the start-up models of the control mode, in parallel. InvalidArgument
+        (Triton's text) when ``*`` is given with other ``--load-model`` names; a named
+        model no repository holds is logged as Triton logs it and counted in
+        :meth:`failures`."""
         names = self.repository.model_names()
         if self.explicit:
-            wanted = list(self.server.settings.load_model or [])
-            names = names if "*" in wanted else wanted
+            wanted = list(dict.fromkeys(self.server.settings.load_model or []))
+            if "*" in wanted and len(wanted) > 1:
+                raise InvalidArgument(
+                    "Wildcard model name '*' must be the ONLY startup model if specified at all."
+                )
+            known = set(names)
+            names = names if "*" in wanted else [n for n in wanted if n in known]
+            for name in wanted:
+                if name not in known and name != "*":
+                    reason = "model not found in any model repository."
+                    log.error("failed to poll model '%s': %s", name, reason)
+                    self._not_found.append((name, reason))
         limit = asyncio.Semaphore(max(int(self.server.settings.model_load_thread_count), 1))
 
         async def one(name: str) -> None:
@@ -320,8 +335,10 @@ class ModelManager:
         )
 
     def failures(self) -> list[tuple[str, str]]:
-        """(model, reason) of every model or version that failed to load."""
-        failed = [(e.name, e.reason) for e in self.entries.values() if e.reason and not e.versions]
+        """(model, reason) of every model or version that failed to load, and of every
+        start-up model not found."""
+        failed = list(self._not_found)
+        failed += [(e.name, e.reason) for e in self.entries.values() if e.reason and not e.versions]
         failed += [
             (v.name, v.reason)
             for e in self.entries.values()

@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from despina.errors import DespinaError, Internal, Unavailable
+from despina.errors import DespinaError, Internal, InvalidArgument, Unavailable
 from despina.inference.pipeline import admit
 from despina.inference.request import InferenceRequest, InferenceResponse, ResponseStream
 from despina.inference.request_bodies import BodyBudget
@@ -232,7 +232,10 @@ class Server:
             await self.models.repository.sync()
         except Exception as exc:  # noqa: BLE001 - any source failure stops the start-up
             raise StartupError(f"failed to fetch the model repository: {exc}") from None
-        await self.models.load_startup()
+        try:
+            await self.models.load_startup()
+        except InvalidArgument as exc:  # --load-model names that contradict each other
+            raise StartupError(str(exc)) from None
         failures = self.models.failures()
         if failures and self.settings.exit_on_error:
             await self.models.unload_all()

@@ -1,0 +1,77 @@
+"""Start-up as Triton's L0_lifecycle checks it (issue 40): ``--load-model`` names that
+contradict each other or name no model stop the start with Triton's texts. Real servers,
+real tritonclient."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pytest
+import tritonclient.http as httpclient
+from despina.testing import RepositoryBuilder, RunningServer
+
+pytest.importorskip("despina_backend_python")
+
+Start = Callable[..., RunningServer]
+PY_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return []
+"""
+CONFIG = """
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+EXPLICIT = ["--model-control-mode=explicit", "--http-address=127.0.0.1", "--allow-metrics=false"]
+
+
+@pytest.fixture
+def repository(model_repository: RepositoryBuilder) -> RepositoryBuilder:
+    model_repository.add("m", CONFIG, {"1/model.py": PY_MODEL})
+    return model_repository
+
+
+def test_wildcard_with_another_startup_model_stops_the_start(
+    repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    from despina.serving.server import StartupError
+
+    text = "Wildcard model name '*' must be the ONLY startup model if specified at all."
+    with pytest.raises(StartupError, match=text.replace("*", r"\*")):
+        despina_server(repository.root, [*EXPLICIT, "--load-model=*", "--load-model=m"])
+
+
+def test_missing_startup_model_is_logged_and_stops_the_start(
+    repository: RepositoryBuilder, despina_server: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    from despina.serving.server import StartupError
+
+    caplog.set_level(logging.ERROR)
+    with pytest.raises(StartupError, match="does-not-exist"):
+        despina_server(repository.root, [*EXPLICIT, "--load-model=does-not-exist"])
+    assert (
+        "failed to poll model 'does-not-exist': model not found in any model repository."
+        in caplog.text
+    )
+
+
+def test_missing_startup_model_without_exit_on_error_serves_the_others(
+    repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    args = [*EXPLICIT, "--exit-on-error=false", "--load-model=does-not-exist", "--load-model=m"]
+    running = despina_server(repository.root, args)
+    client = httpclient.InferenceServerClient(running.http_url)
+    assert client.is_model_ready("m")
+    assert not client.is_model_ready("does-not-exist")
+
+
+def test_wildcard_given_twice_loads_everything(
+    repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    running = despina_server(repository.root, [*EXPLICIT, "--load-model=*", "--load-model=*"])
+    assert httpclient.InferenceServerClient(running.http_url).is_model_ready("m")
