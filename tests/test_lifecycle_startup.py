@@ -75,3 +75,21 @@ def test_wildcard_given_twice_loads_everything(
 ) -> None:
     running = despina_server(repository.root, [*EXPLICIT, "--load-model=*", "--load-model=*"])
     assert httpclient.InferenceServerClient(running.http_url).is_model_ready("m")
+
+
+@pytest.mark.parametrize(
+    ("service", "flag", "port"),
+    [("GRPC", "--grpc-port", "grpc_port"), ("HTTP", "--http-port", "http_port")]
+    + [("Metrics", "--metrics-port", "metrics_port")],
+)
+def test_port_in_use_stops_the_start_with_tritons_text(
+    repository: RepositoryBuilder, despina_server: Start, service: str, flag: str, port: str
+) -> None:
+    """A second server on a port the first holds names the service and the socket."""
+    from despina.serving.server import StartupError
+
+    first = despina_server(repository.root, ["--http-address=127.0.0.1"])
+    taken = getattr(first, port)
+    text = f"failed to start {service} service: Unavailable - Socket '.*:{taken}' already in use"
+    with pytest.raises(StartupError, match=f"^{text}$"):
+        despina_server(repository.root, ["--http-address=127.0.0.1", f"{flag}={taken}"])

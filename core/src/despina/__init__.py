@@ -125,6 +125,7 @@ _EXPORTS: dict[str, str] = {
     "inflate": "despina.inference.request_bodies",
     "Restriction": "despina.serving.restricted",
     "parse_restricted": "despina.serving.restricted",
+    "AddressInUse": "despina.transport.listen",
     "Listener": "despina.transport.listen",
     "listen": "despina.transport.listen",
     "stop_listening": "despina.transport.listen",
@@ -297,6 +298,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
     from despina.tracing.trace import Trace as Trace
     from despina.transport.disconnect import DisconnectWatch as DisconnectWatch
     from despina.transport.listen import (
+        AddressInUse as AddressInUse,
         Listener as Listener,
         listen as listen,
         stop_listening as stop_listening,

@@ -354,7 +354,9 @@ def test_busy_port_fails_start_clearly(
 ) -> None:
     from despina.serving.server import StartupError
 
-    with pytest.raises(StartupError, match="cannot bind gRPC"):
+    with pytest.raises(
+        StartupError, match="failed to start GRPC service: Unavailable - Socket .* already in use"
+    ):
         serve(f"--grpc-port={server.grpc_port}")
 
 

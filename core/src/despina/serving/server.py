@@ -50,6 +50,7 @@ from despina.serving.runtime_settings import LogSettings, TraceSettings
 from despina.serving.settings import CORE, CoreSettings, Stash
 from despina.tracing.config import TraceConfig
 from despina.tracing.tracer import Tracer
+from despina.transport.listen import AddressInUse
 from despina.version import __version__
 
 log = logging.getLogger("despina.server")
@@ -265,6 +266,8 @@ class Server:
             await component.start()
         except BaseException as exc:
             await self.stop()
+            if isinstance(exc, AddressInUse) and exc.service:  # Triton's text, as it is
+                raise StartupError(str(exc)) from None
             if isinstance(exc, OSError | DespinaError):
                 raise StartupError(f"{what} '{component.name}' failed to start: {exc}") from None
             raise

@@ -143,6 +143,22 @@ class Listener:
         self._failures, self._reported = 0, now
 
 
+class AddressInUse(OSError):
+    """The address ``host:port`` another socket holds, from :func:`listen`. A frontend
+    raises it again with its Triton service name ("GRPC", "HTTP", "Metrics"); str() is
+    then Triton's start-up text ``failed to start GRPC service: Unavailable - Socket
+    '0.0.0.0:8001' already in use``."""
+
+    def __init__(self, address: str, service: str = "") -> None:
+        super().__init__(errno.EADDRINUSE, f"Socket '{address}' already in use")
+        self.address = address
+        self.service = service
+
+    def __str__(self) -> str:
+        text = f"Unavailable - {self.strerror}"
+        return f"failed to start {self.service} service: {text}" if self.service else text
+
+
 async def listen(
     protocol: Callable[[], asyncio.BaseProtocol],
     host: str | None,
@@ -176,6 +192,8 @@ async def listen(
             try:
                 sock.bind(address)
             except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise AddressInUse(f"{host or '0.0.0.0'}:{port}") from None
                 raise OSError(
                     exc.errno,
                     f"error while attempting to bind on address {address!r}: "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from despina import AddressInUse
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
@@ -140,6 +141,8 @@ class GrpcFrontend:
         )
         try:
             self.port = await server.start(options.address, options.port, options.reuse_port)
+        except AddressInUse as exc:
+            raise AddressInUse(exc.address, "GRPC") from None
         except OSError as exc:
             raise OSError(f"cannot bind gRPC to {bind_address(options)}: {exc}") from None
         self.http2_server = server

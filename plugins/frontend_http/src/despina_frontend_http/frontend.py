@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, ClassVar
 
+from despina import AddressInUse
+
 from despina_frontend_http.context import Context
 from despina_frontend_http.h1_server import Front
 from despina_frontend_http.options import HTTP_OPTIONS, HttpOptions
@@ -57,8 +59,10 @@ class HttpFrontend:
             self.port = await front.start(
                 options.address, options.port, options.reuse_port, options.ssl_context
             )
-        except BaseException:
+        except BaseException as exc:
             self._executor.shutdown(wait=False)
+            if isinstance(exc, AddressInUse):
+                raise AddressInUse(exc.address, "HTTP") from None
             raise
         self._front = front
         log.info("Started %s at %s:%d", _service(options), options.address, self.port)

@@ -10,7 +10,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, ClassVar, cast
 
-from despina import StashKey
+from despina import AddressInUse, StashKey
 from despina_frontend_http import (
     Request,
     Response,
@@ -73,9 +73,12 @@ class PrometheusExporter:
             # The server's metrics host is its data plane, which is the frontend host
             # the listener machinery times requests and charges bodies with.
             host = cast("FrontendHost", self.host)
-            self._listener = await serve_router(
-                Router(self.routes), host, options.address, options.port
-            )
+            try:
+                self._listener = await serve_router(
+                    Router(self.routes), host, options.address, options.port
+                )
+            except AddressInUse as exc:
+                raise AddressInUse(exc.address, "Metrics") from None
             self.port = self._listener.port
             log.info("Started Metrics Service at %s:%d", options.address, self.port)
         if self.cpu is not None or self.gpu is not None:
