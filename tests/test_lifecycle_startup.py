@@ -5,6 +5,7 @@ real tritonclient."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import pytest
@@ -79,8 +80,11 @@ def test_wildcard_given_twice_loads_everything(
 
 @pytest.mark.parametrize(
     ("service", "flag", "port"),
-    [("GRPC", "--grpc-port", "grpc_port"), ("HTTP", "--http-port", "http_port")]
-    + [("Metrics", "--metrics-port", "metrics_port")],
+    [
+        ("GRPC", "--grpc-port", "grpc_port"),
+        ("HTTP", "--http-port", "http_port"),
+        ("Metrics", "--metrics-port", "metrics_port"),
+    ],
 )
 def test_port_in_use_stops_the_start_with_tritons_text(
     repository: RepositoryBuilder, despina_server: Start, service: str, flag: str, port: str
@@ -93,3 +97,49 @@ def test_port_in_use_stops_the_start_with_tritons_text(
     text = f"failed to start {service} service: Unavailable - Socket '.*:{taken}' already in use"
     with pytest.raises(StartupError, match=f"^{text}$"):
         despina_server(repository.root, ["--http-address=127.0.0.1", f"{flag}={taken}"])
+
+
+SLEEPY = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(1)
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+
+def test_stop_logs_each_models_in_flight_inferences(
+    model_repository: RepositoryBuilder, despina_server: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While a stop waits for accepted work, each second counts the requests not yet
+    answered, as Triton's L0_lifecycle greps: 'Model 'm' (version 1) has N in-flight inferences'."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    model_repository.add("slow", CONFIG, {"1/model.py": SLEEPY})
+    running = despina_server(model_repository.root, ["--http-address=127.0.0.1"])
+    client = grpcclient.InferenceServerClient(running.grpc_url)
+    infer = grpcclient.InferInput("INPUT0", [1], "FP32")
+    infer.set_data_from_numpy(np.ones(1, dtype=np.float32))
+    results: list[object] = []
+    for _ in range(3):
+        client.async_infer("slow", [infer], lambda result, error: results.append(error or result))
+    deadline = time.monotonic() + 10
+    while running.server.models.get("slow", "").scheduler.busy < 3:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    caplog.set_level(logging.INFO)
+    running.stop()
+    for count in (3, 2, 1):
+        assert f"Model 'slow' (version 1) has {count} in-flight inferences" in caplog.text
+    assert len(results) == 3
+    client.close()

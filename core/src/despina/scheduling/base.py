@@ -173,6 +173,14 @@ class Scheduler(abc.ABC):
         return 0
 
     @property
+    def in_flight(self) -> int:
+        """The model's in-flight inferences of the shutdown log: the requests queued and
+        the executions running (a sequence scheduler: the open sequences; an ensemble:
+        the requests running). Triton counts only those queued in its scheduler; a
+        backend instance here may take several requests before it runs them."""
+        return self.pending + self.busy
+
+    @property
     def settled(self) -> bool:
         """Nothing accepted is left to run: nothing queued or executing (a sequence
         scheduler: no sequence open either). Shutdown waits for this on every model at

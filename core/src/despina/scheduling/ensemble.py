@@ -146,6 +146,10 @@ class EnsembleScheduler(Scheduler):
     def busy(self) -> int:
         return len(self._running)
 
+    @property
+    def in_flight(self) -> int:
+        return self.busy
+
     async def stop(self) -> None:
         """Refuse new requests and let running ones finish (their steps' models answer
         or fail them)."""

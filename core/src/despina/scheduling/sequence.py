@@ -142,6 +142,10 @@ class SequenceBatchScheduler(Scheduler):
         return sum(1 for b in self.batchers if b.executing)
 
     @property
+    def in_flight(self) -> int:
+        return len(self._active) + len(self._backlog)
+
+    @property
     def settled(self) -> bool:
         """Also no sequence open: as Triton, a stopping server waits for the sequences in
         flight to end (or idle out)."""

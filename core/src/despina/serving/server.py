@@ -342,16 +342,32 @@ class Server:
         ensemble's next step or a BLS call may land on a model that was idle), and every
         frontend is ``settled`` (has answered the requests it received before the stop;
         one may still hold some it has not submitted), for at most ``timeout_s``; whether
-        they did."""
-        deadline = time.monotonic() + timeout_s
+        they did. Each second it logs, as Triton, every model's in-flight inferences."""
+        deadline = report = time.monotonic()
+        deadline += timeout_s
         while not (
             all(v.scheduler is None or v.scheduler.settled for v in self.models.ready_versions())
             and all(frontend.settled for frontend in self.frontends)
         ):
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 return False
+            if now >= report:
+                self._log_in_flight()
+                report = now + 1.0
             await asyncio.sleep(DRAIN_POLL_S)
         return True
+
+    def _log_in_flight(self) -> None:
+        for version in self.models.ready_versions():
+            count = 0 if version.scheduler is None else version.scheduler.in_flight
+            if count:
+                log.info(
+                    "Model '%s' (version %d) has %d in-flight inferences",
+                    version.name,
+                    version.version,
+                    count,
+                )
 
     def _refuses(self, received_ns: int) -> bool:
         """Whether a client's request is new work for a stopping server: the server is
