@@ -156,7 +156,7 @@ class ModelManager:
                 if failed:
                     raise InvalidArgument(load_failure_text(name, failed))
             except DespinaError as exc:
-                log.error("failed to load '%s': %s", name, exc)
+                log.error("failed to load '%s': %s", name, exc.status_text)
                 roots = self.repository.roots
                 without_paths(exc, entry.model_dir or Path(name), roots)
                 entry.state, entry.reason = ModelState.UNAVAILABLE, str(exc)
