@@ -7,8 +7,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from despina.testing import RepositoryBuilder, RunningServer
 
@@ -123,7 +125,6 @@ def test_stop_logs_each_models_in_flight_inferences(
     """While a stop waits for accepted work, each second counts the requests not yet
     answered, as Triton's L0_lifecycle greps: 'Model 'm' (version 1) has N in-flight inferences'."""
     import numpy as np
-    import tritonclient.grpc as grpcclient
 
     model_repository.add("slow", CONFIG, {"1/model.py": SLEEPY})
     running = despina_server(model_repository.root, ["--http-address=127.0.0.1"])
@@ -143,3 +144,26 @@ def test_stop_logs_each_models_in_flight_inferences(
         assert f"Model 'slow' (version 1) has {count} in-flight inferences" in caplog.text
     assert len(results) == 3
     client.close()
+
+
+def test_missing_repository_stops_the_start(tmp_path: Path, despina_server: Start) -> None:
+    from despina.serving.server import StartupError
+
+    with pytest.raises(StartupError, match=r"^Internal: failed to stat file /tmp/no-such-repo$"):
+        despina_server(["/tmp/no-such-repo", tmp_path], ["--http-address=127.0.0.1"])
+
+
+def test_missing_repository_without_exit_on_error_serves_not_live(
+    tmp_path: Path, despina_server: Start
+) -> None:
+    """Triton's server that failed to initialize: not live, not ready, metadata served."""
+    args = ["--http-address=127.0.0.1", "--exit-on-error=false", "--strict-readiness=false"]
+    running = despina_server([tmp_path, Path("/tmp/no-such-repo")], args)
+    for client in (
+        httpclient.InferenceServerClient(running.http_url),
+        grpcclient.InferenceServerClient(running.grpc_url),
+    ):
+        assert not client.is_server_live()
+        assert not client.is_server_ready()
+        assert client.get_server_metadata() is not None
+

@@ -97,6 +97,16 @@ class ModelRepository:
             roots.append((Path(repository).expanduser().resolve(), set(mapping.values())))
         return roots
 
+    def missing_roots(self) -> list[str]:
+        """The local repositories given that are not folders (as given), which Triton
+        fails to stat at start-up."""
+        remote = {index for index, _ in self._remote}
+        return [
+            location
+            for index, (location, root) in enumerate(zip(self.locations, self.roots, strict=True))
+            if index not in remote and not root.is_dir()
+        ]
+
     async def sync(self) -> None:
         """Bring every remote repository up to date in its local folder (poll mode calls
         this before each poll); local folders need nothing."""

@@ -213,7 +213,9 @@ class Server:
     async def start(self) -> None:
         """Configure plugins, load the start-up models, start exporters and frontends.
 
-        Raises StartupError when a model fails and ``--exit-on-error`` is true.
+        Raises StartupError when a model fails or a local repository is missing and
+        ``--exit-on-error`` is true; a missing repository otherwise leaves the server
+        serving, not live (Triton's server that failed to initialize), with no models.
         """
         try:
             self.plugins.hook.despina_configure.call_historic(
@@ -223,7 +225,13 @@ class Server:
             raise StartupError(str(exc)) from None
         log.info("%s", self.gpus.describe())
         log.info("%s", self.shared_memory.cuda_support().describe())
-        self.live = True
+        missing = self.models.repository.missing_roots()
+        if missing:  # as Triton: with --exit-on-error=false it serves, neither live nor ready
+            reason = f"Internal: failed to stat file {missing[0]}"
+            if self.settings.exit_on_error:
+                raise StartupError(reason)
+            log.error("%s", reason)
+        self.live = not missing
         if self.response_cache is not None:
             try:
                 await self.response_cache.start()
@@ -233,17 +241,8 @@ class Server:
             await self.models.repository.sync()
         except Exception as exc:  # noqa: BLE001 - any source failure stops the start-up
             raise StartupError(f"failed to fetch the model repository: {exc}") from None
-        try:
-            await self.models.load_startup()
-        except InvalidArgument as exc:  # --load-model names that contradict each other
-            raise StartupError(str(exc)) from None
-        failures = self.models.failures()
-        if failures and self.settings.exit_on_error:
-            await self.models.unload_all()
-            if self.response_cache is not None:
-                await self.response_cache.stop()
-            lines = "; ".join(f"{name}: {reason}" for name, reason in failures)
-            raise StartupError(f"failed to load all models: {lines}")
+        if self.live:  # not when a repository is missing
+            await self._load_startup_models()
         for cls in self.registry.exporters.values():
             exporter = cls(self.metrics_host)
             await self._start_or_stop(exporter, "metrics exporter")
@@ -252,11 +251,26 @@ class Server:
             frontend = cls(self.dataplane)
             await self._start_or_stop(frontend, "frontend")
             self.frontends.append(frontend)
-        if self.settings.model_control_mode == "poll":
+        if self.settings.model_control_mode == "poll" and self.live:
             self.poller = RepositoryPoller(self.models, float(self.settings.repository_poll_secs))
             self.poller.remember_loaded()
             self.poller.start()
         self.plugins.hook.despina_server_started(server=self.dataplane)
+
+    async def _load_startup_models(self) -> None:
+        """Load the start-up models; StartupError when one fails and ``--exit-on-error``
+        is true, or the ``--load-model`` names contradict each other."""
+        try:
+            await self.models.load_startup()
+        except InvalidArgument as exc:
+            raise StartupError(str(exc)) from None
+        failures = self.models.failures()
+        if failures and self.settings.exit_on_error:
+            await self.models.unload_all()
+            if self.response_cache is not None:
+                await self.response_cache.stop()
+            lines = "; ".join(f"{name}: {reason}" for name, reason in failures)
+            raise StartupError(f"failed to load all models: {lines}")
 
     async def _start_or_stop(self, component: Frontend | MetricsExporter, what: str) -> None:
         """Start ``component``; when it fails, stop what started before it (models,
