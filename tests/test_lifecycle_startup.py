@@ -167,3 +167,22 @@ def test_missing_repository_without_exit_on_error_serves_not_live(
         assert not client.is_server_ready()
         assert client.get_server_metadata() is not None
 
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("-1:0.6", "expects device ID >= 0, got -1"),
+        ("0:-0.4", "expects limit fraction to be in range [0.0, 1.0], got -0.400000"),
+    ],
+)
+def test_invalid_model_load_gpu_limit_stops_the_start(
+    tmp_path: Path, value: str, text: str
+) -> None:
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "despina", "serve", f"--model-repository={tmp_path}"]
+    command += ["--http-address=127.0.0.1", "--model-load-gpu-limit", value]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert text in done.stderr

@@ -318,7 +318,7 @@ def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
     flag), with the default repository filled in and the inert flags given noted. The
     server reads it once into typed settings (:mod:`despina.serving.settings`)."""
     parser, inert = build_serve_parser(plugins)
-    settings = parser.parse_args(list(argv))
+    settings = parser.parse_args(_values_attached(parser, argv))
     if not settings.model_repository:
         storage = os.environ.get(VERTEX_STORAGE_ENV)
         if storage:  # as tritonserver: Vertex AI's model folder, when none is given
@@ -333,6 +333,27 @@ def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:
         settings.strict_model_config, settings.disable_auto_complete_config
     )
     return settings
+
+
+def _values_attached(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``argv`` with the value of a flag that takes one attached (``--flag=value``) where
+    it starts with ``-``, as tritonserver's getopt takes the next word whatever it is
+    (``--model-load-gpu-limit -1:0.6``); argparse would read it as a flag."""
+    words = list(argv)
+    out: list[str] = []
+    while words:
+        word = words.pop(0)
+        action = parser._option_string_actions.get(word)
+        if (
+            action is not None
+            and action.nargs is None  # one value (flags without one have nargs 0)
+            and words
+            and words[0].startswith("-")
+            and words[0] not in parser._option_string_actions
+        ):
+            word = f"{word}={words.pop(0)}"
+        out.append(word)
+    return out
 
 
 def _strict_model_config_warnings(strict: bool | None, disable: bool) -> list[str]:

@@ -27,6 +27,27 @@ def triton_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean value '{value}'")
 
 
+def gpu_limit(value: str) -> str:
+    """``<device ID>:<fraction>`` of ``--model-load-gpu-limit``, checked with
+    tritonserver's texts (``expects device ID >= 0, got -1``)."""
+    device, sep, fraction = value.partition(":")
+    try:
+        device_id, limit = int(device), float(fraction)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid value '{value}': expects <device ID>:<fraction>"
+        ) from None
+    if not sep:
+        raise argparse.ArgumentTypeError(f"invalid value '{value}': expects <device ID>:<fraction>")
+    if device_id < 0:
+        raise argparse.ArgumentTypeError(f"expects device ID >= 0, got {device_id}")
+    if not 0.0 <= limit <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"expects limit fraction to be in range [0.0, 1.0], got {limit:f}"
+        )
+    return value
+
+
 _HTTP = "the HTTP frontend plugin (despina-frontend-http) is not installed"
 _GRPC = "the gRPC frontend plugin (despina-frontend-grpc) is not installed"
 _METRICS = "the metrics plugin (despina-metrics-prometheus) is not installed"
@@ -39,7 +60,7 @@ _GRPC_POOL = (
 )
 _CUDA_MEM = "Despina allocates no CUDA memory pools of its own; frameworks manage device memory"
 
-#: flag -> (value type: "bool" | "int" | "float" | "str" | "none", repeatable, why inert)
+#: flag -> (value type: a key of _TYPES or "none", repeatable, why inert)
 TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--model-load-retry-count": ("int", False, "model loads are not retried yet"),
     "--model-namespacing": ("bool", False, "model namespacing is not supported yet"),
@@ -103,7 +124,11 @@ TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--cuda-virtual-address-size": ("str", True, _CUDA_MEM),
     "--buffer-manager-thread-count": ("int", False, "Despina has no buffer manager threads"),
     "--host-policy": ("str", True, "host policies (NUMA, CPU pinning) are not supported"),
-    "--model-load-gpu-limit": ("str", True, "GPU memory limits on loading are not supported"),
+    "--model-load-gpu-limit": (
+        "gpu_limit",
+        True,
+        "GPU memory limits on loading are not supported",
+    ),
 }
 
 _TYPES: dict[str, Callable[[str], Any]] = {
@@ -111,6 +136,7 @@ _TYPES: dict[str, Callable[[str], Any]] = {
     "float": float,
     "str": str,
     "bool": triton_bool,
+    "gpu_limit": gpu_limit,
 }
 
 
