@@ -150,21 +150,23 @@ def _listens(pid: int, port: int) -> bool:
     return False
 
 
-def _ready(pid: int) -> bool:
-    """Whether the server ``pid`` listens on port 8000 and answers ready there: another
-    server of this machine may take the port between the check for free ports and ours
-    binding it, and its answer is not ours."""
+def _ready(pid: int, until: str = "ready") -> bool:
+    """Whether the server ``pid`` listens on port 8000 and answers ``/v2/health/<until>``
+    there: another server of this machine may take the port between the check for free
+    ports and ours binding it, and its answer is not ours."""
     if not _listens(pid, PORTS[0]):
         return False
     try:
-        with urllib.request.urlopen("http://127.0.0.1:8000/v2/health/ready", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:8000/v2/health/{until}", timeout=2) as r:
             return bool(r.status == 200)
     except OSError:
         return False
 
 
 class Server:
-    """A server process started like ``run_server`` in Triton's ``qa/common/util.sh``."""
+    """A server process started like ``run_server`` in Triton's ``qa/common/util.sh``
+    (``until="live"``: ``run_server_tolive``; ``until=""``: ``run_server_nowait``, never
+    ``started``). ``wait_ports=False`` starts it while the ports are taken."""
 
     def __init__(
         self,
@@ -174,9 +176,11 @@ class Server:
         *,
         env: dict[str, str] | None = None,
         verbose: bool = True,
+        until: str = "ready",
+        wait_ports: bool = True,
     ):
         deadline = time.monotonic() + PORT_WAIT_S  # e.g. the previous server's sockets
-        while busy := [p for p in PORTS if not _port_free(p)]:
+        while wait_ports and (busy := [p for p in PORTS if not _port_free(p)]):
             if time.monotonic() > deadline:
                 raise SystemExit(f"ports {busy} are in use; the QA test files need 8000-8002")
             time.sleep(1)
@@ -190,9 +194,11 @@ class Server:
                 start_new_session=True,
             )
         self.started = False
+        if not until:
+            return
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline and self.proc.poll() is None:
-            if _ready(self.proc.pid):
+            if _ready(self.proc.pid, until):
                 self.started = True
                 break
             time.sleep(0.5)
