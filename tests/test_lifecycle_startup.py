@@ -186,3 +186,21 @@ def test_invalid_model_load_gpu_limit_stops_the_start(
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert text in done.stderr
+
+
+def test_specific_versions_without_a_folder_are_left_out(
+    model_repository: RepositoryBuilder, despina_server: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As Triton (L0_lifecycle test_file_override): a ``specific`` policy naming versions
+    1 and 3 with only folder 3 serves version 3, and logs that 1 is missing."""
+    policy = "version_policy: { specific: { versions: [1, 3] } }"
+    model_repository.add("m", CONFIG + policy, {"3/model.py": PY_MODEL, "2/model.py": PY_MODEL})
+    caplog.set_level(logging.ERROR)
+    running = despina_server(model_repository.root, ["--http-address=127.0.0.1"])
+    client = httpclient.InferenceServerClient(running.http_url)
+    assert client.is_model_ready("m", "3")
+    assert not client.is_model_ready("m", "1")
+    assert not client.is_model_ready("m", "2")
+    text = "version 1 is specified for model 'm', but the version directory is not present"
+    assert text in caplog.text
+

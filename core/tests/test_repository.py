@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 from despina.errors import ConfigError, NotFound
 from despina.repository import config as cfg
-from despina.repository.folders import ModelRepository, available_versions, select_versions
+from despina.repository.folders import (
+    ModelRepository,
+    available_versions,
+    missing_specific_versions,
+    select_versions,
+)
 
 
 def _model(root: Path, name: str, versions: list[str]) -> Path:
@@ -36,10 +41,11 @@ def test_version_policies(policy: str, expected: list[int]) -> None:
     assert select_versions(config, [1, 3, 10]) == expected
 
 
-def test_specific_version_without_folder_is_an_error() -> None:
-    config = cfg.parse_text('name: "m" version_policy: { specific: { versions: [ 4 ] } }')
-    with pytest.raises(ConfigError, match=r"versions \[4\]"):
-        select_versions(config, [1, 3])
+def test_specific_version_without_folder_is_left_out() -> None:
+    """As Triton: only the named versions that have a folder load."""
+    config = cfg.parse_text('name: "m" version_policy: { specific: { versions: [ 4, 3 ] } }')
+    assert select_versions(config, [1, 3]) == [3]
+    assert missing_specific_versions(config, [1, 3]) == [4]
 
 
 def test_several_repositories_and_ambiguous_names(tmp_path: Path) -> None:

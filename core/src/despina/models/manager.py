@@ -33,7 +33,11 @@ from despina.models.loader import load_version, unload_version
 from despina.models.versions import ModelState, ModelVersion, describe, load_failure_text
 from despina.repository import config as cfg
 from despina.repository.config_pipeline import PreparedConfig, prepare
-from despina.repository.folders import ModelRepository, select_versions
+from despina.repository.folders import (
+    ModelRepository,
+    missing_specific_versions,
+    select_versions,
+)
 from despina.repository.paths import check_model_name, quote, safe_join
 from despina.repository.redact import without_paths
 from despina.serving.digits import ascii_digits
@@ -393,6 +397,12 @@ class ModelManager:
         ensemble = prepared.config.platform == cfg.ENSEMBLE_PLATFORM
         versions = list(prepared.versions) or ([1] if ensemble else [])
         selected = select_versions(prepared.config, versions)
+        for version in missing_specific_versions(prepared.config, versions):
+            log.error(
+                "version %d is specified for model '%s', but the version directory is not present",
+                version,
+                name,
+            )
         if not selected:
             raise Unavailable(f"failed to load '{name}', no version is available")
         if serving is not None and await self._update(serving, entry, selected):

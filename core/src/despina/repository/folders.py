@@ -252,23 +252,23 @@ def missing_model_file_text(
     )
 
 
+def missing_specific_versions(config: ModelConfig, available: Sequence[int]) -> list[int]:
+    """The versions a ``specific`` version policy names that have no folder."""
+    policy = config.version_policy
+    if policy.WhichOneof("policy_choice") != "specific":
+        return []
+    return sorted({int(v) for v in policy.specific.versions} - set(available))
+
+
 def select_versions(config: ModelConfig, available: Sequence[int]) -> list[int]:
     """The versions to serve under the config's ``version_policy`` (default: latest 1).
-
-    Raises ConfigError when ``specific`` names a version that has no folder.
-    """
+    As Triton, ``specific`` versions without a folder are left out
+    (:func:`missing_specific_versions` names them)."""
     policy = config.version_policy
     kind = policy.WhichOneof("policy_choice")
     if kind == "all":
         return sorted(available)
     if kind == "specific":
-        wanted = sorted(int(v) for v in policy.specific.versions)
-        missing = [v for v in wanted if v not in available]
-        if missing:
-            raise ConfigError(
-                f"model '{config.name}': version_policy names versions {missing} "
-                "that have no version folder"
-            )
-        return wanted
+        return sorted({int(v) for v in policy.specific.versions} & set(available))
     count = int(policy.latest.num_versions) if kind == "latest" else 1
     return sorted(available)[-max(count, 1) :]
