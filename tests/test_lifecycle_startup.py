@@ -204,3 +204,12 @@ def test_specific_versions_without_a_folder_are_left_out(
     text = "version 1 is specified for model 'm', but the version directory is not present"
     assert text in caplog.text
 
+
+def test_a_repository_given_twice_is_one(
+    repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    """As Triton (L0_lifecycle test_config_override): no model of it 'appears in more
+    than one model repository'."""
+    args = [*EXPLICIT, "--load-model=m"]
+    running = despina_server([repository.root, repository.root], args)
+    assert httpclient.InferenceServerClient(running.http_url).is_model_ready("m")

@@ -34,7 +34,7 @@ class ModelRepository:
         sources: Mapping[str, type[Any]] | None = None,
         stash: Stash | None = None,
     ) -> None:
-        self.locations = list(locations)
+        self.locations = list(dict.fromkeys(locations))  # as Triton: one given twice is one
         self._remote: list[tuple[int, Any]] = []
         self.roots: list[Path] = []
         for index, location in enumerate(self.locations):
