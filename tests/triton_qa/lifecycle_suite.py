@@ -11,7 +11,9 @@ is not copied into ``identity_zero_1_int32``'s version folders (a server finds i
 identity backend); the control-API curl checks in poll mode use ``onnx_float32_float32_float32``
 instead of ``graphdef_float32_float32_float32`` and the invalid-endpoint curls serve
 ``onnx_int32_int32_int32`` instead of ``graphdef_int32_int32_int32`` (the checks do not
-depend on the framework); the client gets ``TRITON_SERVER_VERSION=2.51.0`` (the CI
+depend on the framework); ``models_0``, which the skipped
+``_control_startup_models`` steps leave behind for the ``--load-model=*`` check, is made
+empty; the client gets ``TRITON_SERVER_VERSION=2.51.0`` (the CI
 container's variable, which ``test_parse_error_noexit`` compares with the served version).
 
 Not run (``lifecycle_test.py`` asserts on GraphDef, SavedModel or TensorRT models, or the
@@ -239,7 +241,7 @@ sed -i "s/max_batch_size:.*/max_batch_size: 1/" models/onnx_float32_float32_floa
 def step_startup_model_errors(ctx: Context) -> None:
     """``--load-model=*`` with another ``--load-model``, and a startup model that does
     not exist: both servers must fail to start (the second logs why)."""
-    prep = """rm -fr models && mkdir models
+    prep = """rm -fr models && mkdir models && mkdir -p models_0
 cp -r $ONNX/onnx_float32_float32_float32 models/.
 sed -i "s/max_batch_size:.*/max_batch_size: 1/" models/onnx_float32_float32_float32/config.pbtxt
 """
@@ -267,14 +269,21 @@ _IDENTITY_EXPLICIT = (
     "--model-repository=`pwd`/models --model-control-mode=explicit --exit-timeout-secs=5 "
     "--strict-model-config=false --load-model=identity_zero_1_int32 --strict-readiness=false"
 )
+_POLICY_1 = (
+    'echo "version_policy: { specific { versions: [1] }}" >> '
+    "models/identity_zero_1_int32/config.pbtxt"
+)
 _AVAILABILITY = {
     "test_model_availability_on_reload": "cp -r identity_zero_1_int32 models/. && "
     "mkdir -p models/identity_zero_1_int32/1",
     "test_model_availability_on_reload_2": "cp -r identity_zero_1_int32 models/. && "
     "mkdir -p models/identity_zero_1_int32/1 && mkdir -p models/identity_zero_1_int32/2\n"
-    "cp identity_zero_1_int32/config.pbtxt config.pbtxt.v2",
+    f"{_POLICY_1}\n"
+    "cp identity_zero_1_int32/config.pbtxt config.pbtxt.v2\n"
+    'echo "version_policy: { specific { versions: [2] }}" >> config.pbtxt.v2',
     "test_model_availability_on_reload_3": "cp -r identity_zero_1_int32 models/. && "
     "mkdir -p models/identity_zero_1_int32/1 && mkdir -p models/identity_zero_1_int32/2\n"
+    f"{_POLICY_1}\n"
     "cp models/identity_zero_1_int32/config.pbtxt config.pbtxt.new",
 }
 
@@ -294,7 +303,9 @@ def step_model_reload_fail(ctx: Context) -> None:
     prep = """rm -fr models config.pbtxt.* && mkdir models
 cp -r identity_zero_1_int32 models/. && mkdir -p models/identity_zero_1_int32/1 && \
     mkdir -p models/identity_zero_1_int32/2
+echo "version_policy: { specific { versions: [1] }}" >> models/identity_zero_1_int32/config.pbtxt
 cp identity_zero_1_int32/config.pbtxt config.pbtxt.v2.gpu && \
+    echo "version_policy: { specific { versions: [2] }}" >> config.pbtxt.v2.gpu && \
     sed -i "s/KIND_CPU/KIND_GPU/" config.pbtxt.v2.gpu
 """
     text = "failed to load 'identity_zero_1_int32' version 2: Internal: GPU instances not supported"
