@@ -25,6 +25,7 @@ CHOICE_VALUES = {
     "--cache-config": "local,size=1024",
     "--rate-limit": "execution_count",
     "--rate-limit-resource": "gpu_slot:2:0",
+    "--model-load-gpu-limit": "0:0.6",
 }
 #: tritonserver's warnings for --strict-model-config.
 DEPRECATED = (
