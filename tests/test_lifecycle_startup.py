@@ -213,3 +213,38 @@ def test_a_repository_given_twice_is_one(
     args = [*EXPLICIT, "--load-model=m"]
     running = despina_server([repository.root, repository.root], args)
     assert httpclient.InferenceServerClient(running.http_url).is_model_ready("m")
+
+
+#: Fails its first initialize (it leaves a file behind), as L0_lifecycle's retry_model.
+FAILS_ONCE = """
+import os
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        marker = os.path.join(args["model_repository"], args["model_version"], "tried")
+        if not os.path.exists(marker):
+            open(marker, "x").close()
+            raise Exception("failing first load attempt")
+
+    def execute(self, requests):
+        return []
+"""
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_model_load_retry_count(
+    model_repository: RepositoryBuilder, despina_server: Start, retries: int
+) -> None:
+    from despina.serving.server import StartupError
+
+    model_repository.add("m", CONFIG, {"1/model.py": FAILS_ONCE})
+    args = ["--http-address=127.0.0.1", f"--model-load-retry-count={retries}"]
+    if not retries:
+        with pytest.raises(StartupError, match="failing first load attempt"):
+            despina_server(model_repository.root, args)
+        return
+    running = despina_server(model_repository.root, args)
+    assert httpclient.InferenceServerClient(running.http_url).is_model_ready("m")

@@ -108,9 +108,21 @@ def make_scheduler(
 
 
 async def load_version(server: LoadHost, prepared: PreparedConfig, version: ModelVersion) -> None:
-    """Load one version of the model ``prepared`` describes; on failure it ends
-    UNAVAILABLE with the reason, which names no server path
+    """Load one version of the model ``prepared`` describes, tried again up to
+    ``--model-load-retry-count`` times after a failure; if all fail it ends UNAVAILABLE
+    with the last reason, which names no server path
     (:func:`~despina.repository.redact.without_paths`); never raises."""
+    retries = max(server.settings.model_load_retry_count, 0)
+    for attempt in range(retries + 1):
+        if attempt:
+            log.info("retrying to load '%s' version %d", version.name, version.version)
+            version.state, version.reason = ModelState.LOADING, ""
+        await _load_once(server, prepared, version)
+        if version.state is ModelState.READY:
+            return
+
+
+async def _load_once(server: LoadHost, prepared: PreparedConfig, version: ModelVersion) -> None:
     model_dir = prepared.model_dir
     started = time.monotonic_ns()
     specs: list[InstanceSpec] = []

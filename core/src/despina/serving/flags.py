@@ -173,6 +173,13 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         help="models loaded in parallel (default: 4)",
     )
     repo.add_argument(
+        "--model-load-retry-count",
+        type=int,
+        default=0,
+        metavar="INT",
+        help="times a failed model version load is tried again (default: 0)",
+    )
+    repo.add_argument(
         "--strict-model-config",
         type=triton_bool,
         default=None,

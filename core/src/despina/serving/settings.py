@@ -75,6 +75,8 @@ class CoreSettings:
     repository_poll_secs: int
     load_model: tuple[str, ...]
     model_load_thread_count: int
+    #: How many times a failed model version load is tried again.
+    model_load_retry_count: int
     #: False under ``--strict-model-config`` or ``--disable-auto-complete-config``.
     auto_complete: bool
     allow_client_shm: bool
@@ -122,6 +124,7 @@ class CoreSettings:
             repository_poll_secs=int(flags.repository_poll_secs),
             load_model=tuple(flags.load_model or ()),
             model_load_thread_count=int(flags.model_load_thread_count),
+            model_load_retry_count=int(flags.model_load_retry_count),
             auto_complete=not (flags.strict_model_config or flags.disable_auto_complete_config),
             allow_client_shm=bool(flags.allow_client_shm),
             rate_limit=str(flags.rate_limit),

@@ -62,7 +62,6 @@ _CUDA_MEM = "Despina allocates no CUDA memory pools of its own; frameworks manag
 
 #: flag -> (value type: a key of _TYPES or "none", repeatable, why inert)
 TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
-    "--model-load-retry-count": ("int", False, "model loads are not retried yet"),
     "--model-namespacing": ("bool", False, "model namespacing is not supported yet"),
     "--model-config-name": ("str", False, "custom config names are not supported yet"),
     "--enable-peer-access": ("bool", False, "GPU peer access is left to the frameworks"),
