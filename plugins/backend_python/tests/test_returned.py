@@ -14,7 +14,12 @@ from despina_backend_python.hosting.returned import (
     close_senders,
 )
 from despina_backend_python.pb.errors import TritonModelException
-from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
+from despina_backend_python.pb.messages import (
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
+    InferenceRequest,
+    InferenceResponse,
+    Responder,
+)
 from despina_backend_python.pb.tensor import Tensor
 
 MORE_THAN_ONE = "Non-decoupled model cannot send more than one response."
@@ -44,7 +49,7 @@ def request(responder: Responder) -> InferenceRequest:
 def test_a_sender_taken_after_a_returned_response_sends_no_more() -> None:
     responder = Collected()
     answered = request(responder)
-    assert check_returned("m_0", [answered], [InferenceResponse()], False) == []
+    assert check_returned("m_0", [answered], [InferenceResponse()], False) == ([], [])
     assert responder.taken_count == 0  # no sender was made for the returned response
     sender = answered.get_response_sender()
     assert responder.taken_count == 1
@@ -53,6 +58,16 @@ def test_a_sender_taken_after_a_returned_response_sends_no_more() -> None:
     with pytest.raises(TritonModelException, match="Response sender has been closed"):
         sender.send(flags=1)
     assert responder.sent == []
+
+
+def test_unanswered_and_rescheduled_requests_are_told_apart() -> None:
+    """A None item: rescheduled (it runs again), answering through a taken sender, or
+    left with nothing to answer it; a decoupled model's requests are only rescheduled."""
+    again, taken, left = (request(Collected()) for _ in range(3))
+    again.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    taken.get_response_sender()
+    assert check_returned("m_0", [again, taken, left], None, False) == ([2], [0])
+    assert check_returned("m_0", [left, again], None, True) == ([], [1])
 
 
 def test_a_returned_response_after_a_send_fails_execute() -> None:

@@ -21,16 +21,16 @@ class ReturnedError(Exception):
 
 def check_returned(
     instance_name: str, requests: Sequence[InferenceRequest], result: Any, decoupled: bool
-) -> list[int]:
+) -> tuple[list[int], list[int]]:
     """Check ``result`` (what ``execute`` returned for ``requests``).
 
     Raises ReturnedError when a decoupled model returned anything but None, a default
     model returned anything but None for a request it rescheduled, or a returned
     response is for a request whose sender already sent one (or its final flag).
-    Returns the indices of the requests of a default model that nothing can answer any
-    more: neither rescheduled nor answered by a returned response, and their response
-    sender never taken. A result that is not a list of one item per request is left to
-    the caller.
+    Returns two lists of indices of ``requests``: those of a default model that nothing
+    can answer any more (neither rescheduled nor answered by a returned response, and
+    their response sender never taken), and those the model rescheduled. A result that
+    is not a list of one item per request is left to the caller.
     """
     if decoupled:
         if result is not None:
@@ -38,13 +38,16 @@ def check_returned(
                 f"Python model '{instance_name}' is using the decoupled mode and the execute "
                 "function must return None."
             )
-        return []
+        return [], _rescheduled(requests)
     items = [None] * len(requests) if result is None else result
     if not isinstance(items, list | tuple) or len(items) != len(requests):
-        return []
-    unanswered = []
+        return [], _rescheduled(requests)
+    unanswered: list[int] = []
+    rescheduled: list[int] = []
     for index, (request, item) in enumerate(zip(requests, items, strict=True)):
         again = request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+        if again:
+            rescheduled.append(index)
         if item is None:
             if request._sender is None and not again:
                 unanswered.append(index)
@@ -63,11 +66,11 @@ def check_returned(
                 sender.record(item, final=True)
             except TritonModelException as exc:
                 raise ReturnedError(str(exc)) from None
-    return unanswered
+    return unanswered, rescheduled
 
 
-def rescheduled_indices(requests: Sequence[InferenceRequest]) -> list[int]:
-    """The indices of the requests of a successful ``execute`` the model rescheduled."""
+def _rescheduled(requests: Sequence[InferenceRequest]) -> list[int]:
+    """The indices of the requests the model rescheduled."""
     flag = TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
     return [i for i, request in enumerate(requests) if request._release_flags & flag]
 

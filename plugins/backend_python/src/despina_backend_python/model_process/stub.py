@@ -43,7 +43,6 @@ from despina_backend_python.hosting.returned import (
     ReturnedError,
     check_returned,
     close_senders,
-    rescheduled_indices,
 )
 from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.errors import TritonError, TritonModelException
@@ -379,7 +378,9 @@ class Stub:
         """Reply to an execution; ``span``: when the model's ``execute`` began and ended
         (monotonic ns: the server reports them as the compute split)."""
         try:
-            unanswered = check_returned(self.instance_name, requests, result, self.decoupled)
+            unanswered, rescheduled = check_returned(
+                self.instance_name, requests, result, self.decoupled
+            )
         except ReturnedError as exc:
             self._failed(exec_id, requests, str(exc))
             return
@@ -387,7 +388,7 @@ class Stub:
             "op": "executed",
             "id": exec_id,
             "unanswered": unanswered,
-            "rescheduled": rescheduled_indices(requests),
+            "rescheduled": rescheduled,
             "span": span,
         }
         pack = None

@@ -43,7 +43,6 @@ from despina_backend_python.hosting.returned import (
     ReturnedError,
     check_returned,
     close_senders,
-    rescheduled_indices,
 )
 from despina_backend_python.pb import runtime as pb_runtime
 from despina_backend_python.pb.messages import InferenceRequest, InferenceResponse, Responder
@@ -275,14 +274,13 @@ class InProcessInstance(ModelInstance):
         reports the compute split (input: requests to pb_utils; output: back)."""
         decoupled = self.shared.decoupled
         try:
-            unanswered = check_returned(self.spec.name, pb_requests, result, decoupled)
+            unanswered, again = check_returned(self.spec.name, pb_requests, result, decoupled)
         except ReturnedError as exc:
             close_senders(pb_requests)
             raise core_responses.execute_failed(self.spec.name, str(exc)) from None
         collected = core_responses.collect(
             self.spec.name, result, requests, decoupled, _convert, unanswered
         )
-        again = rescheduled_indices(pb_requests)
         core_responses.reschedule(self.spec.name, requests, again, self.shared.host.logger)
         report_compute(requests, start_ns, end_ns)
         return collected
