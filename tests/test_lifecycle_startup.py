@@ -1,6 +1,6 @@
-"""Start-up as Triton's L0_lifecycle checks it (issue 40): ``--load-model`` names that
-contradict each other or name no model stop the start with Triton's texts. Real servers,
-real tritonclient."""
+"""Model lifecycle as Triton's L0_lifecycle checks it (issue 40): start-up (``--load-model``
+names, missing repositories, ports in use, flags), shutdown's in-flight log, version
+policies, load retries and the load API's texts. Real servers, real tritonclient."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from despina.testing import RepositoryBuilder, RunningServer
+from tritonclient.utils import InferenceServerException
 
 pytest.importorskip("despina_backend_python")
 
 Start = Callable[..., RunningServer]
+ClientFactory = Callable[[RunningServer], Any]
 PY_MODEL = """
 import triton_python_backend_utils as pb_utils
 
@@ -64,20 +66,20 @@ def test_missing_startup_model_is_logged_and_stops_the_start(
 
 
 def test_missing_startup_model_without_exit_on_error_serves_the_others(
-    repository: RepositoryBuilder, despina_server: Start
+    repository: RepositoryBuilder, despina_server: Start, http_client: ClientFactory
 ) -> None:
     args = [*EXPLICIT, "--exit-on-error=false", "--load-model=does-not-exist", "--load-model=m"]
     running = despina_server(repository.root, args)
-    client = httpclient.InferenceServerClient(running.http_url)
+    client = http_client(running)
     assert client.is_model_ready("m")
     assert not client.is_model_ready("does-not-exist")
 
 
 def test_wildcard_given_twice_loads_everything(
-    repository: RepositoryBuilder, despina_server: Start
+    repository: RepositoryBuilder, despina_server: Start, http_client: ClientFactory
 ) -> None:
     running = despina_server(repository.root, [*EXPLICIT, "--load-model=*", "--load-model=*"])
-    assert httpclient.InferenceServerClient(running.http_url).is_model_ready("m")
+    assert http_client(running).is_model_ready("m")
 
 
 @pytest.mark.parametrize(
@@ -120,7 +122,10 @@ class TritonPythonModel:
 
 
 def test_stop_logs_each_models_in_flight_inferences(
-    model_repository: RepositoryBuilder, despina_server: Start, caplog: pytest.LogCaptureFixture
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
+    caplog: pytest.LogCaptureFixture,
+    grpc_client: ClientFactory,
 ) -> None:
     """While a stop waits for accepted work, each second counts the requests not yet
     answered, as Triton's L0_lifecycle greps: 'Model 'm' (version 1) has N in-flight inferences'."""
@@ -128,7 +133,7 @@ def test_stop_logs_each_models_in_flight_inferences(
 
     model_repository.add("slow", CONFIG, {"1/model.py": SLEEPY})
     running = despina_server(model_repository.root, ["--http-address=127.0.0.1"])
-    client = grpcclient.InferenceServerClient(running.grpc_url)
+    client = grpc_client(running)
     infer = grpcclient.InferInput("INPUT0", [1], "FP32")
     infer.set_data_from_numpy(np.ones(1, dtype=np.float32))
     results: list[object] = []
@@ -154,14 +159,14 @@ def test_missing_repository_stops_the_start(tmp_path: Path, despina_server: Star
 
 
 def test_missing_repository_without_exit_on_error_serves_not_live(
-    tmp_path: Path, despina_server: Start
+    tmp_path: Path, despina_server: Start, http_client: ClientFactory, grpc_client: ClientFactory
 ) -> None:
     """Triton's server that failed to initialize: not live, not ready, metadata served."""
     args = ["--http-address=127.0.0.1", "--exit-on-error=false", "--strict-readiness=false"]
     running = despina_server([tmp_path, Path("/tmp/no-such-repo")], args)
     for client in (
-        httpclient.InferenceServerClient(running.http_url),
-        grpcclient.InferenceServerClient(running.grpc_url),
+        http_client(running),
+        grpc_client(running),
     ):
         assert not client.is_server_live()
         assert not client.is_server_ready()
@@ -189,7 +194,10 @@ def test_invalid_model_load_gpu_limit_stops_the_start(
 
 
 def test_specific_versions_without_a_folder_are_left_out(
-    model_repository: RepositoryBuilder, despina_server: Start, caplog: pytest.LogCaptureFixture
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
+    caplog: pytest.LogCaptureFixture,
+    http_client: ClientFactory,
 ) -> None:
     """As Triton (L0_lifecycle test_file_override): a ``specific`` policy naming versions
     1 and 3 with only folder 3 serves version 3, and logs that 1 is missing."""
@@ -197,7 +205,7 @@ def test_specific_versions_without_a_folder_are_left_out(
     model_repository.add("m", CONFIG + policy, {"3/model.py": PY_MODEL, "2/model.py": PY_MODEL})
     caplog.set_level(logging.ERROR)
     running = despina_server(model_repository.root, ["--http-address=127.0.0.1"])
-    client = httpclient.InferenceServerClient(running.http_url)
+    client = http_client(running)
     assert client.is_model_ready("m", "3")
     assert not client.is_model_ready("m", "1")
     assert not client.is_model_ready("m", "2")
@@ -206,13 +214,13 @@ def test_specific_versions_without_a_folder_are_left_out(
 
 
 def test_a_repository_given_twice_is_one(
-    repository: RepositoryBuilder, despina_server: Start
+    repository: RepositoryBuilder, despina_server: Start, http_client: ClientFactory
 ) -> None:
     """As Triton (L0_lifecycle test_config_override): no model of it 'appears in more
     than one model repository'."""
     args = [*EXPLICIT, "--load-model=m"]
     running = despina_server([repository.root, repository.root], args)
-    assert httpclient.InferenceServerClient(running.http_url).is_model_ready("m")
+    assert http_client(running).is_model_ready("m")
 
 
 #: Fails its first initialize (it leaves a file behind), as L0_lifecycle's retry_model.
@@ -236,7 +244,10 @@ class TritonPythonModel:
 
 @pytest.mark.parametrize("retries", [0, 1])
 def test_model_load_retry_count(
-    model_repository: RepositoryBuilder, despina_server: Start, retries: int
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
+    retries: int,
+    http_client: ClientFactory,
 ) -> None:
     from despina.serving.server import StartupError
 
@@ -247,4 +258,19 @@ def test_model_load_retry_count(
             despina_server(model_repository.root, args)
         return
     running = despina_server(model_repository.root, args)
-    assert httpclient.InferenceServerClient(running.http_url).is_model_ready("m")
+    assert http_client(running).is_model_ready("m")
+
+
+def test_file_override_errors_begin_as_tritons(
+    repository: RepositoryBuilder, despina_server: Start, http_client: ClientFactory
+) -> None:
+    """L0_lifecycle test_file_override(_security): files without a config, and a file
+    path that leaves the model folder, fail with texts that begin as Triton's."""
+    running = despina_server(repository.root, EXPLICIT)
+    client = http_client(running)
+    with pytest.raises(InferenceServerException) as failed:
+        client.load_model("m", files={"file:1/model.py": PY_MODEL.encode()})
+    assert "failed to load 'm', failed to poll from model repository" in failed.value.message()
+    config = '{"backend": "python"}'
+    with pytest.raises(InferenceServerException, match="failed to load 'new_model'"):
+        client.load_model("new_model", config=config, files={"file:../../escape": b"x"})

@@ -365,20 +365,25 @@ class ModelManager:
             return self.repository.model_dir(name)
         if config_json is None:
             raise InvalidArgument(
-                f"failed to load '{name}', a config must be given with file overrides"
+                f"failed to load '{name}', failed to poll from model repository "
+                "(file overrides need the config parameter too)"
             )
         temp = Path(tempfile.mkdtemp(prefix="despina-override-"))
         entry.temp_dir = temp
         model_dir = temp / name
         model_dir.mkdir()
         for relative, content in files.items():
-            target = safe_join(model_dir, relative, "file override path")
+            try:  # as Triton, the text begins "failed to load"
+                target = safe_join(model_dir, relative, "file override path")
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"failed to load '{name}': {exc}") from None
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content)
             except OSError as exc:  # a path naming a folder, or a file where a folder goes
                 raise InvalidArgument(
-                    f"invalid file override path '{quote(relative)}': {exc.strerror}"
+                    f"failed to load '{name}': invalid file override path "
+                    f"'{quote(relative)}': {exc.strerror}"
                 ) from None
         return model_dir
 
