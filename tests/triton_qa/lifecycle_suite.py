@@ -13,8 +13,10 @@ instead of ``graphdef_float32_float32_float32`` and the invalid-endpoint curls s
 ``onnx_int32_int32_int32`` instead of ``graphdef_int32_int32_int32`` (the checks do not
 depend on the framework); ``models_0``, which the skipped
 ``_control_startup_models`` steps leave behind for the ``--load-model=*`` check, is made
-empty; the client gets ``TRITON_SERVER_VERSION=2.51.0`` (the CI
-container's variable, which ``test_parse_error_noexit`` compares with the served version).
+empty; the client gets ``TRITON_SERVER_VERSION``, the CI container's
+variable naming the version of the server it holds, which ``test_parse_error_noexit``
+compares with the served version: 2.51.0 for tritonserver, Despina's own version for
+Despina (which reports its own).
 
 Not run (``lifecycle_test.py`` asserts on GraphDef, SavedModel or TensorRT models, or the
 step needs a GPU): ``test_parse_error_modelfail``, ``_modelfail_nostrict``,
@@ -34,6 +36,7 @@ no GPU (the identity backend refuses it), so it runs.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import subprocess
@@ -79,9 +82,18 @@ def _log(ctx: Context, tag: str) -> Path:
     return _dir(ctx) / f"inference_server.{tag}.log"
 
 
+def _server_version(ctx: Context) -> str:
+    """TRITON_SERVER_VERSION as the CI container sets it: the version of the server it
+    holds (tritonserver: 2.51.0; Despina reports its own)."""
+    if Path(ctx.server_cmd[0]).name == "tritonserver":
+        return "2.51.0"
+    return importlib.metadata.version("despina")
+
+
 def _test(ctx: Context, name: str, **env: str) -> None:
+    version = _server_version(ctx)
     core_suites.unittest_case(
-        ctx, S, _dir(ctx), TEST, f"LifeCycleTest.{name}", TRITON_SERVER_VERSION="2.51.0", **env
+        ctx, S, _dir(ctx), TEST, f"LifeCycleTest.{name}", TRITON_SERVER_VERSION=version, **env
     )
 
 
