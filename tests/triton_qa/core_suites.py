@@ -28,6 +28,11 @@ from run import (
     pytest,
     serving,
 )
+from scheduling_suites import (
+    SCHEDULING_FOLDERS,
+    suite_l0_rate_limiter,
+    suite_l0_response_cache,
+)
 
 #: The suite folders of ``qa/`` these suites use (copied into the work folder).
 FOLDERS = (
@@ -40,6 +45,7 @@ FOLDERS = (
     "L0_client_timeout",
     "L0_model_update",
     *LIFECYCLE_FOLDERS,
+    *SCHEDULING_FOLDERS,
 )
 
 
@@ -591,4 +597,6 @@ SUITES: dict[str, Callable[[Context], None]] = {
     "L0_client_timeout": suite_l0_client_timeout,
     "L0_model_update": suite_l0_model_update,
     "L0_lifecycle": suite_l0_lifecycle,
+    "L0_rate_limiter": suite_l0_rate_limiter,
+    "L0_response_cache": suite_l0_response_cache,
 }
