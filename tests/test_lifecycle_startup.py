@@ -274,3 +274,32 @@ def test_file_override_errors_begin_as_tritons(
     config = '{"backend": "python"}'
     with pytest.raises(InferenceServerException, match="failed to load 'new_model'"):
         client.load_model("new_model", config=config, files={"file:../../escape": b"x"})
+
+
+ENSEMBLE = """
+platform: "ensemble"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "m" model_version: -1
+  input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "OUTPUT0" }
+} ] }
+"""
+
+
+def test_an_ensemble_whose_step_was_unloaded_keeps_the_server_ready(
+    repository: RepositoryBuilder, despina_server: Start, http_client: ClientFactory
+) -> None:
+    """L0_lifecycle test_concurrent_model_load_unload: Triton unloads an ensemble whose
+    composing model was unloaded, so under strict readiness the server stays ready; the
+    ensemble serves again once the model is loaded again."""
+    repository.add("ens", ENSEMBLE, {"1/.keep": ""})
+    running = despina_server(repository.root, [*EXPLICIT, "--load-model=ens"])
+    client = http_client(running)
+    assert client.is_model_ready("ens")
+    client.unload_model("m")
+    assert not client.is_model_ready("ens")
+    assert client.is_server_ready()
+    client.load_model("m")
+    assert client.is_model_ready("ens")
+    assert client.is_server_ready()

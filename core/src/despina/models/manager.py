@@ -331,11 +331,23 @@ class ModelManager:
     def all_ready(self) -> bool:
         """True when every model the server tried to load has a READY version or was
         unloaded (Triton's strict readiness: a version not ready because it was unloaded
-        does not count against the server)."""
+        does not count against the server), or is an ensemble with a step on a model
+        that was unloaded (Triton unloads it until that model loads again)."""
         return all(
-            e.ready or _unloaded(e)
+            e.ready or _unloaded(e) or self._lost_a_step(e)
             for e in self.entries.values()
             if e.state is not ModelState.UNAVAILABLE or e.versions
+        )
+
+    def _lost_a_step(self, entry: ModelEntry) -> bool:
+        """Whether ``entry`` is an ensemble with a step on a model that was unloaded,
+        directly or through an inner ensemble."""
+        if entry.prepared is None:
+            return False
+        steps = (self.entries.get(n) for n in _composing_models(entry.prepared.config))
+        return any(
+            step is not None and (step.reason == "unloaded" or self._lost_a_step(step))
+            for step in steps
         )
 
     def failures(self) -> list[tuple[str, str]]:
