@@ -71,7 +71,14 @@ def test_cache_evicts_least_recently_used_within_its_budget() -> None:
     [
         (["--cache-config=nosuch,host=x"], "unknown cache 'nosuch'; installed caches: 'local'"),
         (["--cache-config=local,size=1k"], "expected local,size=<bytes>, got 'local,size=1k'"),
-        (["--cache-config=local,size=1", "--cache-config=other,a=b"], "one cache at a time"),
+        (
+            ["--cache-config=local,size=1", "--cache-config=other,a=b"],
+            "found multiple cache configurations, but only a single cache is currently supported",
+        ),
+        (
+            ["--response-cache-byte-size=8", "--cache-config=local,size=8"],
+            "Incompatible flags --response-cache-byte-size and --cache-config both provided.",
+        ),
         (["--cache-config=local"], "expected <cache>,<key>=<value>, got 'local'"),
     ],
 )

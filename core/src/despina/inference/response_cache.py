@@ -69,9 +69,15 @@ def parse_cache_config(
 ) -> tuple[str, dict[str, str]] | None:
     """The cache the ``--cache-config`` values name (``<name>,<key>=<value>``, repeatable)
     with its options; without them ``local`` of ``--response-cache-byte-size`` bytes, or
-    None (no cache). Raises ValueError for a malformed value or two different caches."""
+    None (no cache). Raises ValueError (Triton's texts) for both flags given, a malformed
+    value or two different caches."""
     if not values:
         return ("local", {"size": str(legacy_size)}) if legacy_size else None
+    if legacy_size is not None:
+        raise ValueError(
+            "Incompatible flags --response-cache-byte-size and --cache-config both provided. "
+            "Please provide one or the other."
+        )
     names: list[str] = []
     options: dict[str, str] = {}
     for value in values:
@@ -80,7 +86,10 @@ def parse_cache_config(
         if not name or not key or not equals:
             raise ValueError(f"--cache-config: expected <cache>,<key>=<value>, got '{value}'")
         if names and name != names[0]:
-            raise ValueError(f"--cache-config: one cache at a time, got '{names[0]}' and '{name}'")
+            raise ValueError(
+                "found multiple cache configurations, but only a single cache is currently "
+                f"supported: '{names[0]}' and '{name}'"
+            )
         names.append(name)
         options[key] = option
     return names[0], options
