@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import toy_backend
+from despina.errors import DespinaError
 from despina.scheduling.rate_limiter import parse_resource_flags
 from despina.testing import RepositoryBuilder, RunningServer
 from toy_backend import toy_config, toy_request
@@ -76,6 +77,28 @@ def test_a_need_above_the_given_count_fails_the_load(
     )
     assert 'Resource count for "other" is limited to 0' in reasons["unlisted"]
     assert running.call(running.server.infer(toy_request("fits"))).error is None
+
+
+def test_a_resource_both_global_and_per_device_fails_the_load(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    """Triton's check across the instances loaded: one resource name cannot be global
+    for one instance and per device for another; the model loaded second fails."""
+    model_repository.add("per_device", toy_config(extra=LIMITED), {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root,
+        ["--rate-limit=execution_count", "--model-control-mode=explicit", "--load-model=*"],
+        plugins=[toy_backend],
+    )
+    shared = LIMITED.replace("count: 1 }", "global: true count: 1 }")
+    model_repository.add("shared", toy_config(extra=shared), {"1/model.toy": ""})
+    with pytest.raises(DespinaError) as refused:
+        running.call(running.server.models.load("shared"))
+    assert (
+        'Resource "slot" is present as both global and device-specific resource in the '
+        "model configuration." in str(refused.value)
+    )
+    assert running.call(running.server.infer(toy_request("per_device"))).error is None
 
 
 def test_availability_follows_the_instances_loaded() -> None:

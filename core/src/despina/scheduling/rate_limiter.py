@@ -69,8 +69,20 @@ class RateLimiter:
     def register(self, needs: Needs) -> None:
         """Account for a new instance's needs: a resource not given with
         ``--rate-limit-resource`` is as available as the most any instance loaded asks
-        for (Triton's default). With resources given, InvalidArgument (Triton's text)
-        when one the instance needs is given less, or not at all; nothing is changed."""
+        for (Triton's default). InvalidArgument (Triton's texts), changing nothing, when a
+        resource is global here and device-specific in an instance registered (or the
+        other way round), or, with resources given, when one the instance needs is given
+        less, or not at all."""
+        for name, device in needs.resources:
+            if any(
+                other == name and (on is None) != (device is None)
+                for one in self._registered
+                for other, on in one.resources
+            ):
+                raise InvalidArgument(
+                    f'Resource "{name}" is present as both global and device-specific '
+                    "resource in the model configuration."
+                )
         if self._configured:
             for (name, device), count in needs.resources.items():
                 limit = self._explicit(name, device)
