@@ -27,7 +27,7 @@ def test_triton_defaults_and_environment_credentials() -> None:
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
-        ({"host": "h"}, "'host' and 'port' are required"),
+        ({"host": "h"}, "Must at a minimum specify 'host' and 'port'"),
         ({"host": "h", "port": "70000"}, "port out of range"),
         ({"host": "h", "port": "1", "db": "-1"}, "db must be a whole number"),
         ({"host": "h", "port": "1", "pool_size": "0"}, "pool_size out of range"),

@@ -122,15 +122,36 @@ def test_options_are_refused_at_start_up_with_the_reason(
     redis_server: RedisServer, serve: Serve
 ) -> None:
     cases = {
-        ("--cache-config=redis,host=127.0.0.1",): "'host' and 'port' are required",
+        ("--cache-config=redis,host=127.0.0.1",): "Must at a minimum specify 'host' and 'port'",
         (*_redis_flags(redis_server, "pool_size=two"),): "pool_size must be a whole number",
         (*_redis_flags(redis_server, "sni=redis"),): "unknown option 'sni'",
         (
             "--cache-config=redis,host=127.0.0.1",
             f"--cache-config=redis,port={redis_server.port + 1}",
-        ): ("Failed to initialize RedisCache at 127.0.0.1:"),
+        ): "Failed to connect to Redis: Connection refused",
+        (
+            "--cache-config=redis,host=127.0.0.1",
+            "--cache-config=redis,port=nonexistent",  # port 0, as Triton reads it
+        ): "Failed to initialize RedisCache at 127.0.0.1:0: Failed to connect to Redis: "
+        "Connection refused",
     }
     for flags, reason in cases.items():
         serving = serve(*flags, ready=False)
         assert serving.process.wait(60) != 0
         assert reason in serving.log.read_text()
+
+
+def test_redis_authentication_failures_are_refused_with_redis_reply(
+    redis_server: RedisServer, serve: Serve
+) -> None:
+    """As Triton's redis cache: a wrong password fails the start with Redis's WRONGPASS
+    reply, none where one is required with NOAUTH; the right one (a flag or
+    TRITONCACHE_REDIS_PASSWORD) serves."""
+    assert redis_server.command("CONFIG", "SET", "requirepass", "pw") == "+OK"
+    for extra, reply in (("password=wrong", "WRONGPASS"), (None, "NOAUTH Authentication required")):
+        flags = _redis_flags(redis_server, *([extra] if extra else []))
+        serving = serve(*flags, ready=False)
+        assert serving.process.wait(60) != 0
+        assert f"Failed to connect to Redis: {reply}" in serving.log.read_text()
+    serving = serve(*_redis_flags(redis_server, "password=pw"))
+    assert _infer(serving, 1.0)[0][0] == 2.0

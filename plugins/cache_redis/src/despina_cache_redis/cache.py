@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -62,9 +64,21 @@ class RedisCache:
         except self._errors as exc:
             await self.stop()
             raise ConnectionError(
-                f"Failed to initialize RedisCache at {self.options.address}: {exc}"
+                f"Failed to initialize RedisCache at {self.options.address}: "
+                f"Failed to connect to Redis: {self._reason(exc)}"
             ) from None
         log.info("redis cache at %s (db %d)", self.options.address, self.options.db)
+
+    def _reason(self, exc: Exception) -> str:
+        """Why the start-up PING failed, as Triton's redis cache words it: Redis's reply
+        with its code (``WRONGPASS`` to a wrong password, ``NOAUTH`` to none where one
+        is required; redis-py drops the code), or the connection's system error."""
+        from redis.exceptions import AuthenticationError
+
+        if isinstance(exc, AuthenticationError):
+            return f"{'NOAUTH' if self.options.password is None else 'WRONGPASS'} {exc}"
+        errno = re.match(r"Error (\d+) connecting", str(exc))
+        return os.strerror(int(errno[1])) if errno else str(exc)
 
     async def stop(self) -> None:
         for task in list(self._inserts):
@@ -156,6 +170,7 @@ def _pool(options: RedisOptions) -> aioredis.BlockingConnectionPool:
         "db": options.db,
         "username": options.user if options.password is not None else None,
         "password": options.password,
+        "protocol": 2,  # RESP2, as Triton's redis++ (redis-py 8 would send HELLO 3)
         "socket_connect_timeout": _seconds(options.connect_timeout),
         "socket_timeout": _seconds(options.socket_timeout),
         "max_connections": options.pool_size,

@@ -1,6 +1,7 @@
 """The redis cache's ``--cache-config redis,<key>=<value>`` options: Triton's names and units.
 
-Times are milliseconds. Triton's ``user`` and ``password`` may come from the environment
+Times are milliseconds. The port is read as Triton reads it: its leading digits, 0 when
+it has none. Triton's ``user`` and ``password`` may come from the environment
 (``TRITONCACHE_REDIS_USERNAME``, ``TRITONCACHE_REDIS_PASSWORD``); the flags win. Where
 Triton waits forever by default (``connect_timeout``, ``socket_timeout`` of 0), Despina
 waits :data:`DEFAULT_TIMEOUT_MS`: a hung Redis must not hold inferences. 0 given
@@ -10,6 +11,7 @@ explicitly still means no limit, as in Triton.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,11 +64,11 @@ class RedisOptions:
             )
         if "host" not in options or "port" not in options:
             raise ValueError(
-                "redis cache: 'host' and 'port' are required, e.g. "
+                "redis cache: Must at a minimum specify 'host' and 'port', e.g. "
                 "--cache-config redis,host=redis --cache-config redis,port=6379"
             )
-        numbers: dict[str, int] = {}
-        for name in _NUMBERS:
+        numbers = {"port": _leading_number(options["port"])}
+        for name in _NUMBERS[1:]:
             if name in options:
                 if not ascii_digits(options[name]):
                     raise ValueError(
@@ -91,3 +93,10 @@ class RedisOptions:
             **files,
         }
         return cls(**fields)
+
+
+def _leading_number(text: str) -> int:
+    """The port as Triton reads it (C's ``atoi``): its leading digits, 0 when none (no
+    Redis answers on port 0, so the start-up connection is refused)."""
+    digits = re.match(r"\s*\+?(\d*)", text)
+    return int(digits[1]) if digits and digits[1] else 0
