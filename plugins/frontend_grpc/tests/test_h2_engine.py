@@ -319,6 +319,18 @@ def test_data_waits_for_the_clients_windows() -> None:
     assert peer.engine.streams == {}
 
 
+def test_an_empty_message_body_sends_no_zero_length_data_frame() -> None:
+    """An empty message is its 5-byte prefix alone: gRPC clients end a connection that
+    sends them zero-length DATA frames ("Too many zero length data frames")."""
+    peer = Peer()
+    peer.connect(peer.open(1, end_stream=True))
+    stream = peer.stream(1)
+    peer.engine.send_headers(1, h2_frames.STATUS_200, end_stream=False)
+    peer.engine.send_data(stream, [b"\x00\x00\x00\x00\x00", b""])
+    peer.engine.send_trailers(stream, h2_frames.literal(b"grpc-status", b"0"))
+    assert data_frames(peer.read()) == [(1, b"\x00\x00\x00\x00\x00")]
+
+
 def test_connection_window_and_peer_frame_size_bound_data() -> None:
     peer = Peer()
     settings = h2_frames.settings_frame(

@@ -489,10 +489,13 @@ class H2Engine(Generic[S]):
         self._closed_locally(stream)
 
     def send_data(self, stream: S, parts: Iterable[bytes]) -> None:
-        """Queue DATA on the stream; sent as the windows allow."""
+        """Queue DATA on the stream; sent as the windows allow. Empty parts are left out:
+        gRPC clients end the connection after a few zero-length DATA frames ("Too many
+        zero length data frames"), which an empty message's body would make."""
         for part in parts:
-            stream.outbox.append(memoryview(part))
-            stream.outbox_size += len(part)
+            if part:
+                stream.outbox.append(memoryview(part))
+                stream.outbox_size += len(part)
         self._pump(stream)
 
     def send_trailers(self, stream: S, block: bytes) -> None:
