@@ -101,6 +101,32 @@ def test_a_resource_both_global_and_per_device_fails_the_load(
     assert running.call(running.server.infer(toy_request("per_device"))).error is None
 
 
+def test_turns_follow_priority_when_instances_stay_busy(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    """Two models that always have requests queued share one resource: the instance of
+    priority 1 gets two turns for each of priority 2's (Triton's executions x priority
+    order), also for the instance that just finished and asks again at once."""
+    for name, priority in (("first", 1), ("second", 2)):
+        extra = LIMITED.replace("count: 3", "count: 1").replace(
+            "priority: 1", f"priority: {priority}"
+        )
+        model_repository.add(name, toy_config(extra=extra), {"1/model.toy": '{"delay_s": 0.01}'})
+    running = despina_server(
+        model_repository.root, ["--rate-limit=execution_count"], plugins=[toy_backend]
+    )
+    toy_backend.ToyBackend.executions.clear()
+
+    async def both() -> list[Any]:
+        return await asyncio.gather(
+            *(running.server.infer(toy_request(m)) for _ in range(20) for m in ("first", "second"))
+        )
+
+    running.call(both())
+    turns = [name.split("_")[0] for name, _ in toy_backend.ToyBackend.executions[:21]]
+    assert turns.count("first") == 14, turns
+
+
 def test_availability_follows_the_instances_loaded() -> None:
     """Without given counts a resource is as available as the most a loaded instance
     asks for, and shrinks back when that instance is released."""

@@ -65,6 +65,7 @@ class RateLimiter:
         self._registered: list[Needs] = []
         self._waiting: list[tuple[int, int, Needs, asyncio.Future[None]]] = []
         self._order = itertools.count()
+        self._wake_pending = False
 
     def register(self, needs: Needs) -> None:
         """Account for a new instance's needs: a resource not given with
@@ -170,14 +171,24 @@ class RateLimiter:
         needs.executions += 1
 
     def _give_back(self, needs: Needs) -> None:
+        """Return an execution's resources; the waiters are granted on the loop's next
+        turn, so that the instance that just finished, whose scheduler asks again at once
+        when it has more requests, waits in turn order too (Triton's schedulers stage
+        their next batch with the limiter while an execution runs)."""
         for key, count in needs.resources.items():
             self._available[key] += count
+        if not self._wake_pending:
+            self._wake_pending = True
+            asyncio.get_running_loop().call_soon(self._wake_soon)
+
+    def _wake_soon(self) -> None:
+        self._wake_pending = False
         self._wake()
 
     def _wake(self) -> None:
         """Grant waiters in turn order while the head's resources are available."""
         while self._waiting:
-            _, _, needs, future = self._waiting[0]
+            *_, needs, future = self._waiting[0]
             if future.done():
                 heapq.heappop(self._waiting)
                 continue
