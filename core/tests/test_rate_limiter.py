@@ -141,3 +141,50 @@ def test_availability_follows_the_instances_loaded() -> None:
     limiter.release(large)  # idempotent
     assert limiter._capacity == {("r", None): 3}
     assert limiter._available == {("r", None): 3}
+
+
+BATCHED = """instance_group [ { count: 1 kind: KIND_CPU
+  rate_limiter { resources [ { name: "slot" count: 1 } ] } } ]
+dynamic_batching { preferred_batch_size: [ 1, 2, 3, 4 ] max_queue_delay_microseconds: 1000000 }"""
+
+
+def _batches(
+    model_repository: RepositoryBuilder, despina_server: Start, blocked: bool
+) -> list[int]:
+    """The batch sizes of four requests to a dynamically batched model sent 10 ms apart
+    while another model holding the resource runs (``blocked``) or after it ran."""
+    blocker = LIMITED.replace("count: 3", "count: 1")
+    model_repository.add("blocker", toy_config(extra=blocker), {"1/model.toy": '{"delay_s": 0.3}'})
+    model_repository.add("batched", toy_config(4, BATCHED), {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root, ["--rate-limit=execution_count"], plugins=[toy_backend]
+    )
+    toy_backend.ToyBackend.executions.clear()
+
+    async def send() -> None:
+        sent = [asyncio.ensure_future(running.server.infer(toy_request("blocker")))]
+        await asyncio.sleep(0.05 if blocked else 0.35)
+        for _ in range(4):
+            sent.append(asyncio.ensure_future(running.server.infer(toy_request("batched", 1))))
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*sent)
+
+    running.call(send())
+    return [n for name, n in toy_backend.ToyBackend.executions if name.startswith("batched")]
+
+
+def test_a_batch_forms_once_its_instance_can_run(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    """Triton's dynamic batcher waits for a free slot before forming a batch: requests
+    that come while another model holds the resource join one batch."""
+    assert _batches(model_repository, despina_server, blocked=True) == [4]
+
+
+def test_the_delay_scheduler_hook_holds_the_first_batch(
+    model_repository: RepositoryBuilder, despina_server: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TRITONSERVER_DELAY_SCHEDULER=N`` (Triton's test hook): the first batch forms
+    once N requests are queued, whatever the preferred sizes."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "4")
+    assert _batches(model_repository, despina_server, blocked=False) == [4]

@@ -6,11 +6,13 @@ began. Requests whose non-batch input shapes differ from the batch's first reque
 never batched together (unless the input allows ragged batches), nor are requests whose
 shape-tensor inputs (``is_shape_tensor``) hold different values (Triton's rule); they start
 the next batch. Priority levels, queue size limits and queue timeouts follow the queue policy.
+Under the rate limiter a batch grows only once its instance's resources are available.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Set
 from typing import Any
@@ -22,6 +24,7 @@ from despina.repository.config import ModelConfig, mc
 from despina.scheduling.base import ScheduledModel, batch_size_of
 from despina.scheduling.default_scheduler import QueueScheduler
 from despina.scheduling.queue import QueuePolicy, RequestQueue
+from despina.serving.digits import ascii_digits
 
 
 class DynamicBatchScheduler(QueueScheduler):
@@ -34,6 +37,14 @@ class DynamicBatchScheduler(QueueScheduler):
         #: Requests taken from the queue into batches still forming (waiting for the
         #: queue delay): accepted work that is neither queued nor executing.
         self._forming = 0
+        #: Rate limited, one batch forms at a time, once its instance can run (Triton's
+        #: one batcher per model, which waits for a free slot): the requests that come
+        #: meanwhile join it instead of a batch that would wait for the instance.
+        self._one_at_a_time = asyncio.Lock() if model.limiter is not None else None
+        #: Triton's test hook ``TRITONSERVER_DELAY_SCHEDULER=N``: the first batch forms
+        #: once N requests are queued.
+        delay = os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "")
+        self._start_after = int(delay) if ascii_digits(delay) else 0
 
     @property
     def pending(self) -> int:
@@ -56,6 +67,12 @@ class DynamicBatchScheduler(QueueScheduler):
         return RequestQueue(self._reject, policies, int(batching.default_priority_level) or 1)
 
     async def next_batch(self, index: int) -> list[InferenceRequest]:
+        if self._one_at_a_time is None:
+            return await self._form(index)
+        async with self._one_at_a_time:
+            return await self._form(index)
+
+    async def _form(self, index: int) -> list[InferenceRequest]:
         config = self.model.config
         batching = config.dynamic_batching
         max_size = int(config.max_batch_size)
@@ -65,11 +82,17 @@ class DynamicBatchScheduler(QueueScheduler):
         ragged = {i.name for i in config.input if i.allow_ragged_batch}
         values = {i.name for i in config.input if i.is_shape_tensor}
 
+        while len(self.queue) < self._start_after:
+            await asyncio.sleep(0.01)  # Triton's batcher looks every 10 ms
+        self._start_after = 0
         first = await self.queue.get()
         batch, size = [first], batch_size_of(first, config)
         deadline = time.monotonic() + delay_s
         self._forming += 1
+        needs = self.model.needs[index] if index < len(self.model.needs) else None
         try:
+            if self.model.limiter is not None and needs is not None:
+                await self.model.limiter.until_fits(needs)
             while size < target:
                 candidate = self.queue.pop_nowait()
                 if candidate is None:

@@ -66,6 +66,8 @@ class RateLimiter:
         self._waiting: list[tuple[int, int, Needs, asyncio.Future[None]]] = []
         self._order = itertools.count()
         self._wake_pending = False
+        #: Futures of :meth:`until_fits` callers, resolved at each :meth:`_wake`.
+        self._watchers: list[asyncio.Future[None]] = []
 
     def register(self, needs: Needs) -> None:
         """Account for a new instance's needs: a resource not given with
@@ -165,6 +167,14 @@ class RateLimiter:
         finally:
             self._give_back(needs)
 
+    async def until_fits(self, needs: Needs) -> None:
+        """Return once the instance's resources are available (nothing is taken): a
+        batcher forms its batch only then, as Triton's waits for a free payload slot."""
+        while not self._fits(needs):
+            watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._watchers.append(watcher)
+            await watcher
+
     def _take(self, needs: Needs) -> None:
         for key, count in needs.resources.items():
             self._available[key] -= count
@@ -186,7 +196,12 @@ class RateLimiter:
         self._wake()
 
     def _wake(self) -> None:
-        """Grant waiters in turn order while the head's resources are available."""
+        """Grant waiters in turn order while the head's resources are available; the
+        :meth:`until_fits` callers look again (on a later turn, after the grants)."""
+        watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            if not watcher.done():
+                watcher.set_result(None)
         while self._waiting:
             *_, needs, future = self._waiting[0]
             if future.done():
