@@ -368,6 +368,27 @@ def test_cached_ensemble_answers_without_running_its_steps(
     assert (stats.cache_hit.count, stats.cache_miss.count) == (1, 1)
 
 
+def test_a_cached_ensemble_of_a_decoupled_model_fails_to_load(
+    start_ens: Callable[..., RunningServer],
+) -> None:
+    """As Triton: an ensemble with a decoupled step is decoupled, which the response cache
+    does not support; the load fails with the text a decoupled model gets."""
+    fan = ensemble(
+        [step("split", {"IN": "X"}, {"OUT": "t"}), step("double", {"IN": "t"}, {"OUT": "Y"})],
+        ["X"],
+        ["Y"],
+    )
+    running = start_ens(
+        {"fan": fan + "response_cache { enable: true }\n"},
+        args=("--cache-config=local,size=1048576", "--exit-on-error=false"),
+    )
+    assert (
+        "Response Cache does not currently support model fan with 'decoupled' transaction "
+        "policy. Please disable the response cache."
+        in dict(running.server.models.failures())["fan"]
+    )
+
+
 def test_cancelled_ensemble_request_cancels_its_queued_steps(
     model_repository: RepositoryBuilder, despina_server: Start
 ) -> None:

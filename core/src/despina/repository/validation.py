@@ -55,10 +55,16 @@ def validate_model(config: ModelConfig) -> None:
             f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble"
         )
     if config.model_transaction_policy.decoupled and config.response_cache.enable:
-        raise ConfigError(
-            f"Response Cache does not currently support model {name} with 'decoupled' "
-            "transaction policy. Please disable the response cache."
-        )
+        raise decoupled_cache_error(name)
+
+
+def decoupled_cache_error(name: str) -> ConfigError:
+    """Triton's refusal of a response cache on a decoupled model (an ensemble is
+    decoupled when a composing model is)."""
+    return ConfigError(
+        f"Response Cache does not currently support model {name} with 'decoupled' "
+        "transaction policy. Please disable the response cache."
+    )
 
 
 def _validate_dynamic_batching(config: ModelConfig) -> None:

@@ -26,6 +26,7 @@ import logging
 from despina.errors import ConfigError, DespinaError, InvalidArgument, Unavailable
 from despina.inference.request import InferenceRequest
 from despina.repository.config import ENSEMBLE_PLATFORM, ModelConfig
+from despina.repository.validation import decoupled_cache_error
 from despina.scheduling.base import ScheduledModel, Scheduler, stopping_error
 from despina.scheduling.ensemble_graph import build_graph, check_composing
 from despina.scheduling.ensemble_run import EnsembleRun
@@ -81,6 +82,8 @@ class EnsembleScheduler(Scheduler):
         policy = self.model.config.model_transaction_policy
         policy.SetInParent()  # as Triton: always stated, false included
         policy.decoupled = bool(self.graph.decoupled)
+        if policy.decoupled and self.model.config.response_cache.enable:
+            raise decoupled_cache_error(self.model.name)
 
     def _check_circular(self) -> None:
         """InvalidArgument with Triton's text when a chain of composing models leads back
