@@ -55,8 +55,8 @@ def test_identical_requests_hit_the_cache(
 def test_cache_evicts_least_recently_used_within_its_budget() -> None:
     from despina.inference.local_cache import LocalCache
 
-    cache = LocalCache({"size": "64"})
-    block = np.zeros(8, np.float32)  # 32 bytes
+    cache = LocalCache({"size": "292"})
+    block = np.zeros(8, np.float32)  # an entry: key 1 + name 1 + array header 112 + data 32
     cache.insert(b"a", {"x": block}, {})
     cache.insert(b"b", {"x": block}, {})
     assert cache.lookup(b"a") is not None  # a is now the most recent
@@ -64,6 +64,27 @@ def test_cache_evicts_least_recently_used_within_its_budget() -> None:
     assert cache.lookup(b"b") is None and cache.lookup(b"a") is not None and len(cache) == 2
     cache.insert(b"huge", {"x": np.zeros(100, np.float32)}, {})
     assert cache.lookup(b"huge") is None
+
+
+def test_an_entry_larger_than_the_cache_is_not_kept(
+    model_repository: RepositoryBuilder,
+    despina_server: Start,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As Triton's local cache: the entry counts more than the outputs' data (key, names,
+    array headers); one larger than the cache is not inserted, with a warning, and the
+    same request misses again."""
+    model_repository.add(
+        "cached", toy_config(extra="response_cache { enable: true }"), {"1/model.toy": ""}
+    )
+    running = despina_server(
+        model_repository.root, ["--cache-config=local,size=200"], plugins=[toy_backend]
+    )
+    for _ in range(2):
+        assert running.call(running.server.infer(toy_request("cached"))).error is None
+    stats = running.server.models.get("cached").stats.snapshot()["inference_stats"]
+    assert stats["cache_miss"]["count"] == 2 and stats["cache_hit"]["count"] == 0
+    assert "Failed to insert key" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import ClassVar
@@ -13,9 +15,16 @@ from despina.memory.device_arrays import DeviceArray
 from despina.plugin.hookspecs import hookimpl
 from despina.serving.digits import ascii_digits
 
+log = logging.getLogger("despina.cache.local")
+
+#: The bytes an output array takes in memory beyond its data (numpy's array header).
+_ARRAY_HEADER = sys.getsizeof(np.empty(0))
+
 
 class LocalCache:
-    """An LRU of responses bounded by the bytes of their output arrays (``size``)."""
+    """An LRU of responses bounded by ``size`` bytes: each entry counts its key, its
+    outputs' names and arrays (header and data). An entry larger than the cache is not
+    kept (a warning: Triton's "Failed to insert key")."""
 
     name: ClassVar[str] = "local"
 
@@ -52,8 +61,17 @@ class LocalCache:
     ) -> None:
         """Keep a response (a private copy of its outputs) if it fits the budget."""
         copies = {name: _host_copy(array) for name, array in outputs.items()}
-        nbytes = sum(_size(a) for a in copies.values())
-        if nbytes > self.capacity or key in self._entries:
+        nbytes = len(key) + sum(len(n) + _ARRAY_HEADER + _size(a) for n, a in copies.items())
+        if key in self._entries:
+            return
+        if nbytes > self.capacity:
+            log.warning(
+                "Failed to insert key '%s' into the local response cache: the entry takes "
+                "%d bytes, the cache holds %d",
+                key.hex(),
+                nbytes,
+                self.capacity,
+            )
             return
         while self.used + nbytes > self.capacity and self._entries:
             _, evicted = self._entries.popitem(last=False)
