@@ -421,7 +421,9 @@ class ModelManager:
                 name,
             )
         if not selected:
-            raise Unavailable(f"failed to load '{name}', no version is available")
+            raise InvalidArgument(  # Triton's code and text (its VersionsToLoad)
+                f"at least one version must be available under the version policy of model '{name}'"
+            )
         if serving is not None and await self._update(serving, entry, selected):
             return True
         entry.versions = {v: ModelVersion(name, v, prepared.config) for v in selected}
