@@ -458,7 +458,6 @@ DECOUPLED_CASES = (
     "test_no_streaming",
     "test_response_order",
     "test_wrong_shape",
-    "test_one_to_multi_many",
 )
 
 
@@ -492,7 +491,8 @@ def suite_l0_decoupled(ctx: Context) -> None:
     """``L0_decoupled/test.sh``: DecoupledTest under the python trial (needs
     ``--python-backend-repo``) and the custom trial, then NonDecoupledTest on
     ``repeat_int32`` made non-decoupled. ``TRITONSERVER_DELAY_GRPC_RESPONSE``, which
-    test.sh exports after its server started, reaches only the client: not set."""
+    test.sh exports after its server started for ``test_one_to_multi_many``, reaches
+    only that client (the test asserts it is set)."""
     s, d = "L0_decoupled", ctx.qa / "L0_decoupled"
     for trial in ("python", "custom") if ctx.python_backend else ("custom",):
         m = _decoupled_models(ctx, d, trial)
@@ -500,6 +500,10 @@ def suite_l0_decoupled(ctx: Context) -> None:
         with serving(ctx, s, [f"--model-repository={m}"], log, verbose=False):
             for case in DECOUPLED_CASES:
                 unittest_case(ctx, s, d, "decoupled_test.py", f"DecoupledTest.{case}")
+            # test.sh exports this after the server started: only the client sees it
+            multi = "DecoupledTest.test_one_to_multi_many"
+            delay = {"TRITONSERVER_DELAY_GRPC_RESPONSE": "2000"}
+            unittest_case(ctx, s, d, "decoupled_test.py", multi, **delay)
     m = fresh(d / "non_decoupled_models")
     shutil.copytree(d / "models/repeat_int32", m / "repeat_int32")
     config = m / "repeat_int32/config.pbtxt"
