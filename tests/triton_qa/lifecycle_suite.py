@@ -90,6 +90,15 @@ def _server_version(ctx: Context) -> str:
     return importlib.metadata.version("despina")
 
 
+def _server(
+    ctx: Context, args: str, tag: str, *, until: str = "ready", wait_ports: bool = True
+) -> Server:
+    """``run_server`` with test.sh's SERVER_ARGS (no verbose flag of the runner's own)."""
+    return Server(
+        ctx, _args(ctx, args), _log(ctx, tag), verbose=False, until=until, wait_ports=wait_ports
+    )
+
+
 def _test(ctx: Context, name: str, **env: str) -> None:
     version = _server_version(ctx)
     core_suites.unittest_case(
@@ -140,7 +149,7 @@ def _run(
     ``server_pid``: the tests get SERVER_PID and SERVER_LOG (they stop the server)."""
     if prep:
         _prep(ctx, prep)
-    server = Server(ctx, _args(ctx, args), _log(ctx, tag), verbose=False, until=until)
+    server = _server(ctx, args, tag, until=until)
     if until == "":
         time.sleep(SLEEP_TIME)
     elif until == "live" and server.started:
@@ -205,19 +214,19 @@ def step_port_collisions(ctx: Context) -> None:
     then a second server on other ports starts."""
     _prep(ctx, "rm -rf models && mkdir models")
     for tag, flags, text, count in PORT_COLLISIONS:
-        first = Server(ctx, _args(ctx, "--model-repository=`pwd`/models"), _log(ctx, f"stub_{tag}"))
+        first = _server(ctx, "--model-repository=`pwd`/models", f"stub_{tag}")
         if _started(ctx, first):
-            args = _args(ctx, f"--model-repository=`pwd`/models {flags}")
-            second = Server(ctx, args, _log(ctx, f"collision_{tag}"), until="", wait_ports=False)
+            args = f"--model-repository=`pwd`/models {flags}"
+            second = _server(ctx, args, f"collision_{tag}", until="", wait_ports=False)
             time.sleep(SLEEP_TIME)
             second.stop()
             _grep(ctx, second, re.escape(text) if count else text, count)
         first.stop()
-    first = Server(ctx, _args(ctx, "--model-repository=`pwd`/models"), _log(ctx, "no_collision"))
+    first = _server(ctx, "--model-repository=`pwd`/models", "no_collision")
     if _started(ctx, first):
         flags = "--grpc-port 8003 --http-port 8004 --metrics-port 8005"
-        args = _args(ctx, f"--model-repository=`pwd`/models {flags}")
-        second = Server(ctx, args, _log(ctx, "no_collision_2"), until="", wait_ports=False)
+        args = f"--model-repository=`pwd`/models {flags}"
+        second = _server(ctx, args, "no_collision_2", until="", wait_ports=False)
         time.sleep(SLEEP_TIME)
         alive = second.proc.poll() is None
         check(ctx, S, "no port collision: the second server runs", alive, second.log_text()[-1500:])
@@ -263,7 +272,7 @@ sed -i "s/max_batch_size:.*/max_batch_size: 1/" models/onnx_float32_float32_floa
         "--model-control-mode=explicit --strict-readiness=true --exit-on-error=true "
         "--load-model=* --load-model=onnx_float32_float32_float32"
     )
-    server = Server(ctx, _args(ctx, args), _log(ctx, "load_model_star_and_name"))
+    server = _server(ctx, args, "load_model_star_and_name")
     server.stop()
     check(ctx, S, "--load-model=* with another --load-model: no start", not server.started)
     _prep(ctx, "rm -fr models && mkdir models")
@@ -271,7 +280,7 @@ sed -i "s/max_batch_size:.*/max_batch_size: 1/" models/onnx_float32_float32_floa
         "--model-repository=`pwd`/models --model-control-mode=explicit "
         "--strict-readiness=true --exit-on-error=true --load-model=does-not-exist"
     )
-    server = Server(ctx, _args(ctx, args), _log(ctx, "load_model_missing"))
+    server = _server(ctx, args, "load_model_missing")
     server.stop()
     check(ctx, S, "--load-model of a missing model: no start", not server.started)
     _grep(ctx, server, "model not found in any model repository")
@@ -336,7 +345,7 @@ cp -r $ONNX/onnx_float32_float32_float32 models/.
         "--model-store=`pwd`/models --repository-poll-secs=0 --exit-timeout-secs=5 "
         "--strict-model-config=false --model-control-mode=poll"
     )
-    server = Server(ctx, _args(ctx, args), _log(ctx, "poll_control_api"))
+    server = _server(ctx, args, "poll_control_api")
     if _started(ctx, server):
         name = "onnx_float32_float32_float32"
         code = _http("POST", f"/v2/repository/models/{name}/unload")
@@ -355,7 +364,7 @@ def step_invalid_endpoints(ctx: Context) -> None:
     """Three paths that are no API answer 404."""
     _prep(ctx, "rm -fr models && mkdir models && cp -r $ONNX/onnx_int32_int32_int32 models/.")
     args = "--model-repository=`pwd`/models --model-control-mode=none --exit-timeout-secs=5"
-    server = Server(ctx, _args(ctx, args), _log(ctx, "invalid_endpoints"))
+    server = _server(ctx, args, "invalid_endpoints")
     if _started(ctx, server):
         for path in ("/notapi/v2", "/v2/notapi", "/v2/models/notapi/foo"):
             code = _http("GET", path)
@@ -448,7 +457,7 @@ def step_load_gpu_limit_flags(ctx: Context) -> None:
         ("0:-0.4", "expects limit fraction to be in range [0.0, 1.0], got -0.4"),
     ):
         args = f"--model-repository=`pwd`/models --model-control-mode=explicit --model-load-gpu-limit {value}"
-        server = Server(ctx, _args(ctx, args), _log(ctx, f"gpu_limit_{value}"))
+        server = _server(ctx, args, f"gpu_limit_{value}")
         server.stop()
         check(ctx, S, f"--model-load-gpu-limit {value}: no start", not server.started)
         _grep(ctx, server, re.escape(text))
@@ -539,11 +548,11 @@ def step_load_retry(ctx: Context) -> None:
     prep = "rm -fr models config.pbtxt.* && mkdir models && cp -r retry_model models/."
     _prep(ctx, prep)
     args = "--model-repository=`pwd`/models --model-control-mode=none"
-    server = Server(ctx, _args(ctx, args), _log(ctx, "load_retry_none"))
+    server = _server(ctx, args, "load_retry_none")
     server.stop()
     check(ctx, S, "retry_model without retries: no start", not server.started)
     _prep(ctx, prep)
-    server = Server(ctx, _args(ctx, f"{args} --model-load-retry-count=1"), _log(ctx, "load_retry"))
+    server = _server(ctx, f"{args} --model-load-retry-count=1", "load_retry")
     if _started(ctx, server):
         code = _http("GET", "/v2/models/retry_model/ready")
         check(ctx, S, "retry_model ready after one retry", code == 200, str(code))
@@ -568,7 +577,7 @@ def step_python_lifecycle(ctx: Context) -> None:
     prep = fresh + _python_identity("identity_fp32", "10")
     args = "--model-repository=`pwd`/models --model-control-mode=explicit --log-verbose=2"
     _prep(ctx, prep)
-    server = Server(ctx, _args(ctx, args), _log(ctx, "shutdown_while_loading"))
+    server = _server(ctx, args, "shutdown_while_loading")
     if _started(ctx, server):
         _test(ctx, "test_shutdown_while_loading")
     server.stop()
