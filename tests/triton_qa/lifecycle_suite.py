@@ -152,8 +152,6 @@ def _run(
     server = _server(ctx, args, tag, until=until)
     if until == "":
         time.sleep(SLEEP_TIME)
-    elif until == "live" and server.started:
-        _wait_for_model_stable()
     if until == "" or _started(ctx, server):
         extra = {"SERVER_PID": str(server.proc.pid), "SERVER_LOG": str(server.log)}
         for name in tests:
@@ -161,24 +159,6 @@ def _run(
     server.stop()
     for text, count in greps:
         _grep(ctx, server, text, count)
-
-
-def _wait_for_model_stable(timeout: float = 120) -> None:
-    """``wait_for_model_stable``: every model of the index READY or UNAVAILABLE."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        request = urllib.request.Request(
-            "http://127.0.0.1:8000/v2/repository/index", data=b"", method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as r:
-                body = r.read().decode()
-        except OSError:
-            return
-        states = re.findall(r'"state"\s*:\s*"(\w*)"', body)
-        if all(s in ("READY", "UNAVAILABLE") for s in states):
-            return
-        time.sleep(1)
 
 
 def step_parse_error_noexit(ctx: Context) -> None:

@@ -164,9 +164,9 @@ def _ready(pid: int, until: str = "ready") -> bool:
 
 
 class Server:
-    """A server process started like ``run_server`` in Triton's ``qa/common/util.sh``
-    (``until="live"``: ``run_server_tolive``; ``until=""``: ``run_server_nowait``, never
-    ``started``). ``wait_ports=False`` starts it while the ports are taken."""
+    """A server process started like ``run_server`` in Triton's ``qa/common/util.sh``:
+    ``started`` once it answers ``/v2/health/<until>`` (``until=""``: ``run_server_nowait``,
+    never ``started``). ``wait_ports=False`` starts it while the ports are taken."""
 
     def __init__(
         self,
