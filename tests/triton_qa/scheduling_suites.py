@@ -304,7 +304,7 @@ def _decoupled_with_cache(ctx: Context, suite: str, d: Path, repo: str, model: s
         "--model-control-mode=explicit",
         f"--load-model={model}",
     ]
-    log = d / f"inference_server.decoupled.{repo}.log"
+    log = d / f"inference_server.decoupled.{repo or 'models'}.log"
     server = Server(ctx, args, log, verbose=False)
     started = server.started
     server.stop()
