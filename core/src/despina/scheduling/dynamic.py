@@ -40,7 +40,8 @@ class DynamicBatchScheduler(QueueScheduler):
         #: Rate limited, one batch forms at a time, once its instance can run (Triton's
         #: one batcher per model, which waits for a free slot): the requests that come
         #: meanwhile join it instead of a batch that would wait for the instance.
-        self._one_at_a_time = asyncio.Lock() if model.limiter is not None else None
+        limited = model.limiter is not None and any(n is not None for n in model.needs)
+        self._one_at_a_time = asyncio.Lock() if limited else None
         #: Triton's test hook ``TRITONSERVER_DELAY_SCHEDULER=N``: the first batch forms
         #: once N requests are queued.
         delay = os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "")
