@@ -4,6 +4,7 @@ policies, load retries and the load API's texts. Real servers, real tritonclient
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -303,3 +304,23 @@ def test_an_ensemble_whose_step_was_unloaded_keeps_the_server_ready(
     client.load_model("m")
     assert client.is_model_ready("ens")
     assert client.is_server_ready()
+
+
+def test_a_repeated_config_field_given_one_object(
+    repository: RepositoryBuilder, despina_server: Start, http_client: ClientFactory
+) -> None:
+    """L0_lifecycle test_concurrent_model_instance_load_sanity loads with
+    ``"instance_group": {...}``: Triton's JSON parser takes one object where the field is
+    repeated as a list of one."""
+    running = despina_server(repository.root, EXPLICIT)
+    client = http_client(running)
+    config = json.dumps(
+        {
+            "backend": "python",
+            "input": {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [1]},
+            "output": {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [1]},
+            "instance_group": {"kind": "KIND_CPU", "count": 2},
+        }
+    )
+    client.load_model("m", config=config)
+    assert client.get_model_config("m")["instance_group"][0]["count"] == 2

@@ -104,13 +104,52 @@ def parse_text(text: str, source: str = CONFIG_FILENAME) -> mc.ModelConfig:
 
 
 def parse_json(text: str | bytes, source: str = "config") -> mc.ModelConfig:
-    """Parse a JSON config (the repository load extension's ``config`` parameter)."""
+    """Parse a JSON config (the repository load extension's ``config`` parameter). As
+    Triton's protobuf JSON parser, a repeated field given one value (``"instance_group":
+    {...}``) holds that one value."""
     config = mc.ModelConfig()
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        document = None  # json_format reports it as before
+    if isinstance(document, dict):
+        text = json.dumps(_repeated_as_lists(document, config.DESCRIPTOR))
     try:
         json_format.Parse(text, config)
     except (json_format.ParseError, ValueError) as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return config
+
+
+def _repeated_as_lists(document: dict[str, Any], descriptor: Any) -> dict[str, Any]:
+    """``document`` with every repeated field's single value (not a list) in a list of
+    one, in nested messages too; map fields and unknown names are left as they are."""
+    fields = {f.name: f for f in descriptor.fields} | {f.json_name: f for f in descriptor.fields}
+    out: dict[str, Any] = {}
+    for key, value in document.items():
+        field = fields.get(key)
+        if field is None:
+            out[key] = value
+            continue
+        message = field.message_type
+        is_map = message is not None and message.GetOptions().map_entry
+        # is_repeated: protobuf 6's name for label == LABEL_REPEATED (deprecated there)
+        repeated = (
+            field.is_repeated
+            if hasattr(field, "is_repeated")
+            else field.label == field.LABEL_REPEATED
+        )
+        if repeated and not is_map and not isinstance(value, list):
+            value = [value]
+        if message is not None and not is_map:
+            if isinstance(value, list):
+                value = [
+                    _repeated_as_lists(v, message) if isinstance(v, dict) else v for v in value
+                ]
+            elif isinstance(value, dict):
+                value = _repeated_as_lists(value, message)
+        out[key] = value
+    return out
 
 
 def read_model_config(model_dir: Path) -> tuple[mc.ModelConfig, bool]:
