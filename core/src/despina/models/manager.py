@@ -339,14 +339,16 @@ class ModelManager:
             if e.state is not ModelState.UNAVAILABLE or e.versions
         )
 
-    def _lost_a_step(self, entry: ModelEntry) -> bool:
+    def _lost_a_step(self, entry: ModelEntry, seen: frozenset[str] = frozenset()) -> bool:
         """Whether ``entry`` is an ensemble with a step on a model that was unloaded,
-        directly or through an inner ensemble."""
-        if entry.prepared is None:
+        directly or through an inner ensemble (``seen``: the ensembles on the way, so a
+        circular one that failed to load ends the search)."""
+        if entry.prepared is None or entry.name in seen:
             return False
+        seen |= {entry.name}
         steps = (self.entries.get(n) for n in _composing_models(entry.prepared.config))
         return any(
-            step is not None and (step.reason == "unloaded" or self._lost_a_step(step))
+            step is not None and (step.reason == "unloaded" or self._lost_a_step(step, seen))
             for step in steps
         )
 
