@@ -355,7 +355,7 @@ def test_busy_port_fails_start_clearly(
     from despina.serving.server import StartupError
 
     with pytest.raises(
-        StartupError, match="failed to start GRPC service: Unavailable - Socket .* already in use"
+        StartupError, match=r"failed to start GRPC service: Unavailable - Socket .* already in use"
     ):
         serve(f"--grpc-port={server.grpc_port}")
 
