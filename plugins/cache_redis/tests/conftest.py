@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -46,23 +47,41 @@ class TritonPythonModel:
 
 
 class RedisServer:
-    """One ``redis-server`` process on 127.0.0.1:``port`` (no persistence)."""
+    """One ``redis-server`` process on 127.0.0.1:``port`` (no persistence); with
+    ``tls`` (the PEM files of :func:`tls_files`) it serves TLS only, on that port, and
+    asks clients for a certificate the same CA signed."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, tls: dict[str, Path] | None = None) -> None:
         self.folder = folder
         self.port = free_port()
+        self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
         assert binary is not None
+        listen = ["--port", str(self.port)]
+        if self.tls is not None:
+            listen = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(self.tls["server.crt"]),
+                "--tls-key-file",
+                str(self.tls["server.key"]),
+                "--tls-ca-cert-file",
+                str(self.tls["ca"]),
+                "--tls-auth-clients",
+                "yes",
+            ]
         self.process = subprocess.Popen(
             [
                 binary,
                 "--bind",
                 "127.0.0.1",
-                "--port",
-                str(self.port),
+                *listen,
                 "--save",
                 "",
                 "--appendonly",
@@ -80,9 +99,15 @@ class RedisServer:
     def command(self, *words: str) -> str:
         """One inline command's first reply line ("" when Redis does not answer)."""
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as conn:
-                conn.sendall(" ".join(words).encode() + b"\r\n")
-                return conn.recv(65536).split(b"\r\n")[0].decode()
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as plain:
+                conn = plain
+                if self.tls is not None:
+                    context = ssl.create_default_context(cafile=str(self.tls["ca"]))
+                    context.load_cert_chain(self.tls["client.crt"], self.tls["client.key"])
+                    conn = context.wrap_socket(plain, server_hostname="127.0.0.1")
+                with conn:
+                    conn.sendall(" ".join(words).encode() + b"\r\n")
+                    return conn.recv(65536).split(b"\r\n")[0].decode()
         except OSError:
             return ""
 
@@ -98,16 +123,40 @@ class RedisServer:
         self.process = None
 
 
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+def tls_files(folder: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files."""
+    import trustme
+
+    ca = trustme.CA()
+    files = {name: folder / name for name in ("ca", "server.crt", "server.key")}
+    files |= {"client.crt": folder / "client.crt", "client.key": folder / "client.key"}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    for role, leaf in (("server", ca.issue_cert("127.0.0.1")), ("client", ca.issue_cert("c"))):
+        leaf.private_key_pem.write_to_path(str(files[f"{role}.key"]))
+        leaf.cert_chain_pems[0].write_to_path(str(files[f"{role}.crt"]))
+    return files
+
+
+def _redis(folder: Path, tls: dict[str, Path] | None) -> Iterator[RedisServer]:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (`make venv` installs it with apt as root)")
-    server = RedisServer(tmp_path)
+    server = RedisServer(folder, tls)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    yield from _redis(tmp_path, None)
+
+
+@pytest.fixture
+def tls_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis serving mutual TLS only (its files in ``.tls``)."""
+    yield from _redis(tmp_path, tls_files(tmp_path))
 
 
 class Serving:

@@ -155,3 +155,31 @@ def test_redis_authentication_failures_are_refused_with_redis_reply(
         assert f"Failed to connect to Redis: {reply}" in serving.log.read_text()
     serving = serve(*_redis_flags(redis_server, "password=pw"))
     assert _infer(serving, 1.0)[0][0] == 2.0
+
+
+def test_two_servers_share_hits_over_mutual_tls(
+    tls_redis_server: RedisServer, serve: Serve
+) -> None:
+    """Triton's TLS options (``tls_enabled``, ``cert``, ``key``, ``cacert``) against a
+    Redis that serves TLS only and asks for a client certificate; without TLS the
+    start fails with the connection's reason."""
+    tls = tls_redis_server.tls
+    assert tls is not None
+    secure = _redis_flags(
+        tls_redis_server,
+        "tls_enabled=true",
+        f"cert={tls['client.crt']}",
+        f"key={tls['client.key']}",
+        f"cacert={tls['ca']}",
+    )
+    first, second = serve(*secure), serve(*secure)
+    y, _, _ = _infer(first, 4.0)
+    deadline = time.monotonic() + 5  # the insert is written in the background
+    while tls_redis_server.command("DBSIZE") != ":1":
+        assert time.monotonic() < deadline, "the entry never reached Redis"
+        time.sleep(0.02)
+    np.testing.assert_array_equal(_infer(second, 4.0)[0], y)
+    assert _cache(second) == (1, 0, 0)
+    plain = serve(*_redis_flags(tls_redis_server), ready=False)
+    assert plain.process.wait(60) != 0
+    assert "Failed to connect to Redis" in plain.log.read_text()
