@@ -12,6 +12,7 @@ from despina.inference.stats import ModelStats
 from despina.inference.validation import ModelSignature
 from despina.plugin.backend import Backend, ModelInstance
 from despina.repository import config as cfg
+from despina.repository.folders import version_failures_text
 from despina.scheduling.base import Scheduler
 
 #: Reason shown for a loaded version that cannot serve right now.
@@ -80,5 +81,4 @@ def describe(version: ModelVersion) -> dict[str, Any]:
 
 def load_failure_text(name: str, failed: list[ModelVersion]) -> str:
     """Triton's text for a load of ``name`` whose ``failed`` versions did not load."""
-    states = "".join(f"version {v.version} is at {v.state} state: {v.reason};" for v in failed)
-    return f"load failed for model '{name}': {states}\n"
+    return version_failures_text(name, [(v.version, str(v.state), v.reason) for v in failed])

@@ -53,6 +53,7 @@ from despina.repository.folders import (
     missing_model_file_text,
     no_version_text,
     select_versions,
+    version_failures_text,
 )
 from despina.repository.redact import without_paths
 from despina.repository.validation import validate_completed, validate_io, validate_model
@@ -202,7 +203,12 @@ def _check_model_files(
         return
     for version in select_versions(draft, versions):
         if not (model_dir / str(version) / filename).exists():
-            raise ConfigError(missing_model_file_text(model_dir, version, filename, backend, named))
+            # as Triton, where the backend finds it missing: a failure of that version
+            missing = ConfigError(
+                missing_model_file_text(model_dir, version, filename, backend, named)
+            )
+            failure = (version, "UNAVAILABLE", missing.status_text)
+            raise ConfigError(version_failures_text(model_dir.name, [failure]))
 
 
 def normalize(draft: ModelConfig) -> None:

@@ -215,6 +215,14 @@ def no_version_hints(model_dir: Path) -> str:
     return f"{text}; {'; '.join(hints)}"
 
 
+def version_failures_text(name: str, failures: Sequence[tuple[int, str, str]]) -> str:
+    """Triton's text for a load of model ``name`` whose versions failed, given each as
+    (version, state, reason): ``load failed for model 'm': version 1 is at UNAVAILABLE
+    state: <reason>;`` (one clause per version)."""
+    states = "".join(f"version {v} is at {state} state: {why};" for v, state, why in failures)
+    return f"load failed for model '{name}': {states}\n"
+
+
 def missing_model_file_text(
     model_dir: Path, version: int, filename: str, backend: str, configured: bool
 ) -> str:
