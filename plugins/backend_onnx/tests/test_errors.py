@@ -80,3 +80,26 @@ parameters { key: "DESPINA_INLINE_EXECUTE_US" value { string_value: "1e6" } }
     assert bad_at_once and good_at_once
     assert failed is not None and "Out of range value in index tensor" in str(failed.error)
     assert served is not None and served.outputs["OUT"].tolist() == [[0.0, 3.0], [5.0, 6.0]]
+
+
+def test_auto_complete_reads_a_version_the_policy_loads(
+    model_repository: RepositoryBuilder, despina_server: Start, onnx_models
+) -> None:
+    """As Triton's L0_lifecycle test_config_override: versions 1 and 3 are empty folders,
+    the config override names only version 2, and the config is completed from 2's file
+    (not from the newest folder, which has none)."""
+    import json
+
+    import tritonclient.http as httpclient
+
+    model = onnx_models["add_sub"]()
+    model_repository.add("m", None, {"1/.keep": "", "2/model.onnx": model, "3/.keep": ""})
+    running = despina_server(
+        model_repository.root, ["--model-control-mode=explicit", "--http-address=127.0.0.1"]
+    )
+    with httpclient.InferenceServerClient(running.http_url) as client:
+        with pytest.raises(InferenceServerException, match="load failed for model 'm'"):
+            client.load_model("m")  # latest 1: version 3, which has no model file
+        policy = {"backend": "onnxruntime", "version_policy": {"specific": {"versions": [2]}}}
+        client.load_model("m", config=json.dumps(policy))
+        assert client.is_model_ready("m", "2") and not client.is_model_ready("m", "3")

@@ -148,8 +148,10 @@ async def prepare(
             if runtime_dir is None and backend.default_model_filename:
                 _check_model_files(draft, model_dir, versions, backend.name, named_file)
             if host.settings.auto_complete:
+                # the newest version the policy loads (Triton completes from a loaded one)
+                version = (select_versions(draft, versions) or versions)[-1]
                 context = ModelContext(
-                    name, versions[-1], model_dir, draft, host.backend_host, runtime_dir=runtime_dir
+                    name, version, model_dir, draft, host.backend_host, runtime_dir=runtime_dir
                 )
                 await backend(context).auto_complete()
         normalize(draft)
