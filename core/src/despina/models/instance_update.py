@@ -53,6 +53,14 @@ def files_stamp(model_dir: Path) -> FilesStamp:
     return stamp
 
 
+def config_stamp(model_dir: Path) -> int | None:
+    """The modification time (ns) of ``model_dir``'s config.pbtxt; None without one."""
+    try:
+        return (model_dir / cfg.CONFIG_FILENAME).stat().st_mtime_ns
+    except OSError:
+        return None
+
+
 def updatable(old: cfg.ModelConfig, new: cfg.ModelConfig) -> bool:
     """Whether ``new`` differs from ``old`` in nothing but ``instance_group`` (an
     ensemble has no instances to update)."""

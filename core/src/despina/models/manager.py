@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from despina.errors import DespinaError, InvalidArgument, NotFound, Unavailable
-from despina.models.instance_update import FilesStamp, files_stamp, updatable, update_version
+from despina.models.instance_update import (
+    FilesStamp,
+    config_stamp,
+    files_stamp,
+    updatable,
+    update_version,
+)
 from despina.models.loader import load_version, unload_version
 from despina.models.versions import ModelState, ModelVersion, describe, load_failure_text
 from despina.repository import config as cfg
@@ -70,6 +76,8 @@ class ModelEntry:
         #: The model's files when its config was prepared (None for override files): a
         #: reload that finds them unchanged may be an instance update.
         self.stamp: FilesStamp | None = None
+        #: config.pbtxt's modification time then (None: none, or override files).
+        self.config_stamp: int | None = None
 
     @property
     def ready(self) -> bool:
@@ -152,6 +160,9 @@ class ModelManager:
                 log.info("loading '%s' for ensemble '%s'", name, ensemble)
             old = self.entries.get(name)
             keep_old = old is not None and old.ready
+            if old is not None and keep_old and not (config_json or files) and self._unchanged(old):
+                log.info("'%s' is unchanged since it was loaded: nothing to reload", name)
+                return
             try:
                 entry.model_dir = self._model_dir(name, config_json, files, entry)
                 if await self._load_entry(entry, config_json, old if keep_old else None):
@@ -365,6 +376,22 @@ class ModelManager:
         ]
         return failed
 
+    def _unchanged(self, entry: ModelEntry) -> bool:
+        """Whether ``entry``'s folder is the model's folder still and nothing in it (its
+        config.pbtxt included) changed since it was loaded: Triton then takes a load
+        request without overrides as done, keeping the model (and a config a previous
+        request gave) as it is."""
+        try:
+            model_dir = self.repository.model_dir(entry.name)
+        except DespinaError:
+            return False
+        return (
+            entry.stamp is not None
+            and entry.model_dir == model_dir
+            and entry.config_stamp == config_stamp(model_dir)
+            and entry.stamp == files_stamp(model_dir)
+        )
+
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
 
@@ -412,7 +439,9 @@ class ModelManager:
         name = entry.name
         prepared = await prepare(self.server, entry.model_dir, config_json, entry.name)
         entry.model_dir, entry.prepared = prepared.model_dir, prepared
-        entry.stamp = files_stamp(prepared.model_dir) if entry.temp_dir is None else None
+        if entry.temp_dir is None:
+            entry.stamp = files_stamp(prepared.model_dir)
+            entry.config_stamp = config_stamp(prepared.model_dir)
         ensemble = prepared.config.platform == cfg.ENSEMBLE_PLATFORM
         versions = list(prepared.versions) or ([1] if ensemble else [])
         selected = select_versions(prepared.config, versions)
@@ -477,6 +506,7 @@ class ModelManager:
                 )
             updated += done is not None
         serving.prepared, serving.explicit = prepared, entry.explicit
+        serving.config_stamp = entry.config_stamp
         return True
 
     async def _retire(self, entry: ModelEntry, drain: bool = True) -> None:
