@@ -248,3 +248,18 @@ def test_an_invalid_update_keeps_the_instances_serving(counted: Counted) -> None
     counted.infer()
     counted.load(config(cpu(2)))
     assert counted.counted() == (3, 1)
+
+
+def test_a_plain_load_of_an_unchanged_model_keeps_a_given_config(counted: Counted) -> None:
+    """As Triton: a load without overrides of a model whose folder did not change since
+    it was loaded reloads nothing, and a config an earlier load request gave stays."""
+    counted.load(config(cpu(1)))
+    served = counted.client.get_model_config(NAME, as_json=True)["config"]
+    served["parameters"] = {"given": {"string_value": "yes"}}
+    counted.load(config=json.dumps(served))  # another config: a full reload
+    wait_for(lambda: counted.counted() == (2, 1))
+    counted.load()
+    assert counted.counted() == (2, 1)
+    kept = counted.client.get_model_config(NAME, as_json=True)["config"]
+    assert kept["parameters"]["given"]["string_value"] == "yes"
+    counted.infer()
