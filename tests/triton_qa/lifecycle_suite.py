@@ -41,13 +41,11 @@ import os
 import re
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import core_suites  # a cycle: core_suites registers this suite
-from run import Context, Server, check
+from run import Context, Server, check, http_status
 
 #: The folders of ``qa/`` this suite uses besides python_models (copied into the work folder).
 LIFECYCLE_FOLDERS = ("L0_lifecycle", "custom_models")
@@ -123,14 +121,7 @@ def _started(ctx: Context, server: Server) -> bool:
 
 def _http(method: str, path: str) -> int:
     """``curl -s -w %{http_code}``: the status of ``method path`` on port 8000 (0: none)."""
-    request = urllib.request.Request(f"http://127.0.0.1:8000{path}", method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except OSError:
-        return 0
+    return http_status(method, f"http://127.0.0.1:8000{path}")
 
 
 def _run(

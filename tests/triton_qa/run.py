@@ -603,9 +603,11 @@ def suite_lifecycle(ctx: Context) -> None:
         check(ctx, s, f"{src}: log has {needle!r}", needle in server.log_text())
 
 
-def _post_json(url: str, body: str) -> int:
-    """POST ``body`` as ``curl -d`` does; the HTTP status (0 when none came)."""
-    request = urllib.request.Request(url, body.encode(), method="POST")
+def http_status(method: str, url: str, body: str | None = None) -> int:
+    """``curl -s -w %{http_code}`` (with ``body``: ``-d``): the status of ``method url``,
+    0 when none came."""
+    data = None if body is None else body.encode()
+    request = urllib.request.Request(url, data, method=method)
     try:
         with urllib.request.urlopen(request, timeout=10) as r:
             return int(r.status)
@@ -636,7 +638,7 @@ def suite_logging(ctx: Context) -> None:
             check(ctx, s, f"server starts ({log.name})", False, server.log_text()[-2000:])
             return
         for body in bodies:
-            code = _post_json("http://127.0.0.1:8000/v2/logging", body)
+            code = http_status("POST", "http://127.0.0.1:8000/v2/logging", body)
             check(ctx, s, f"{trial}: POST /v2/logging {body} is 200", code == 200, str(code))
         pytest(ctx, s, d, "logging_test.py", f"log_test.{trial}")
         server.stop()
