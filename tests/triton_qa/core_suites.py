@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -58,12 +59,13 @@ def _write(model_dir: Path, *lines: str) -> None:
 def generated(ctx: Context, generator: str, *flags: str) -> Path:
     """The models ``qa/common/<generator> <flags>`` makes (as Triton's CI makes the
     ``/data/inferenceserver`` repositories), generated once per run into the work folder
-    with the client's Python (it needs the frameworks the flags name: onnx, torch)."""
+    with the runner's own Python (it has the frameworks the flags name: onnx, torch; a
+    ``--client-python`` may lack them)."""
     out = ctx.work / "data" / "_".join((Path(generator).stem, *(f.strip("-") for f in flags)))
     if not out.is_dir():
         out.mkdir(parents=True)
         subprocess.run(
-            [ctx.client_python, generator, *flags, f"--models_dir={out}"],
+            [sys.executable, generator, *flags, f"--models_dir={out}"],
             cwd=ctx.qa / "common",
             check=True,
             capture_output=True,
