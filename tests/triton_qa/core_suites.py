@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from infer_suite import INFER_FOLDERS, suite_l0_infer
 from lifecycle_suite import LIFECYCLE_FOLDERS, suite_l0_lifecycle
 from run import (
     PYTEST_TIMEOUT_S,
@@ -47,6 +48,7 @@ FOLDERS = (
     "L0_model_update",
     *LIFECYCLE_FOLDERS,
     *SCHEDULING_FOLDERS,
+    *INFER_FOLDERS,
 )
 
 
@@ -605,4 +607,5 @@ SUITES: dict[str, Callable[[Context], None]] = {
     "L0_lifecycle": suite_l0_lifecycle,
     "L0_rate_limiter": suite_l0_rate_limiter,
     "L0_response_cache": suite_l0_response_cache,
+    "L0_infer": suite_l0_infer,
 }
