@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from batcher_suite import BATCHER_FOLDERS, suite_l0_batcher
 from infer_suite import INFER_FOLDERS, suite_l0_infer
 from lifecycle_suite import LIFECYCLE_FOLDERS, suite_l0_lifecycle
 from run import (
@@ -35,6 +36,7 @@ from scheduling_suites import (
     suite_l0_rate_limiter,
     suite_l0_response_cache,
 )
+from sequence_suite import SEQUENCE_FOLDERS, suite_l0_sequence_batcher
 
 #: The suite folders of ``qa/`` these suites use (copied into the work folder).
 FOLDERS = (
@@ -48,7 +50,9 @@ FOLDERS = (
     "L0_model_update",
     *LIFECYCLE_FOLDERS,
     *SCHEDULING_FOLDERS,
+    *SEQUENCE_FOLDERS,
     *INFER_FOLDERS,
+    *BATCHER_FOLDERS,
 )
 
 
@@ -75,9 +79,12 @@ def generated(ctx: Context, generator: str, *flags: str) -> Path:
     return out
 
 
-def unittest_case(ctx: Context, suite: str, cwd: Path, target: str, case: str, **env: str) -> None:
+def unittest_case(
+    ctx: Context, suite: str, cwd: Path, target: str, case: str, label: str = "", **env: str
+) -> None:
     """``python target case`` as test.sh runs a file whose results a ``TestResultCollector``
-    gathers (it runs under unittest only), with ``env`` added; one case, by exit status."""
+    gathers (it runs under unittest only), with ``env`` added; one case, by exit status,
+    named ``label`` (default: ``case``)."""
     try:
         proc = subprocess.run(
             [ctx.client_python, target, case],
@@ -88,9 +95,9 @@ def unittest_case(ctx: Context, suite: str, cwd: Path, target: str, case: str, *
             timeout=PYTEST_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        check(ctx, suite, case, False, f"timed out after {PYTEST_TIMEOUT_S} s")
+        check(ctx, suite, label or case, False, f"timed out after {PYTEST_TIMEOUT_S} s")
         return
-    check(ctx, suite, case, proc.returncode == 0, (proc.stdout + proc.stderr)[-1000:])
+    check(ctx, suite, label or case, proc.returncode == 0, (proc.stdout + proc.stderr)[-1000:])
 
 
 def suite_l0_parameters(ctx: Context) -> None:
@@ -607,5 +614,7 @@ SUITES: dict[str, Callable[[Context], None]] = {
     "L0_lifecycle": suite_l0_lifecycle,
     "L0_rate_limiter": suite_l0_rate_limiter,
     "L0_response_cache": suite_l0_response_cache,
+    "L0_sequence_batcher": suite_l0_sequence_batcher,
     "L0_infer": suite_l0_infer,
+    "L0_batcher": suite_l0_batcher,
 }
