@@ -15,12 +15,13 @@ The first message is ``init`` (import the model, ``initialize``, answer ``ready`
 - the model reaches the server (BLS, Logger, metrics) through :class:`ChildRuntime`.
 
 Only numpy and this package are needed, so it also runs in other Python environments
-(``EXECUTION_ENV_PATH``). Exits when the server closes the channel.
+(``EXECUTION_ENV_PATH``). asyncio (and the ssl module it loads, ~7 MiB resident) is
+imported only when the model needs the event loop: async ``execute``/``initialize``/
+``is_ready`` or an async BLS call. Exits when the server closes the channel.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import inspect
 import itertools
@@ -35,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from despina_backend_python.hosting.loading import describe_exception, load_model_class
 from despina_backend_python.hosting.readiness import defines_is_ready, readiness_of
@@ -64,6 +65,9 @@ from despina_backend_python.wire.shm import (
     set_link_handler,
     unpack,
 )
+
+if TYPE_CHECKING:
+    import asyncio
 
 _END = object()
 
@@ -144,6 +148,8 @@ class ChildRuntime(pb_runtime.Runtime, BlsHost):
         return self._response(self.wait(future))
 
     async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
+        import asyncio  # loaded already: this coroutine runs on the event loop
+
         try:
             future = self.call("bls", self._packer(request))
         except PoolExhausted as exc:
@@ -167,6 +173,8 @@ class ChildRuntime(pb_runtime.Runtime, BlsHost):
             yield self._response(item)
 
     async def infer_stream_async(self, request: InferenceRequest) -> list[InferenceResponse]:
+        import asyncio  # loaded already: this coroutine runs on the event loop
+
         return await asyncio.to_thread(lambda: list(self.infer_stream(request)))
 
     def log(self, level: str, message: str) -> None:
@@ -216,8 +224,8 @@ class Stub:
         self.incoming = Ring(hello["rings"][0])
         self.arena = Arena(hello["prefix"], hello["tag"] + "c", Ring(hello["rings"][1]))
         self.runtime = ChildRuntime(channel, self.arena, self.incoming, hello, self.wait_for)
-        self.loop = asyncio.new_event_loop()
-        self._loop_thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()  # is_ready's thread may be first to need it
         #: Synchronous executions, in order, run by the main thread (None: finalize).
         self.work: deque[tuple[int, list[InferenceRequest]] | None] = deque()
         self.model: Any = None
@@ -234,17 +242,22 @@ class Stub:
         """Block until ``done()``, reading and routing messages meanwhile."""
         self.channel.pump_until(done, self.route)
 
-    def start_loop(self) -> None:
-        """Start the event loop thread (once)."""
-        if self._loop_thread is None:
-            self._loop_thread = threading.Thread(
-                target=self.loop.run_forever, name="asyncio", daemon=True
-            )
-            self._loop_thread.start()
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop, running on a thread of its own from the first use on."""
+        with self._loop_lock:
+            if self._loop is None:
+                import asyncio
+
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="asyncio", daemon=True).start()
+                self._loop = loop
+        return self._loop
 
     def run_coroutine(self, coro: Any) -> Any:
         """Run ``coro`` on the event loop thread and wait for it."""
-        self.start_loop()
+        import asyncio
+
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         future.add_done_callback(lambda _: self.channel.wake())
         self.wait_for(future.done)
@@ -328,8 +341,6 @@ class Stub:
     def serve(self) -> None:
         """Run executions until ``finalize``: synchronous ones on this thread, async ones
         on the event loop thread (this thread then only reads the channel)."""
-        if self.is_async:
-            self.start_loop()
         while True:
             self.wait_for(self._has_work)
             item = self.work.popleft()
@@ -410,7 +421,8 @@ class Stub:
         try:
             value = self.model.is_ready()
             if inspect.isawaitable(value):
-                self.start_loop()
+                import asyncio
+
                 value = asyncio.run_coroutine_threadsafe(_awaited(value), self.loop).result()
             reply["ready"] = readiness_of(value)
         except BaseException as exc:  # noqa: BLE001 - reported to the server
@@ -435,6 +447,8 @@ async def _awaited(value: Any) -> Any:
 
 async def _drain() -> None:
     """Wait for the async executions still running (before ``finalize``)."""
+    import asyncio
+
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     await asyncio.gather(*others, return_exceptions=True)
 
