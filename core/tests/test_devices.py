@@ -3,10 +3,13 @@ the minimum compute capability, and NVML absent (this machine has no GPU driver)
 
 from __future__ import annotations
 
+import ctypes
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from despina.memory.gpus import Gpu, GpuInventory, discover, visible_devices
+from despina.memory.gpus import NVML_LIBRARY, Gpu, GpuInventory, discover, visible_devices
 
 MIG_A = Gpu(1, "A100 MIG 0", "MIG-aaaa-1111", (8, 0))
 MIG_B = Gpu(1, "A100 MIG 1", "MIG-bbbb-2222", (8, 0))
@@ -66,3 +69,21 @@ def test_discover_without_a_driver_finds_nothing_and_says_why() -> None:
     assert inventory.visible == () and inventory.supported == ()
     assert inventory.note.startswith("NVML: ")
     assert inventory.describe().startswith("no GPU visible (NVML: ")
+
+
+def test_without_the_driver_library_nvml_is_not_imported() -> None:
+    """On a host without libnvidia-ml nvidia-ml-py is never imported (it would stay
+    resident for nothing); the note says why, in pynvml's words."""
+    pytest.importorskip("pynvml")
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        pass
+    else:
+        pytest.skip("this machine has NVIDIA's driver library: NVML is used")
+    code = (
+        "import sys; from despina.memory.gpus import discover; "
+        "print(discover({}).note, 'pynvml' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "NVML: NVML Shared Library Not Found False"

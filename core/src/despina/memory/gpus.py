@@ -17,6 +17,8 @@ capability (``--min-supported-compute-capability``, Triton's default 7.5).
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,9 @@ from typing import Any
 
 #: Triton's default ``--min-supported-compute-capability`` (TRITON_MIN_COMPUTE_CAPABILITY).
 DEFAULT_MIN_COMPUTE_CAPABILITY = 7.5
+#: The library nvidia-ml-py loads, and its text when the library is absent.
+NVML_LIBRARY = "libnvidia-ml.so.1"
+NVML_NOT_FOUND = "NVML Shared Library Not Found"
 
 
 @dataclass(frozen=True)
@@ -130,11 +135,16 @@ def discover(
 
 
 def _from_nvml() -> tuple[list[Gpu], str, str]:
-    """(GPUs, "nvml", "") from NVML, or ([], "", why not)."""
-    try:
-        import pynvml
-    except ImportError:
+    """(GPUs, "nvml", "") from NVML, or ([], "", why not). On a host without NVIDIA's
+    driver library nvidia-ml-py is not even imported (it would stay resident, ~1 MiB)."""
+    if importlib.util.find_spec("pynvml") is None:
         return [], "", ""
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        return [], "", f"NVML: {NVML_NOT_FOUND}"
+    import pynvml
+
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
