@@ -20,7 +20,6 @@ import glob
 import itertools
 import mmap
 import os
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -61,7 +60,9 @@ def set_link_handler(handler: Callable[[Identity], None]) -> None:
 
 def new_tag() -> str:
     """A fresh, unguessable stem for the segments of one model process."""
-    return "py" + secrets.token_hex(16)
+    # os.urandom is what secrets.token_hex reads; secrets itself would load hashlib and
+    # OpenSSL (~4 MiB resident) into every model process for nothing else.
+    return "py" + os.urandom(16).hex()
 
 
 def _aligned(size: int) -> int:
