@@ -119,16 +119,21 @@ def check_config(
 ) -> None:
     """Raise ConfigError when the config's tensors disagree with the model file's.
 
-    Every model input must be in the config (and the reverse); config outputs must exist
-    in the model; data types must be equal; each fixed model dimension must equal the
-    config's (batch dimension included: it must be dynamic when ``max_batch_size > 0``).
+    Every model input must be in the config (and the reverse) or be one the server
+    provides (batch inputs, sequence control and implicit state inputs); config outputs
+    must exist in the model; data types must be equal; each fixed model dimension must
+    equal the config's (batch dimension included: it must be dynamic when
+    ``max_batch_size > 0``).
     """
     where = f"model '{model}', file '{file}'"
-    # Ragged inputs and scattered batch outputs are 1-D in the model; batch inputs are
-    # model inputs the server generates (not in the config's inputs).
+    # Ragged inputs and scattered batch outputs are 1-D in the model; batch inputs,
+    # sequence controls and implicit states are model inputs the server generates (not
+    # in the config's inputs).
     flat = {t.name for t in config.input if t.allow_ragged_batch}
     flat.update(name for out in config.batch_output for name in out.target_name)
     generated = {name for entry in config.batch_input for name in entry.target_name}
+    generated.update(control.name for control in config.sequence_batching.control_input)
+    generated.update(state.input_name for state in config.sequence_batching.state)
     model_inputs = {s.name: s for s in inputs}
     model_outputs = {s.name: s for s in outputs}
     config_inputs = {t.name for t in config.input}
@@ -150,7 +155,8 @@ def check_config(
     if missing:
         raise ConfigError(
             f"{where}: the model's input(s) {_names(missing)} are missing from the config "
-            f"(configuration expects {len(config_inputs)} inputs, model provides {len(model_inputs)})"
+            f"(configuration expects {len(config_inputs | generated)} inputs, model provides "
+            f"{len(model_inputs)})"
         )
 
 

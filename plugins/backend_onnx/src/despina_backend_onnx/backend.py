@@ -133,7 +133,9 @@ class OnnxBackend(Backend):
                 f"model '{model}', file '{self.file_label}': onnxruntime's Python API cannot "
                 "serve a model with both BF16 and string inputs/outputs"
             )
+        # implicit state outputs are served too: the sequence batcher keeps them
         served = {o.name for o in config.output}
+        served.update(state.output_name for state in config.sequence_batching.state)
         names = [s.name for s in outputs if s.name in served]
         instance = OnnxInstance(
             spec,
