@@ -42,7 +42,7 @@ import subprocess
 from pathlib import Path
 
 import core_suites  # a cycle: core_suites registers this suite
-from run import Context, pytest, serving
+from run import Context, Server, check, pytest
 
 #: The folders of ``qa/`` this suite uses besides ``custom_models`` (LIFECYCLE_FOLDERS).
 INFER_FOLDERS = ("L0_infer", "ensemble_models")
@@ -50,6 +50,7 @@ INFER_FOLDERS = ("L0_infer", "ensemble_models")
 S = "L0_infer"
 DEFAULT_BACKENDS = "onnx,libtorch,python,python_dlpack"
 DEFAULT_SHM_SIZE_BYTES = 1024 * 1024  # test.sh's DEFAULT_SHM_SIZE_MB=1
+SERVER_TIMEOUT_S = 600  # test.sh's SERVER_TIMEOUT: the wait for ready and for exit
 
 
 def _backends() -> str:
@@ -109,7 +110,7 @@ def suite_l0_infer(ctx: Context) -> None:
     _generate_model_repository(ctx, d, env)
     args = [
         f"--model-repository={d / 'models'}",
-        "--exit-timeout-secs=600",
+        f"--exit-timeout-secs={SERVER_TIMEOUT_S}",
         "--backend-config=python,stub-timeout-seconds=120",
         f"--backend-config=python,shm-default-byte-size={DEFAULT_SHM_SIZE_BYTES}",
     ]
@@ -117,6 +118,13 @@ def suite_l0_infer(ctx: Context) -> None:
     for tag, server_args, shm in (("cpu", args, "0"), ("cpu.system_shm", shm_args, "1")):
         log = d / f"inference_server.{tag}.log"
         client_env = {**env, "TEST_SYSTEM_SHARED_MEMORY": shm, "TEST_CUDA_SHARED_MEMORY": "0"}
-        with serving(ctx, S, server_args, log, False, **client_env) as server:
-            if server.started:
-                pytest(ctx, S, d, "infer_test.py", tag, **client_env)
+        server = Server(
+            ctx, server_args, log, env=client_env, verbose=False, ready_timeout=SERVER_TIMEOUT_S
+        )
+        try:
+            if not server.started:
+                check(ctx, S, f"server starts ({log.name})", False, server.log_text()[-2000:])
+                continue
+            pytest(ctx, S, d, "infer_test.py", tag, **client_env)
+        finally:
+            server.stop(timeout=SERVER_TIMEOUT_S)

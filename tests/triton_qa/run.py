@@ -166,7 +166,8 @@ def _ready(pid: int, until: str = "ready") -> bool:
 class Server:
     """A server process started like ``run_server`` in Triton's ``qa/common/util.sh``:
     ``started`` once it answers ``/v2/health/<until>`` (``until=""``: ``run_server_nowait``,
-    never ``started``). ``wait_ports=False`` starts it while the ports are taken."""
+    never ``started``). ``wait_ports=False`` starts it while the ports are taken;
+    ``ready_timeout`` is run_server's ``SERVER_TIMEOUT`` (a test.sh may raise it)."""
 
     def __init__(
         self,
@@ -178,6 +179,7 @@ class Server:
         verbose: bool = True,
         until: str = "ready",
         wait_ports: bool = True,
+        ready_timeout: float = READY_TIMEOUT_S,
     ):
         deadline = time.monotonic() + PORT_WAIT_S  # e.g. the previous server's sockets
         while wait_ports and (busy := [p for p in PORTS if not _port_free(p)]):
@@ -196,7 +198,7 @@ class Server:
         self.started = False
         if not until:
             return
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
             if _ready(self.proc.pid, until):
                 self.started = True
