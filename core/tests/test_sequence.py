@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -455,3 +456,65 @@ def test_rate_limiter_applies_to_sequence_executions(
     assert results == {c: [1, 3, 6] for c in sequences}
     assert len({instance for instance, _ in seq_backend.SeqBackend.batches}) == 2
     assert seq_backend.SeqBackend.peak == peak
+
+
+def _stream_sequences(
+    running: RunningServer, sends: list[tuple[int, int, SequenceFlags]], pause_after: int
+) -> tuple[int, list[int]]:
+    """Send ``sends`` (corrid, value, flags) in order on one gRPC stream, pausing 0.5 s
+    after the first ``pause_after``: the batches run by then, and every OUTPUT."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    answers: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(running.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    ran_in_pause = -1
+    for index, (corrid, value, flags) in enumerate(sends):
+        if index == pause_after:
+            time.sleep(0.5)
+            ran_in_pause = len(seq_backend.SeqBackend.batches)
+        tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.full((1, 1), value, np.int32))
+        client.async_stream_infer(
+            "delayed",
+            [tensor],
+            sequence_id=corrid,
+            sequence_start=SequenceFlags.START in flags,
+            sequence_end=SequenceFlags.END in flags,
+        )
+    results = [answers.get(timeout=30) for _ in sends]
+    client.stop_stream()
+    client.close()
+    return ran_in_pause, sorted(int(r.as_numpy("OUTPUT").ravel()[0]) for r in results)
+
+
+def test_delay_scheduler_hook_holds_the_first_batch_until_n_are_queued(
+    start_seq: Callable[..., RunningServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TRITONSERVER_DELAY_SCHEDULER=4`` (Triton's test hook): nothing runs while 2 of
+    the 4 requests of two sequences are queued; then both slots run together."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "4")
+    running = start_seq({"delayed": seq_config()})
+    start, end = SequenceFlags.START, SequenceFlags.END
+    sends = [(1, 1, start), (1, 2, end), (2, 10, start), (2, 20, end)]
+    ran_in_pause, outputs = _stream_sequences(running, sends, pause_after=2)
+    assert ran_in_pause == 0
+    assert outputs == [1, 3, 10, 30]
+    assert [len(batch) for _, batch in seq_backend.SeqBackend.batches] == [2, 2]
+
+
+def test_backlog_delay_hook_holds_the_first_batch_until_m_are_backlogged(
+    start_seq: Callable[..., RunningServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TRITONSERVER_BACKLOG_DELAY_SCHEDULER=1`` with ``TRITONSERVER_DELAY_SCHEDULER=1``:
+    the one slot's first request waits until a second sequence waits in the backlog."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "1")
+    monkeypatch.setenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "1")
+    running = start_seq({"delayed": seq_config(mbs=1)})
+    start, end = SequenceFlags.START, SequenceFlags.END
+    sends = [(1, 1, start), (2, 10, start), (1, 2, end), (2, 20, end)]
+    ran_in_pause, outputs = _stream_sequences(running, sends, pause_after=1)
+    assert ran_in_pause == 0
+    assert outputs == [1, 3, 10, 30]

@@ -44,8 +44,7 @@ class DynamicBatchScheduler(QueueScheduler):
         self._one_at_a_time = asyncio.Lock() if limited else None
         #: Triton's test hook ``TRITONSERVER_DELAY_SCHEDULER=N``: the first batch forms
         #: once N requests are queued.
-        delay = os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "")
-        self._start_after = int(delay) if ascii_digits(delay) else 0
+        self._start_after = scheduler_test_hook("TRITONSERVER_DELAY_SCHEDULER")
 
     @property
     def pending(self) -> int:
@@ -119,6 +118,13 @@ class DynamicBatchScheduler(QueueScheduler):
         finally:
             self._forming -= len(batch)
         return batch
+
+
+def scheduler_test_hook(variable: str) -> int:
+    """The count N of one of Triton's scheduler test hooks (``variable=N`` in the
+    server's environment), 0 when unset or not a number."""
+    value = os.environ.get(variable, "")
+    return int(value) if ascii_digits(value) else 0
 
 
 def _policy(policy: Any, default_max: int = 0) -> QueuePolicy:

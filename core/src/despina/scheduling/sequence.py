@@ -40,6 +40,7 @@ from despina.inference.pipeline import reject
 from despina.inference.request import InferenceRequest, SequenceFlags
 from despina.repository.config import ENSEMBLE_PLATFORM, ModelConfig
 from despina.scheduling.base import ScheduledModel, Scheduler, batch_size_of, stopping_error
+from despina.scheduling.dynamic import scheduler_test_hook
 from despina.scheduling.queue import QUEUE_FULL
 from despina.scheduling.sequence_batcher import (
     RELEASE,
@@ -98,6 +99,13 @@ class SequenceBatchScheduler(Scheduler):
         self.states = state_specs(config, model.model_dir)
         self.input_names = [i.name for i in config.input]
         self.idle_s = int(batching.max_sequence_idle_microseconds) / 1e6
+        #: Triton's test hooks of the Direct strategy: ``TRITONSERVER_DELAY_SCHEDULER=N``
+        #: holds each instance's first batch until N requests wait in the slots of all
+        #: instances together (each instance's count as it last looked), and
+        #: ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER=M`` also until M wait in the backlog.
+        self.delay_count = scheduler_test_hook("TRITONSERVER_DELAY_SCHEDULER")
+        self._backlog_delay_count = scheduler_test_hook("TRITONSERVER_BACKLOG_DELAY_SCHEDULER")
+        self._queued_seen: dict[int, int] = {}
         policy: Policy
         slot_count = max(1, int(config.max_batch_size))
         if batching.WhichOneof("strategy_choice") == "oldest":
@@ -159,6 +167,13 @@ class SequenceBatchScheduler(Scheduler):
         starts = SequenceFlags.START in request.flags
         if starts or (self.iterative and request.correlation_id in (0, "")):
             raise Unavailable(NO_NEW_SEQUENCES)
+
+    def delays(self, batcher: InstanceBatcher) -> bool:
+        """Whether ``batcher``'s first batch still waits for the delay test hooks."""
+        self._queued_seen[batcher.index] = batcher.pending
+        if sum(self._queued_seen.values()) < self.delay_count:
+            return True
+        return sum(len(q) for q in self._backlogs) < self._backlog_delay_count
 
     def submit(self, request: InferenceRequest) -> None:
         model = self.model.name

@@ -56,10 +56,17 @@ class SlotOwner(Protocol):
     states: list[StateSpec]
     input_names: list[str]
 
+    delay_count: int
+
+    def delays(self, batcher: InstanceBatcher) -> bool: ...
+
     def release(self, slot: Slot) -> None: ...
 
     def executed(self, slot: Slot, request: InferenceRequest) -> None: ...
 
+
+#: How often a delayed instance looks again at the queued counts of the others (Triton's).
+DELAY_POLL_S = 0.01
 
 #: A slot-queue entry meaning "the sequence idled out: free the slot".
 RELEASE = None
@@ -182,6 +189,8 @@ class InstanceBatcher:
         self.slots = [Slot(self, i) for i in range(slot_count)]
         self.wake = asyncio.Event()
         self.executing = False
+        #: Until the delay test hooks let it go (Direct only, as Triton's).
+        self.delayed = owner.delay_count > 0 and isinstance(policy, DirectPolicy)
 
     @property
     def pending(self) -> int:
@@ -200,6 +209,12 @@ class InstanceBatcher:
     async def _next_batch(self) -> Chosen:
         while True:
             self.wake.clear()
+            if self.delayed:
+                self.delayed = self.owner.delays(self)
+                if self.delayed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.wake.wait(), DELAY_POLL_S)
+                    continue
             heads = self._heads()
             wait: float | None = None
             if heads:
