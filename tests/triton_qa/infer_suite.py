@@ -2,8 +2,10 @@
 (``TRITON_SERVER_CPU_ONLY=1``, ``TARGET=cpu``): test.sh's ``generate_model_repository``
 function, taken from the tree's test.sh and run by bash in the suite folder over a
 ``$DATADIR`` of generated models, the same server flags, and the unchanged
-``infer_test.py`` under pytest (one case per test), once as test.sh runs it and once with
-``TEST_SYSTEM_SHARED_MEMORY=1`` (the client's tensors in system shared memory).
+``infer_test.py`` run one test at a time (``python infer_test.py InferTest.<test>``, one
+case each, by exit status: its ``TestResultCollector`` runs under unittest only), once as
+test.sh runs it and once with ``TEST_SYSTEM_SHARED_MEMORY=1`` (the client's tensors in
+system shared memory).
 
 ``BACKENDS`` is ``onnx libtorch python python_dlpack``; ``INFER_BACKENDS=python,python_dlpack``
 (comma-separated) picks others, e.g. for a server with only the Python backend.
@@ -42,7 +44,7 @@ import subprocess
 from pathlib import Path
 
 import core_suites  # a cycle: core_suites registers this suite
-from run import Context, Server, check, pytest
+from run import Context, Server, check
 
 #: The folders of ``qa/`` this suite uses besides ``custom_models`` (LIFECYCLE_FOLDERS).
 INFER_FOLDERS = ("L0_infer", "ensemble_models")
@@ -86,6 +88,21 @@ def _generate_model_repository(ctx: Context, d: Path, env: dict[str, str]) -> No
             shutil.rmtree(d / "models" / name)
 
 
+def _tests(ctx: Context, d: Path, env: dict[str, str]) -> list[str]:
+    """The tests ``InferTest`` defines under ``env`` (its body defines some only for
+    some backends and without shared memory)."""
+    listing = "import infer_test as t; print(*(n for n in dir(t.InferTest) if n[:5] == 'test_'))"
+    proc = subprocess.run(
+        [ctx.client_python, "-c", listing],
+        cwd=d,
+        env=ctx.env(**env),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.split()
+
+
 def _accepts(ctx: Context, flag: str) -> bool:
     """Whether the server's ``--help`` lists ``flag``."""
     proc = subprocess.run(
@@ -125,6 +142,9 @@ def suite_l0_infer(ctx: Context) -> None:
             if not server.started:
                 check(ctx, S, f"server starts ({log.name})", False, server.log_text()[-2000:])
                 continue
-            pytest(ctx, S, d, "infer_test.py", tag, **client_env)
+            for test in _tests(ctx, d, client_env):
+                core_suites.unittest_case(
+                    ctx, S, d, "infer_test.py", f"InferTest.{test}", **client_env
+                )
         finally:
             server.stop(timeout=SERVER_TIMEOUT_S)
