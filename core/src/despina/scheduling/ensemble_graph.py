@@ -44,6 +44,11 @@ class EnsembleGraph:
     optional_inputs: frozenset[str] = frozenset()
     #: Steps whose model is decoupled (filled by :func:`check_composing`).
     decoupled: set[int] = field(default_factory=set)
+    #: Steps whose model batches (filled by :func:`check_composing`).
+    batching: set[int] = field(default_factory=set)
+    #: (step index, model input name) -> the input's config ``dims`` (filled by
+    #: :func:`check_composing`).
+    input_dims: dict[tuple[int, str], tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def models(self) -> list[str]:
@@ -178,6 +183,7 @@ def check_composing(
                 )
         for model_input in model.input:
             if model_input.name in step.inputs:
+                graph.input_dims[step.index, model_input.name] = tuple(model_input.dims)
                 tensor = step.inputs[model_input.name]
                 _agree(tensors, name, tensor, _Tensor.of(step.model_name, model, model_input))
             elif not model_input.optional:
@@ -197,6 +203,8 @@ def check_composing(
             _agree(tensors, name, tensor, seen)
         if model.model_transaction_policy.decoupled:
             graph.decoupled.add(step.index)
+        if model.max_batch_size > 0:
+            graph.batching.add(step.index)
     _check_decoupled_origins(graph)
 
 
@@ -240,14 +248,14 @@ def _agree(tensors: dict[str, _Tensor], ensemble: str, name: str, new: _Tensor) 
             f"from model {seen.model} while {mc.DataType.Name(new.data_type)} is inferred "
             f"from model {new.model}"
         )
-    if not _same_shape(seen.dims, new.dims) and not _same_shape(seen.full_dims, new.full_dims):
+    if not same_shape(seen.dims, new.dims) and not same_shape(seen.full_dims, new.full_dims):
         raise ConfigError(
             f"{where}inconsistent shape: {_dims_text(seen.full_dims)} is inferred from model "
             f"{seen.model} while {_dims_text(new.full_dims)} is inferred from model {new.model}"
         )
 
 
-def _same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+def same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Triton's ``CompareDimsWithWildcard``."""
     return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
 

@@ -6,6 +6,13 @@ decoupled step opens a child flow holding that response's outputs. A step runs i
 once every tensor it reads is visible there and at least one of them was produced there,
 so the steps downstream of a decoupled step run once per response, the others once.
 
+Each tensor carries the batch size of the request that made it (the ensemble request's
+for its inputs, a step's request's for its outputs; 0 where that model does not batch).
+As Triton, a step whose model batches gets a tensor made without batching with a batch
+dimension of 1 in front where the tensor's shape is the model input's ``dims``, and a
+step whose model does not batch gets a tensor of batch size 1 without its batch
+dimension where its shape is not the input's ``dims``; any other tensor goes as it is.
+
 As in Triton, a tensor may be known to be absent (:data:`ABSENT`): an optional ensemble
 input the request leaves out, or a step output a response does not carry. An absent
 tensor counts as there for the steps reading it, which get their request without it
@@ -32,7 +39,7 @@ from despina.inference.request import (
     SequenceFlags,
 )
 from despina.scheduling.base import ScheduledModel, stopping_error
-from despina.scheduling.ensemble_graph import EnsembleGraph, Step, needed_steps
+from despina.scheduling.ensemble_graph import EnsembleGraph, Step, needed_steps, same_shape
 
 if TYPE_CHECKING:
     from despina.plugin.ports import SchedulerHost
@@ -46,14 +53,28 @@ ABSENT = None
 
 
 class Flow:
-    """The tensors one line of execution sees, and the steps started in it."""
+    """The tensors one line of execution sees, their batch sizes, and the steps started
+    in it."""
 
-    __slots__ = ("answered", "started", "tensors")
+    __slots__ = ("answered", "batch", "started", "tensors")
 
-    def __init__(self, tensors: ChainMap[str, np.ndarray | None]) -> None:
+    def __init__(
+        self, tensors: ChainMap[str, np.ndarray | None], batch: ChainMap[str, int]
+    ) -> None:
         self.tensors = tensors
+        self.batch = batch
         self.started: set[int] = set()
         self.answered = False
+
+    def child(self, outputs: dict[str, np.ndarray | None], batch_size: int) -> Flow:
+        """The flow of one response of a decoupled step: this one plus ``outputs``."""
+        sizes = dict.fromkeys(outputs, batch_size)
+        return Flow(self.tensors.new_child(outputs), self.batch.new_child(sizes))
+
+    def add(self, outputs: dict[str, np.ndarray | None], batch_size: int) -> None:
+        """Record a step's ``outputs``, made by a request of ``batch_size``, in this flow."""
+        self.tensors.maps[0].update(outputs)
+        self.batch.maps[0].update(dict.fromkeys(outputs, batch_size))
 
     def has(self, names: Iterable[str]) -> bool:
         """True when every tensor is visible and at least one was produced in this flow."""
@@ -97,7 +118,9 @@ class EnsembleRun:
         error."""
         tensors: dict[str, np.ndarray | None] = dict.fromkeys(self.graph.optional_inputs, ABSENT)
         tensors.update(self.request.inputs)
-        self._advance(Flow(ChainMap(tensors)))
+        batches = self.model.config.max_batch_size > 0
+        batch = {name: a.shape[0] if batches else 0 for name, a in self.request.inputs.items()}
+        self._advance(Flow(ChainMap(tensors), ChainMap(batch)))
         try:
             while self.inflight:
                 with contextlib.suppress(TimeoutError):
@@ -138,6 +161,7 @@ class EnsembleRun:
 
     async def _run_step(self, flow: Flow, step: Step) -> None:
         request = self._step_request(flow, step)
+        batch_size = self._batch_size(step, request)
         self.step_requests.append(request)
         try:
             async for response in self.host.infer_stream(request):
@@ -149,9 +173,9 @@ class EnsembleRun:
                     for name, tensor in step.outputs.items()
                 }
                 if step.index in self.graph.decoupled:
-                    target = Flow(flow.tensors.new_child(outputs))
+                    target = flow.child(outputs, batch_size)
                 else:
-                    flow.tensors.maps[0].update(outputs)
+                    flow.add(outputs, batch_size)
                     target = flow
                 self._advance(target)
         except DespinaError as exc:
@@ -163,11 +187,13 @@ class EnsembleRun:
             self.step_requests.remove(request)
 
     def _step_request(self, flow: Flow, step: Step) -> InferenceRequest:
-        """The step's request: the flow's tensors as they are (absent ones left out), the
-        ensemble request's id, parameters, priority, timeout and sequence fields; a child
-        of its trace."""
+        """The step's request: the flow's tensors (absent ones left out), reshaped for
+        the step's model's batching, the ensemble request's id, parameters, priority,
+        timeout and sequence fields; a child of its trace."""
         parent = self.request
-        inputs = {name: flow.tensors[tensor] for name, tensor in step.inputs.items()}
+        inputs = {
+            name: self._input(flow, step, name, tensor) for name, tensor in step.inputs.items()
+        }
         return InferenceRequest(
             step.model_name,
             {name: array for name, array in inputs.items() if array is not ABSENT},
@@ -182,6 +208,29 @@ class EnsembleRun:
             device_outputs=self._stays_on_device(step),
             trace=parent.trace.child() if parent.trace is not None else None,
         )
+
+    def _batch_size(self, step: Step, request: InferenceRequest) -> int:
+        """The batch size of ``step``'s ``request`` (Triton's ``BatchSize``): the first
+        dimension of its first input where its model batches, else 0."""
+        first = next(iter(request.inputs.values()), None)
+        if step.index not in self.graph.batching or first is None or not first.shape:
+            return 0
+        return int(first.shape[0])
+
+    def _input(self, flow: Flow, step: Step, name: str, tensor: str) -> np.ndarray | None:
+        """Ensemble tensor ``tensor`` as input ``name`` of ``step``'s model: with a batch
+        dimension added or removed where batching differs (Triton's ``ReshapeTensorDims``)."""
+        array = flow.tensors[tensor]
+        batching = step.index in self.graph.batching
+        made_in = flow.batch.get(tensor, 0)
+        if array is ABSENT or batching == (made_in != 0):
+            return array
+        dims, shape = self.graph.input_dims[step.index, name], tuple(array.shape)
+        if batching and same_shape(dims, shape):
+            return array.reshape((1, *shape))
+        if not batching and made_in == 1 and not same_shape(dims, shape):
+            return array.reshape(shape[1:])
+        return array
 
     def _stays_on_device(self, step: Step) -> bool:
         """Whether ``step`` may answer DeviceArrays: every step reading its outputs takes
