@@ -1,7 +1,7 @@
 """The most common first mistakes in a model folder fail their load with a text that
 names the cause and the fix (issue 29): no numeric version folder, a model file under
-another name, no config where the backend cannot complete one, an unknown platform or
-backend. Real servers, real tritonclient (HTTP and gRPC); each case also checks that
+another name, a model file whose tensors the config does not list, an unknown platform
+or backend. Real servers, real tritonclient (HTTP and gRPC); each case also checks that
 applying the named fix makes the model load, where the fix is a file change."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -175,26 +176,32 @@ def test_python_model_under_another_name(
     assert 'set default_model_filename: "mymodel.py"' in text
 
 
-def test_no_config_where_the_backend_cannot_complete_one(
+def test_no_config_and_no_auto_complete_loads_without_tensors(
     model_repository: RepositoryBuilder, server: RunningServer
 ) -> None:
+    """As Triton's core: a config that lists no inputs or outputs loads (a Python model
+    without ``auto_complete_config``); a request naming an input gets Triton's text."""
     model_repository.add("p", None, {"1/model.py": PY_MODEL})
-    status, text = load_error(server, "p")
-    assert status == "400"
-    assert "model 'p': must specify at least one output" in text
-    assert "python backend could not complete them from 'model.py'" in text
-    assert "auto_complete_config" in text
-    assert "list the model's outputs in config.pbtxt" in text
+    assert loads(server, "p")
+    client = httpclient.InferenceServerClient(server.http_url)
+    config = client.get_model_config("p")
+    assert (config["input"], config["output"]) == ([], [])
+    given = httpclient.InferInput("INPUT0", [16], "FP32")
+    given.set_data_from_numpy(np.ones(16, np.float32))
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("p", [given])
+    assert refused.value.status() == "400"
+    assert refused.value.message() == "unexpected inference input 'INPUT0' for model 'p'"
 
 
 def test_no_config_with_auto_complete_off(
     model_repository: RepositoryBuilder, despina_server: Start
 ) -> None:
+    """The backend refuses a model file whose tensors the config does not list."""
     model_repository.add("m", None, {"1/model.onnx": ONNX})
     running = despina_server(model_repository.root, [*EXPLICIT, "--strict-model-config=true"])
     _, text = load_error(running, "m")
-    assert "must specify at least one" in text
-    assert "auto-complete is off (--strict-model-config=true" in text
+    assert "configuration expects 0 inputs, model provides 2" in text
 
 
 @pytest.mark.parametrize(

@@ -131,7 +131,6 @@ def test_normalize_fills_the_sequence_batchers_defaults_as_triton() -> None:
             "model input 'X' has different number of variable-size dimensions for dims and "
             "reshape for m",
         ),
-        ('input [ { name: "X" data_type: TYPE_FP32 dims: [4] } ]', "at least one output"),
     ],
 )
 def test_invalid_configs_are_refused_with_a_reason(text: str, message: str) -> None:
@@ -139,7 +138,15 @@ def test_invalid_configs_are_refused_with_a_reason(text: str, message: str) -> N
     config.name = config.name or "m"
     normalize(config)
     with pytest.raises(ConfigError, match=re.escape(message)):
-        validate_completed(config, "m", inputs_optional=False)
+        validate_completed(config, "m")
+
+
+@pytest.mark.parametrize("text", ["", 'input [ { name: "X" data_type: TYPE_FP32 dims: [4] } ]'])
+def test_a_config_without_inputs_or_outputs_is_valid(text: str) -> None:
+    """As Triton's core: no input or output is required (a backend may refuse it)."""
+    config = cfg.parse_text(f'name: "m" backend: "python" {text}')
+    normalize(config)
+    validate_completed(config, "m")
 
 
 def test_backend_name_comes_from_backend_or_platform() -> None:

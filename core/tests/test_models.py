@@ -32,17 +32,21 @@ def test_folder_with_only_a_model_file_loads_by_auto_complete(
     assert running.call(running.server.infer(toy_request("bare"))).outputs["OUTPUT0"][0] == 2.0
 
 
-def test_strict_model_config_refuses_incomplete_config(
+def test_strict_model_config_loads_a_config_without_tensors(
     model_repository: RepositoryBuilder, despina_server: Start
 ) -> None:
+    """Auto-complete off, no config: the model loads with no inputs or outputs, as Triton's
+    core takes it, and a request naming an input gets Triton's text."""
     model_repository.add("bare", None, {"1/model.toy": ""})
     running = despina_server(
-        model_repository.root,
-        ["--strict-model-config=true", "--exit-on-error=false"],
-        plugins=[toy_backend],
+        model_repository.root, ["--strict-model-config=true"], plugins=[toy_backend]
     )
-    assert states(running)["bare"] == "UNAVAILABLE"
-    assert "must specify at least one" in running.server.models.entries["bare"].reason
+    config = running.server.models.get("bare").config
+    assert (list(config.input), list(config.output)) == ([], [])
+    with pytest.raises(
+        InvalidArgument, match="unexpected inference input 'INPUT0' for model 'bare'"
+    ):
+        running.call(running.server.infer(toy_request("bare")))
 
 
 def test_failed_model_does_not_stop_the_others(

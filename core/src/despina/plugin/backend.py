@@ -201,9 +201,6 @@ class Backend(abc.ABC):
     platforms: ClassVar[tuple[str, ...]] = ()
     #: File (or folder) name looked for in a version folder, e.g. "model.onnx".
     default_model_filename: ClassVar[str] = ""
-    #: Whether a model may declare no inputs (Triton's Python backend loads such models:
-    #: they make their own data); other backends' models must list at least one.
-    inputs_optional: ClassVar[bool] = False
 
     @classmethod
     def gpu_support(cls) -> str | None:

@@ -157,9 +157,7 @@ async def prepare(
         normalize(draft)
         if backend is not None:
             _place_instances(host, draft, backend)
-            _require_tensors(host, draft, backend, name)
-        inputs_optional = backend is not None and backend.inputs_optional
-        validate_completed(draft, name, inputs_optional=inputs_optional)
+        validate_completed(draft, name)
     except DespinaError as exc:
         without_paths(exc, model_dir, host.models.repository.roots)
         raise
@@ -252,28 +250,3 @@ def _place_instances(host: LoadHost, draft: ModelConfig, backend: type[Backend])
     del draft.instance_group[:]
     draft.instance_group.extend(groups)
     instance_groups.check(draft, gpus, support, host.gpus.min_compute_capability)
-
-
-def _require_tensors(host: LoadHost, draft: ModelConfig, backend: type[Backend], name: str) -> None:
-    """Triton's "must specify at least one input/output" with why none is known: the
-    config lists none and the backend did not (or, auto-complete off, could not) fill
-    them from the model file. Inputs may be missing where ``backend.inputs_optional``."""
-    if (draft.input or backend.inputs_optional) and draft.output:
-        return
-    kind = "output" if not draft.output else "input"
-    if host.settings.auto_complete:
-        why = (
-            f"the config lists no {kind}s and the {backend.name} backend could not complete "
-            f"them from '{draft.default_model_filename}'"
-        )
-        if backend.name == "python":
-            why += " (model.py defines no auto_complete_config)"
-    else:
-        why = (
-            f"the config lists no {kind}s and auto-complete is off "
-            "(--strict-model-config=true or --disable-auto-complete-config)"
-        )
-    raise ConfigError(
-        f"model '{name}': must specify at least one {kind}: {why}; list the model's "
-        f"{kind}s in config.pbtxt ({kind} [ {{ name: ... data_type: ... dims: [ ... ] }} ])"
-    )

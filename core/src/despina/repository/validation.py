@@ -349,11 +349,11 @@ def _known_sources(sources: Any, inputs: set[str]) -> None:
             raise ConfigError(f"unknown source input name '{source}'")
 
 
-def validate_completed(config: ModelConfig, model_name: str, *, inputs_optional: bool) -> None:
+def validate_completed(config: ModelConfig, model_name: str) -> None:
     """ConfigError for what Triton refuses of a completed config before loading the model:
     a name other than ``model_name``, :func:`validate_model` and :func:`validate_io` again,
-    a tensor named twice, no output, or no input (accepted when ``inputs_optional``: the
-    backend's models may make their own data)."""
+    a tensor named twice. A config without inputs or outputs is accepted, as Triton's core
+    accepts it (a backend may refuse it)."""
     where = f"model '{model_name}'"
     if config.name != model_name:
         raise ConfigError(
@@ -367,7 +367,3 @@ def validate_completed(config: ModelConfig, model_name: str, *, inputs_optional:
             if tensor.name in seen:
                 raise ConfigError(f"{where}: {kind} '{tensor.name}' is specified more than once")
             seen.add(tensor.name)
-    if config.platform != ENSEMBLE_PLATFORM and not config.output:
-        raise ConfigError(f"{where}: must specify at least one output")
-    if config.platform != ENSEMBLE_PLATFORM and not (config.input or inputs_optional):
-        raise ConfigError(f"{where}: must specify at least one input")

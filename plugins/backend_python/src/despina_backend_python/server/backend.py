@@ -47,7 +47,6 @@ class PythonBackend(Backend):
 
     name = "python"
     default_model_filename = "model.py"
-    inputs_optional = True  # as Triton: e.g. a model that only runs BLS calls
 
     @classmethod
     def gpu_support(cls) -> str | None:
