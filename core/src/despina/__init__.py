@@ -91,6 +91,7 @@ _EXPORTS: dict[str, str] = {
     # model configuration
     "ModelConfig": "despina.repository.config",
     "mc": "despina.repository.config",
+    "grpc_service": "despina.triton_proto.grpc_service",
     "config_json": "despina.repository.config",
     "number_parameter": "despina.repository.config",
     "parameters_of": "despina.repository.config",
@@ -137,7 +138,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 #: Public names that are modules themselves.
-_MODULES = frozenset({"errors"})
+_MODULES = frozenset({"errors", "grpc_service"})
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
@@ -256,6 +257,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         ResponseCache as ResponseCache,
     )
     from despina.plugin.threaded_instance import ThreadedInstance as ThreadedInstance
+    from despina.triton_proto import grpc_service as grpc_service
     from despina.repository.config import (
         ModelConfig as ModelConfig,
         config_json as config_json,

@@ -10,7 +10,6 @@ import time
 import zlib
 from collections.abc import Callable
 
-import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -18,6 +17,7 @@ from despina import BodyBudget, Inflation, inflate
 from despina.testing import RunningServer
 from despina_frontend_grpc import grpc_framing, h2_frames
 from despina_frontend_grpc.connection_calls import INLINE_INFLATE
+from despina_frontend_grpc.status import StatusCode
 from test_http2_abuse import (
     RESOURCE_EXHAUSTED,
     RawClient,
@@ -145,7 +145,7 @@ def test_inflation_steps_give_the_same_message() -> None:
         with pytest.raises(grpc_framing.MessageError) as refused:
             buffer = bytearray(grpc_message(body, compressed=True))
             grpc_framing.take_messages(buffer, len(data) - 1, encoding, None, charge)
-        assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert refused.value.code is StatusCode.RESOURCE_EXHAUSTED
     cancelled = Inflation(gzip_zeros(64 << 20), "gzip", 1 << 30, charge)
     cancelled.cancel()
     assert grpc_framing.finish(cancelled) is False

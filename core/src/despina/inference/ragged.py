@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2 as mc
 
 from despina.inference.batching import batch_sizes, split_outputs
 from despina.inference.request import InferenceRequest
 from despina.inference.tensors import config_to_datatype, dtype_of
 from despina.memory.device_arrays import concatenate
+from despina.triton_proto import model_config as mc
 
 Kind = mc.BatchInput.Kind
 

@@ -1,7 +1,7 @@
 """Model configuration: ``config.pbtxt`` <-> Triton's ``inference.ModelConfig``.
 
-The schema is Triton's own protobuf (the generated module shipped in ``tritonclient``);
-``config.pbtxt`` is parsed with protobuf's text format, so an unknown field or bad value
+The schema is Triton's own protobuf (:mod:`despina.triton_proto`, read from the module
+shipped in ``tritonclient``); ``config.pbtxt`` is parsed with protobuf's text format, so an unknown field or bad value
 is an error naming the file, line and field. :func:`check_file_names` and
 :mod:`despina.repository.validation` check what Triton checks before a model loads;
 :mod:`despina.repository.config_pipeline` runs them, in order with the steps that complete a config.
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2 as mc
 
 from despina.errors import ConfigError, InvalidArgument
 from despina.repository.paths import relative_parts
+from despina.triton_proto import model_config as mc
 
 ModelConfig = mc.ModelConfig
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import grpc
 from despina import FrontendHost
-from despina_frontend_grpc import GRPC_OPTIONS, Inference, InferenceServicer
+from despina_frontend_grpc import GRPC_OPTIONS, Inference, InferenceServicer, StatusCode
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from despina_deploy_ray.replicated import MODEL_CONTROL, SETTINGS, SHARED_MEMORY
@@ -62,8 +62,8 @@ class ServicerContext:
     def invocation_metadata(self) -> tuple[tuple[str, Any], ...]:
         return tuple(self.context.invocation_metadata())
 
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        self.context.set_code(code)
+    async def abort(self, code: StatusCode, details: str = "") -> None:
+        self.context.set_code(grpc.StatusCode[code.name])  # Ray's context is grpcio's
         self.context.set_details(details)
         raise Aborted(details)
 

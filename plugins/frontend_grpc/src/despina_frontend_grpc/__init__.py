@@ -3,9 +3,9 @@ Despina's own HTTP/2 server.
 
 The public API, for hosts serving the service from their own gRPC server (the Ray Serve
 deployment): the servicer (:class:`InferenceServicer`) over an :class:`Inference`, the
-:class:`ServicerContext` a host gives it, and the stash key of the frontend's settings
-(:data:`GRPC_OPTIONS`). Every other module is internal. Names load on first use, so
-importing the plugin's entry module never imports grpc.
+:class:`ServicerContext` a host gives it, the :class:`StatusCode` its ``abort`` takes, and
+the stash key of the frontend's settings (:data:`GRPC_OPTIONS`). Every other module is
+internal. Names load on first use; no module of the plugin imports grpcio.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ _EXPORTS: dict[str, str] = {
     "Inference": "despina_frontend_grpc.infer",
     "InferenceServicer": "despina_frontend_grpc.service",
     "ServicerContext": "despina_frontend_grpc.servicer_context",
+    "StatusCode": "despina_frontend_grpc.status",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -43,3 +44,4 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from despina_frontend_grpc.options import GRPC_OPTIONS as GRPC_OPTIONS
     from despina_frontend_grpc.service import InferenceServicer as InferenceServicer
     from despina_frontend_grpc.servicer_context import ServicerContext as ServicerContext
+    from despina_frontend_grpc.status import StatusCode as StatusCode

@@ -27,11 +27,11 @@ from despina import (
     checked_element_count,
     datatype_of,
     deserialize_bytes,
+    grpc_service as service_pb2,
     repeated_tensor,
     serialize_bytes,
     validate_request,
 )
-from tritonclient.grpc import service_pb2
 
 from despina_frontend_grpc import parameters as params
 

@@ -6,7 +6,7 @@ gRPC request headers becomes a call (unary or streaming) whose handler runs in i
 task; request messages are split and inflated (gzip, deflate) with
 :mod:`~despina_frontend_grpc.grpc_framing`; ``grpc-timeout`` deadlines, message size
 limits and restricted protocols end a call with its status, given by
-``grpc.StatusCode`` name, in the trailers. A request that is not gRPC gets a bare HTTP
+``StatusCode`` name, in the trailers. A request that is not gRPC gets a bare HTTP
 status (405, 415).
 
 A compressed request message inflates on the event loop for its first
@@ -40,13 +40,13 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-import grpc
 from despina import BodyBudget, BodyBudgetExhausted, BodyCharge, Inflation
 
 from despina_frontend_grpc import grpc_framing as framing, h2_frames, rpc_dispatch
 from despina_frontend_grpc.connection_limits import ConnectionLimits
 from despina_frontend_grpc.errors import INTERNAL_TEXT
 from despina_frontend_grpc.h2_engine import H2Engine, H2Stream
+from despina_frontend_grpc.status import StatusCode
 
 log = logging.getLogger("despina.frontend.grpc")
 
@@ -63,14 +63,14 @@ Route = tuple[rpc_dispatch.Method, Callable[..., Any]]
 #: Triton's names of its inference handlers, which log a client's cancellation.
 _INFER_HANDLERS = {"ModelInfer": "ModelInferHandler", "ModelStreamInfer": "ModelStreamInferHandler"}
 
-#: gRPC status numbers for the trailers, by grpc.StatusCode name.
-_OK = grpc.StatusCode.OK.value[0]
-_DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
-_RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-_UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
-_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
-_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
-_INVALID = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+#: gRPC status numbers for the trailers, by StatusCode name.
+_OK = StatusCode.OK.value[0]
+_DEADLINE_EXCEEDED = StatusCode.DEADLINE_EXCEEDED.value[0]
+_RESOURCE_EXHAUSTED = StatusCode.RESOURCE_EXHAUSTED.value[0]
+_UNIMPLEMENTED = StatusCode.UNIMPLEMENTED.value[0]
+_UNAVAILABLE = StatusCode.UNAVAILABLE.value[0]
+_INTERNAL = StatusCode.INTERNAL.value[0]
+_INVALID = StatusCode.INVALID_ARGUMENT.value[0]
 
 
 class CallServer(Protocol):
@@ -415,7 +415,7 @@ class GrpcCalls:
         def send(data: bytes) -> Awaitable[Any] | None:
             if self._send_message(stream, data) is False:
                 raise rpc_dispatch.Aborted(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED, _too_large(len(data), self.limits.max_send)
+                    StatusCode.RESOURCE_EXHAUSTED, _too_large(len(data), self.limits.max_send)
                 )
             if stream.writable is not None and not stream.writable.is_set():
                 return stream.writable.wait()

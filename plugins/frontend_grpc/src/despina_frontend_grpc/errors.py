@@ -8,8 +8,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import grpc
 from despina import DespinaError
+
+from despina_frontend_grpc.status import StatusCode
 
 if TYPE_CHECKING:
     from despina_frontend_grpc.servicer_context import ServicerContext
@@ -30,9 +31,9 @@ UNPARSABLE = Unparsable()
 R = TypeVar("R")
 
 
-def status_of(error: DespinaError) -> grpc.StatusCode:
+def status_of(error: DespinaError) -> StatusCode:
     """The gRPC status code of a DespinaError (INTERNAL for an unknown code name)."""
-    return getattr(grpc.StatusCode, error.grpc_code, grpc.StatusCode.INTERNAL)
+    return getattr(StatusCode, error.grpc_code, StatusCode.INTERNAL)
 
 
 def client_text(exc: BaseException) -> str:
@@ -52,13 +53,13 @@ def guarded(
     @functools.wraps(handler)
     async def run(self: Any, request: Any, context: ServicerContext) -> R:
         if request is UNPARSABLE:
-            await context.abort(grpc.StatusCode.INTERNAL, UNPARSABLE_TEXT)
+            await context.abort(StatusCode.INTERNAL, UNPARSABLE_TEXT)
         try:
             return await handler(self, request, context)
         except DespinaError as exc:
             await context.abort(status_of(exc), str(exc))
         except Exception as exc:  # noqa: BLE001 - reported to the client, logged here
-            await context.abort(grpc.StatusCode.INTERNAL, client_text(exc))
+            await context.abort(StatusCode.INTERNAL, client_text(exc))
         raise AssertionError("unreachable: abort raises")
 
     return run

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from despina import AddressInUse
 from grpc_health.v1 import health_pb2
-from grpc_health.v1.health import aio as health_aio
 
 from despina_frontend_grpc import rpc_dispatch
 from despina_frontend_grpc.connection_limits import ConnectionLimits
 from despina_frontend_grpc.grpc_server import Http2GrpcServer, tls_context
+from despina_frontend_grpc.health import HealthServicer
 from despina_frontend_grpc.infer import Inference
 from despina_frontend_grpc.options import (
     ALLOCATION_POOL_SIZE,
@@ -66,10 +66,10 @@ def bind_address(options: GrpcOptions, port: int | None = None) -> str:
     return f"{host}:{options.port if port is None else port}"
 
 
-class ReadinessHealth(health_aio.HealthServicer):  # type: ignore[misc]
-    """Standard health checking (grpc's asyncio servicer, called through
-    :class:`~despina_frontend_grpc.rpc_dispatch.CallContext`): SERVING while the Despina server
-    is ready, NOT_FOUND for a service other than ``""`` and Triton's."""
+class ReadinessHealth(HealthServicer):
+    """Standard health checking (called through
+    :class:`~despina_frontend_grpc.rpc_dispatch.CallContext`): SERVING while the Despina
+    server is ready, NOT_FOUND for a service other than ``""`` and Triton's."""
 
     def __init__(self, host: FrontendHost) -> None:
         super().__init__()

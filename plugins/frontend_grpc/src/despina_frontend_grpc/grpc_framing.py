@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import grpc
 from despina import (
     BodyBudgetExhausted,
     BodyCharge,
@@ -22,6 +21,7 @@ from despina import (
 )
 
 from despina_frontend_grpc import h2_frames
+from despina_frontend_grpc.status import StatusCode
 
 #: Request encodings this server decodes, as announced in ``grpc-accept-encoding``.
 ACCEPTED_ENCODINGS = "identity,deflate,gzip"
@@ -33,7 +33,7 @@ _RESERVED = frozenset({"content-type", "te", "grpc-timeout", "grpc-encoding"})
 class MessageError(Exception):
     """A request message that cannot be read: ``code`` is the gRPC status to answer."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: StatusCode, details: str) -> None:
         super().__init__(details)
         self.code, self.details = code, details
 
@@ -63,7 +63,7 @@ def take_messages(
         size = int.from_bytes(buffer[offset + 1 : offset + 5], "big")
         if size > max_size:
             raise MessageError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                StatusCode.RESOURCE_EXHAUSTED,
                 f"Received message larger than max ({size} vs. {max_size})",
             )
         end = offset + 5 + size
@@ -77,7 +77,7 @@ def take_messages(
             continue
         if encoding not in ("gzip", "deflate") or charge is None:
             raise MessageError(
-                grpc.StatusCode.INTERNAL, "a compressed message arrived without a grpc-encoding"
+                StatusCode.INTERNAL, "a compressed message arrived without a grpc-encoding"
             )
         with refusals(encoding):
             inflation = Inflation(data, encoding, max_size, charge)
@@ -107,13 +107,13 @@ def refusals(encoding: str) -> Iterator[None]:
     except BodyTooLarge:
         # grpc.aio's answer to the same message
         raise MessageError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"
+            StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"
         ) from None
     except BodyBudgetExhausted as exc:
-        raise MessageError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
+        raise MessageError(StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
     except BodyUndecodable as exc:
         raise MessageError(
-            grpc.StatusCode.INTERNAL, f"cannot decompress a {encoding} message: {exc}"
+            StatusCode.INTERNAL, f"cannot decompress a {encoding} message: {exc}"
         ) from None
 
 

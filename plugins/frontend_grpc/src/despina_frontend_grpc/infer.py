@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import grpc
 from despina import (
     DespinaError,
     InferenceRequest,
@@ -22,13 +21,14 @@ from despina import (
     Internal,
     Unsupported,
     check_forwarded_header,
+    grpc_service as service_pb2,
     header_forward_matcher,
 )
-from tritonclient.grpc import service_pb2
 
 from despina_frontend_grpc import parameters as params
 from despina_frontend_grpc.codec import RequestDecoder, encode_response
 from despina_frontend_grpc.errors import UNPARSABLE, UNPARSABLE_TEXT, client_text, status_of
+from despina_frontend_grpc.status import StatusCode
 
 if TYPE_CHECKING:
     from despina import FrontendHost, ModelVersion
@@ -185,7 +185,7 @@ class _Failed(NamedTuple):
     """A failed request's stream message and the gRPC status its error maps to."""
 
     message: Any
-    code: grpc.StatusCode
+    code: StatusCode
 
 
 def _error(request_id: str, exc: BaseException) -> _Failed:
@@ -193,7 +193,7 @@ def _error(request_id: str, exc: BaseException) -> _Failed:
         error_message=client_text(exc),
         infer_response=service_pb2.ModelInferResponse(id=request_id),
     )
-    code = status_of(exc) if isinstance(exc, DespinaError) else grpc.StatusCode.INTERNAL
+    code = status_of(exc) if isinstance(exc, DespinaError) else StatusCode.INTERNAL
     return _Failed(message, code)
 
 

@@ -16,23 +16,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
+from despina import grpc_service as service_pb2
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
-from tritonclient.grpc import service_pb2
 
 from despina_frontend_grpc.errors import UNPARSABLE, client_text
+from despina_frontend_grpc.status import StatusCode
 
 #: A stream message sink: takes serialized bytes, may return an awaitable (back-pressure).
 Send = Callable[[bytes], Awaitable[Any] | None]
 OK = 0
-INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+INTERNAL = StatusCode.INTERNAL.value[0]
 
 
 class Aborted(Exception):
     """A call ended with a non-OK status."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: StatusCode, details: str) -> None:
         super().__init__(details)
         self.code, self.details = code, details
 
@@ -80,7 +80,7 @@ class CallContext:
     def invocation_metadata(self) -> tuple[tuple[str, Any], ...]:
         return self.metadata
 
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+    async def abort(self, code: StatusCode, details: str = "") -> None:
         raise Aborted(code, details)
 
     async def write(self, message: Any) -> None:

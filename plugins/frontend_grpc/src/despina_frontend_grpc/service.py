@@ -16,9 +16,8 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from despina import InvalidArgument
+from despina import InvalidArgument, grpc_service as pb
 from google.protobuf import json_format
-from tritonclient.grpc import service_pb2 as pb
 
 from despina_frontend_grpc import parameters as params
 from despina_frontend_grpc.errors import guarded

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import grpc
+from despina_frontend_grpc.status import StatusCode
 
 
 class ServicerContext(Protocol):
@@ -14,5 +14,5 @@ class ServicerContext(Protocol):
 
     def invocation_metadata(self) -> tuple[tuple[str, Any], ...]: ...
 
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+    async def abort(self, code: StatusCode, details: str = "") -> None:
         """End the call with ``code`` and ``details``: raises, never returns."""
