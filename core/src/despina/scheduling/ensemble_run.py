@@ -166,7 +166,7 @@ class EnsembleRun:
         try:
             async for response in self.host.infer_stream(request):
                 if response.error is not None:
-                    self._fail_step(step, response.error)
+                    self._fail_step(response.error)
                     return
                 outputs = {
                     tensor: response.outputs.get(name, ABSENT)
@@ -179,10 +179,10 @@ class EnsembleRun:
                     target = flow
                 self._advance(target)
         except DespinaError as exc:
-            self._fail_step(step, exc)
+            self._fail_step(exc)
         except Exception as exc:
             log.exception("ensemble '%s' step '%s' failed", self.model.name, step.model_name)
-            self._fail_step(step, Internal(f"{type(exc).__name__}: {exc}"))
+            self._fail_step(Internal(f"{type(exc).__name__}: {exc}"))
         finally:
             self.step_requests.remove(request)
 
@@ -271,10 +271,9 @@ class EnsembleRun:
             "sequence_end": SequenceFlags.END in request.flags,
         }
 
-    def _fail_step(self, step: Step, error: DespinaError) -> None:
-        self._fail(
-            type(error)(f"in ensemble '{self.model.name}', step '{step.model_name}': {error}")
-        )
+    def _fail_step(self, error: DespinaError) -> None:
+        """A step failed: Triton's ensemble prefix before the step's own error."""
+        self._fail(type(error)(f"in ensemble '{self.model.name}', {error}"))
 
     def _fail(self, error: DespinaError) -> None:
         """Answer with ``error`` (once) and cancel the steps still queued."""
