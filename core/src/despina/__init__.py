@@ -21,6 +21,8 @@ _EXPORTS: dict[str, str] = {
     "FrontendHost": "despina.plugin.ports",
     "MetricsHost": "despina.plugin.ports",
     "ResponseCache": "despina.plugin.ports",
+    "ServingProcessesPart": "despina.plugin.ports",
+    "SharedPort": "despina.serving.serving_processes",
     "CachedResponse": "despina.inference.response_cache",
     # errors, one per status
     "errors": "despina.errors",
@@ -255,9 +257,9 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         FrontendHost as FrontendHost,
         MetricsHost as MetricsHost,
         ResponseCache as ResponseCache,
+        ServingProcessesPart as ServingProcessesPart,
     )
     from despina.plugin.threaded_instance import ThreadedInstance as ThreadedInstance
-    from despina.triton_proto import grpc_service as grpc_service
     from despina.repository.config import (
         ModelConfig as ModelConfig,
         config_json as config_json,
@@ -290,6 +292,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         parse_restricted as parse_restricted,
     )
     from despina.serving.server import Server as Server, StartupError as StartupError
+    from despina.serving.serving_processes import SharedPort as SharedPort
     from despina.serving.settings import (
         CORE as CORE,
         CoreSettings as CoreSettings,
@@ -306,3 +309,4 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         stop_listening as stop_listening,
     )
     from despina.transport.roster import Roster as Roster
+    from despina.triton_proto import grpc_service as grpc_service

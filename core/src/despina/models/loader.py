@@ -21,6 +21,7 @@ from despina.repository import config as cfg, instance_groups
 from despina.repository.redact import without_paths
 from despina.scheduling.base import ScheduledModel, Scheduler
 from despina.scheduling.rate_limiter import Needs
+from despina.serving.serving_processes import refuse_model
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -127,6 +128,7 @@ async def _load_once(server: LoadHost, prepared: PreparedConfig, version: ModelV
     started = time.monotonic_ns()
     specs: list[InstanceSpec] = []
     try:
+        refuse_model(version.config, server.settings.serving_processes)
         if prepared.backend is not None:
             context = ModelContext(
                 version.name,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         MetricsExporter,
         RepositoryAgent,
         RepositorySource,
+        ServingProcessesPart,
     )
     from despina.scheduling.base import Scheduler
     from despina.serving.settings import Stash
@@ -179,3 +180,17 @@ def despina_server_started(server: FrontendHost) -> None:
 def despina_server_stopping(server: FrontendHost) -> None:
     """Called once when shutdown begins, before frontends stop and models unload;
     ``server`` as for :func:`despina_server_started`."""
+
+
+@hookspec
+def despina_serving_processes(flags: argparse.Namespace, count: int) -> ServingProcessesPart | None:
+    """What this plugin needs of ``despina serve --serving-processes count`` (count > 1).
+
+    Called once, in the supervising process, before any serving process starts; ``flags``
+    is the parsed command line. Raise ``ValueError`` to refuse a flag that cannot work
+    across processes (name the flag and ``--serving-processes`` in the message, which is
+    shown to the user). Return a :class:`despina.plugin.ports.ServingProcessesPart` (the
+    flags each serving process gets on top of the command line, and a service the
+    supervisor runs), or None when nothing is needed.
+    """
+    raise NotImplementedError

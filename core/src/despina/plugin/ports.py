@@ -35,6 +35,7 @@ __all__ = [
     "RepositorySource",
     "ResponseCache",
     "SchedulerHost",
+    "ServingProcessesPart",
 ]
 
 if TYPE_CHECKING:
@@ -128,7 +129,15 @@ class FrontendHost(Protocol):
 
     def model_config(self, name: str, version: str = "") -> mc.ModelConfig: ...
 
-    def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]: ...
+    def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """This process's statistics (Triton's ``model_stats`` entries)."""
+        ...
+
+    async def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """What a statistics call answers: :meth:`statistics`, summed over every serving
+        process under ``--serving-processes`` (Unavailable when one does not answer)."""
+        ...
+
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]: ...
 
@@ -233,6 +242,21 @@ class MetricsExporter(Protocol):
     def __init__(self, host: MetricsHost) -> None: ...
 
     async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class ServingProcessesPart(Protocol):
+    """A plugin's share of ``--serving-processes N`` (``despina_serving_processes``): the
+    flags serving process ``index`` gets after the command line's (later flags win), and a
+    service the supervising process runs while they serve (e.g. one metrics port)."""
+
+    def child_flags(self, index: int) -> list[str]: ...
+
+    async def start(self) -> None:
+        """Start the supervisor's service before any serving process starts; OSError or
+        ValueError refuse the start (the message is shown to the user)."""
+        ...
 
     async def stop(self) -> None: ...
 

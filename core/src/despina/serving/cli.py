@@ -20,7 +20,14 @@ from despina.memory.gpus import DEFAULT_MIN_COMPUTE_CAPABILITY, discover
 from despina.plugin.manager import Plugins, create_plugins
 from despina.plugin.registry import Registry
 from despina.serving.busy_poll import loop_factory
-from despina.serving.flags import build_serve_parser
+from despina.serving.flags import (
+    build_serve_parser,
+    parse_settings,
+    plugin_modules,
+    serving_processes_asked,
+)
+from despina.serving.peer_statistics import PeerStatistics
+from despina.serving.serving_processes import ServingProcess
 from despina.version import __version__
 
 if TYPE_CHECKING:
@@ -82,6 +89,9 @@ def startup_warnings(server: Server) -> list[str]:
 def cmd_serve(argv: Sequence[str]) -> int:
     from despina.serving.server import Server, StartupError
 
+    place = ServingProcess.from_env()
+    if place is None and serving_processes_asked(argv) > 1:
+        return cmd_supervise(argv)
     try:
         server = Server.from_args(argv)
     except StartupError as exc:
@@ -104,21 +114,41 @@ def cmd_serve(argv: Sequence[str]) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        peers = None if place is None else PeerStatistics(place, server.dataplane.statistics)
+        server.statistics_peers = peers
         try:
             await server.start()
         except StartupError as exc:
             log.error("%s", exc)
             return 1
         print_model_table(server)
+        if peers is not None:
+            await peers.start()
         try:
             await stop.wait()
         finally:
             log.info("shutting down")
             await server.shutdown()
+            if peers is not None:
+                await peers.stop()
         return 0
 
     with asyncio.Runner(loop_factory=loop_factory(settings.busy_poll_us)) as runner:
         return runner.run(run())
+
+
+def cmd_supervise(argv: Sequence[str]) -> int:
+    """``despina serve --serving-processes N`` with N > 1: supervise N serving processes
+    (:mod:`despina.serving.supervisor`)."""
+    from despina.serving.runtime_settings import LogSettings
+    from despina.serving.settings import CoreSettings
+    from despina.serving.supervisor import supervise
+
+    plugins = create_plugins(plugin_modules(argv))
+    flags = parse_settings(list(argv), plugins)
+    configure_logging(flags.log_file, flags.log_format)
+    LogSettings.from_settings(CoreSettings.from_namespace(flags))  # the levels
+    return supervise(argv, flags, plugins)
 
 
 def cmd_plugins(argv: Sequence[str]) -> int:

@@ -24,6 +24,7 @@ from despina.inference.tensors import config_to_datatype
 from despina.models.versions import ModelState
 from despina.repository.config import mc
 from despina.repository.signatures import backend_setting, default_max_batch_size
+from despina.serving.serving_processes import refuse_shared_memory
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from despina.plugin.manager import Plugins
     from despina.plugin.ports import FrontendHost
     from despina.serving.custom_metrics import CustomMetrics
+    from despina.serving.peer_statistics import PeerStatistics
     from despina.serving.runtime_settings import LogSettings
     from despina.serving.settings import CoreSettings, Stash
     from despina.tracing.tracer import Tracer
@@ -61,6 +63,8 @@ class Core(Protocol):
     plugins: Plugins
     id: str
     version: str
+    #: The peers statistics are summed over (``--serving-processes`` above 1), else None.
+    statistics_peers: PeerStatistics | None
 
     @property
     def live(self) -> bool: ...
@@ -209,6 +213,15 @@ class DataPlane:
                 )
         return [v.stats.snapshot() for v in ready]
 
+    async def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        """What a client's statistics call answers: :meth:`statistics`, summed over every
+        serving process under ``--serving-processes`` (Unavailable when one does not
+        answer: :mod:`despina.serving.peer_statistics`)."""
+        peers = self._server.statistics_peers
+        if peers is None:
+            return self.statistics(name, version)
+        return await peers.summed(name, version)
+
     # model repository
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Every model (and version) of the repositories with its state and reason; fields
@@ -258,7 +271,9 @@ class DataPlane:
         return self.shared_memory.status(name)
 
     def system_shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Register a region (refused unless client shared memory is allowed)."""
+        """Register a region (refused unless client shared memory is allowed, and with
+        ``--serving-processes`` above 1)."""
+        refuse_shared_memory(self._server.settings.serving_processes)
         self.shared_memory.register(name, key, offset, byte_size)
 
     def system_shm_unregister(self, name: str = "") -> None:
@@ -274,7 +289,9 @@ class DataPlane:
     ) -> None:
         """Register a CUDA region from its IPC handle (refused unless client shared memory
         is allowed; InvalidArgument, one text for both protocols, where the server cannot
-        open CUDA memory: no cupy, or no device)."""
+        open CUDA memory: no cupy, or no device; Unsupported with ``--serving-processes``
+        above 1)."""
+        refuse_shared_memory(self._server.settings.serving_processes)
         self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
 
     def cuda_shm_unregister(self, name: str = "") -> None:

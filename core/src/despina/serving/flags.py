@@ -49,6 +49,12 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
             raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
         return value
 
+    def positive_int(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+        return value
+
     def non_negative_float(text: str) -> float:
         value = float(text)
         if not 0 <= value < float("inf"):  # nan and inf too
@@ -107,6 +113,17 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         help="requests each model version queues (per priority level) where its config sets "
         "no max_queue_size; more are refused with UNAVAILABLE 'Exceeds maximum queue size'; "
         "0 = unbounded, as Triton (Despina; default: 4096)",
+    )
+    server.add_argument(
+        "--serving-processes",
+        type=positive_int,
+        default=1,
+        metavar="INT",
+        help="serving processes, each a full server loading every model, sharing the HTTP "
+        "and gRPC ports (SO_REUSEPORT; the kernel spreads connections, not requests); above "
+        "1 this process only supervises them and serves the metrics summed over them. "
+        "Statistics are summed too. Refused above 1: --model-control-mode=explicit, port 0, "
+        "sequence-batched models, client shared-memory registration (Despina; default: 1)",
     )
     budget = default_budget()
     server.add_argument(
@@ -318,6 +335,19 @@ def plugin_modules(argv: Sequence[str]) -> list[object]:
     pre.add_argument("--plugin", action="append", default=[])
     known, _ = pre.parse_known_args(list(argv))
     return [importlib.import_module(name) for name in known.plugin]
+
+
+def serving_processes_asked(argv: Sequence[str]) -> int:
+    """The ``--serving-processes`` a command line gives (1 when none, or not a number:
+    the full parse reports it), read before the full parse, which only a serving process
+    needs."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--serving-processes", default="1")
+    known, _ = pre.parse_known_args(list(argv))
+    try:
+        return int(known.serving_processes)
+    except ValueError:
+        return 1
 
 
 def parse_settings(argv: Sequence[str], plugins: Plugins) -> argparse.Namespace:

@@ -46,6 +46,7 @@ from despina.serving.dataplane import (
     instances_ready,
 )
 from despina.serving.flags import build_serve_parser, parse_settings, plugin_modules
+from despina.serving.peer_statistics import PeerStatistics
 from despina.serving.runtime_settings import LogSettings, TraceSettings
 from despina.serving.settings import CORE, CoreSettings, Stash
 from despina.tracing.config import TraceConfig
@@ -150,6 +151,9 @@ class Server:
         #: Set by :meth:`shutdown`: not ready any more, still serving (the grace period).
         self.draining = False
         self.poller: RepositoryPoller | None = None
+        #: Under ``--serving-processes`` above 1: the peers statistics are summed over
+        #: (set by ``despina serve`` once this server serves).
+        self.statistics_peers: PeerStatistics | None = None
 
     @classmethod
     def from_args(cls, argv: Sequence[str], plugins: Sequence[object] = ()) -> Server:

@@ -108,6 +108,9 @@ class CoreSettings:
     trace_config: tuple[str, ...] = ()
     #: ``--backend-directory``: holds the Python-based backends (``<name>/model.py``).
     backend_directory: str = DEFAULT_BACKEND_DIRECTORY
+    #: ``--serving-processes`` (Despina's): how many serving processes share the ports;
+    #: above 1, this server is one of them and refuses what one process cannot serve alone.
+    serving_processes: int = 1
 
     @classmethod
     def from_namespace(cls, flags: argparse.Namespace) -> CoreSettings:
@@ -144,6 +147,7 @@ class CoreSettings:
             max_inflight_request_bytes=int(flags.max_inflight_request_bytes),
             min_supported_compute_capability=float(flags.min_supported_compute_capability),
             backend_directory=str(flags.backend_directory),
+            serving_processes=int(flags.serving_processes),
             trace_config=(
                 *deprecated_flags(
                     flags.trace_file,

@@ -33,3 +33,13 @@ def despina_frontends() -> list[type[Any]]:
     from despina_frontend_grpc.frontend import GrpcFrontend
 
     return [GrpcFrontend]
+
+
+@hookimpl
+def despina_serving_processes(flags: argparse.Namespace, count: int) -> Any:
+    """Every serving process binds --grpc-port with --reuse-grpc-port; port 0 is refused."""
+    from despina import SharedPort
+
+    return SharedPort.of(
+        flags.allow_grpc, flags.grpc_port, "--grpc-port", "--reuse-grpc-port", count
+    )

@@ -82,7 +82,7 @@ class InferenceServicer:
 
     @guarded
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
-        stats = {"model_stats": self.host.statistics(request.name, request.version)}
+        stats = {"model_stats": await self.host.model_statistics(request.name, request.version)}
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
     # inference

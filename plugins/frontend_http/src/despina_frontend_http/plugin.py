@@ -165,3 +165,13 @@ def despina_frontends() -> list[type[Any]]:
     from despina_frontend_http.frontend import HttpFrontend
 
     return [HttpFrontend]
+
+
+@hookimpl
+def despina_serving_processes(flags: argparse.Namespace, count: int) -> Any:
+    """Every serving process binds --http-port with --reuse-http-port; port 0 is refused."""
+    from despina import SharedPort
+
+    return SharedPort.of(
+        flags.allow_http, flags.http_port, "--http-port", "--reuse-http-port", count
+    )

@@ -42,7 +42,7 @@ def routes(ctx: Context) -> list[Route]:
 
     async def stats(request: Request) -> Response:
         info = request.params
-        model_stats = host.statistics(info.get("model", ""), info.get("version", ""))
+        model_stats = await host.model_statistics(info.get("model", ""), info.get("version", ""))
         return json_response({"model_stats": model_stats})
 
     table: list[Route] = [

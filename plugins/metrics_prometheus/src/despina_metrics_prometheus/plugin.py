@@ -104,3 +104,12 @@ def despina_http_routes(host: FrontendHost) -> list[Any]:
     from despina_metrics_prometheus.exporter import http_port_routes
 
     return http_port_routes(host)
+
+
+@hookimpl
+def despina_serving_processes(flags: argparse.Namespace, count: int) -> Any:
+    """With ``--serving-processes``: one metrics port, the serving processes' pages
+    summed, served by the supervisor (:mod:`despina_metrics_prometheus.summed`)."""
+    from despina_metrics_prometheus.summed import SummedMetrics
+
+    return SummedMetrics.of(flags, count)

@@ -1,0 +1,122 @@
+"""What ``--serving-processes N`` (N > 1) means to one serving process, and what it refuses.
+
+The supervising process (:mod:`despina.serving.supervisor`) starts N servers with the
+command line it was given, the flags the plugins' parts add (``despina_serving_processes``)
+and :data:`SERVING_PROCESS_ENV` set to ``<index>:<count>:<folder>``: which one of the N it
+is, and the private folder (0700) where each serves its statistics to its peers
+(:mod:`despina.serving.peer_statistics`). Each serving process refuses what it could
+only do alone (explicit model control, sequence-batched models, client shared memory);
+every refusal names ``--serving-processes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from despina.errors import Unsupported
+
+if TYPE_CHECKING:
+    from despina.repository import config as cfg
+
+#: Set by the supervisor in each serving process's environment: ``<index>:<count>:<folder>``.
+SERVING_PROCESS_ENV = "DESPINA_SERVING_PROCESS"
+
+
+@dataclass(frozen=True)
+class ServingProcess:
+    """Serving process ``index`` of ``count``, with its peers' sockets in ``folder``."""
+
+    index: int
+    count: int
+    folder: Path
+
+    @classmethod
+    def from_env(cls) -> ServingProcess | None:
+        """This process's place among the serving processes; None when the supervisor did
+        not start it (a lone server, or the supervisor itself)."""
+        value = os.environ.get(SERVING_PROCESS_ENV)
+        if not value:
+            return None
+        index, count, folder = value.split(":", 2)
+        return cls(int(index), int(count), Path(folder))
+
+    def env_value(self) -> str:
+        """What :meth:`from_env` reads back in the serving process."""
+        return f"{self.index}:{self.count}:{self.folder}"
+
+    def socket_path(self, index: int) -> Path:
+        """Where serving process ``index`` answers its statistics."""
+        return self.folder / f"{index}.sock"
+
+    @property
+    def peers(self) -> list[int]:
+        """The other serving processes' indexes."""
+        return [i for i in range(self.count) if i != self.index]
+
+
+def refuse_flags(flags: argparse.Namespace) -> None:
+    """ValueError for core flags that cannot work with ``--serving-processes`` above 1."""
+    count = flags.serving_processes
+    if flags.model_control_mode == "explicit":
+        raise ValueError(
+            f"--serving-processes {count}: --model-control-mode=explicit is not supported "
+            "(a load or unload would reach one serving process only); use none or poll, "
+            "or --serving-processes 1"
+        )
+
+
+def refuse_model(config: cfg.ModelConfig, serving_processes: int) -> None:
+    """Unsupported for a model one of several serving processes cannot serve alone: a
+    sequence-batched model (a sequence's requests may reach any process)."""
+    if serving_processes > 1 and config.HasField("sequence_batching"):
+        raise Unsupported(
+            f"model '{config.name}' uses sequence batching, which --serving-processes "
+            f"{serving_processes} does not support (a sequence's requests may reach any "
+            "serving process); serve it with --serving-processes 1"
+        )
+
+
+def refuse_shared_memory(serving_processes: int) -> None:
+    """Unsupported for a client's shared-memory registration among several serving
+    processes (it would reach one of them only)."""
+    if serving_processes > 1:
+        raise Unsupported(
+            f"shared-memory registration is not supported with --serving-processes "
+            f"{serving_processes} (a region registered over one connection would be known "
+            "to one serving process only)"
+        )
+
+
+@dataclass(frozen=True)
+class SharedPort:
+    """A frontend's part: every serving process binds its port with ``reuse_flag``."""
+
+    reuse_flag: str
+
+    @classmethod
+    def of(
+        cls, allowed: bool, port: int, port_flag: str, reuse_flag: str, count: int
+    ) -> SharedPort | None:
+        """The part of a frontend serving ``port`` (None when it is not ``allowed``);
+        ValueError for port 0, which each process would bind apart."""
+        if not allowed:
+            return None
+        if port == 0:
+            raise ValueError(
+                f"--serving-processes {count}: {port_flag}=0 is not supported (the serving "
+                f"processes must bind one concrete port); give {port_flag} a port number"
+            )
+        return cls(reuse_flag)
+
+    def child_flags(self, index: int) -> list[str]:
+        return [f"{self.reuse_flag}=true"]
+
+    async def start(self) -> None:
+        """Nothing runs in the supervisor for a shared port."""
+
+    async def stop(self) -> None:
+        """Nothing runs in the supervisor for a shared port."""

@@ -1,0 +1,364 @@
+"""``despina serve --serving-processes 2``: a supervisor and two serving processes sharing
+the HTTP and gRPC ports, with real clients: requests reach both processes, statistics
+(HTTP and gRPC) and metrics are their sums, what one process cannot serve alone is
+refused naming the flag, SIGTERM stops everything cleanly, and a serving process that
+dies stops the supervisor with a failure."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from despina.testing import RepositoryBuilder, free_port
+
+tritonclient_http = pytest.importorskip("tritonclient.http")
+tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+#: Seconds a supervisor gets to start both serving processes on a busy host.
+START_S = 300
+#: Seconds a supervisor gets to stop.
+STOP_S = 120
+
+#: OUTPUT0 = INPUT0 + 1, and PID: the serving process that ran the request (the model
+#: runs in a stub process the serving process started).
+PID_MODEL = """
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        pid = pb_utils.Tensor("PID", np.array([os.getppid()], np.int64))
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + 1), pid]))
+        return responses
+"""
+PID_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+SEQUENCE_CONFIG = """
+backend: "python"
+max_batch_size: 0
+sequence_batching { }
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
+"""
+
+
+@dataclass
+class Supervised:
+    """A running ``despina serve --serving-processes 2``."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    http: int
+    grpc: int
+    metrics: int
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def child_pids(self) -> list[int]:
+        found = re.search(r"started 2 serving processes: pids (\d+), (\d+)", self.output())
+        assert found, self.output()
+        return [int(found.group(1)), int(found.group(2))]
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(STOP_S)
+
+
+def start(repository: Path, log: Path, *flags: str) -> Supervised:
+    """Start a supervisor of two serving processes on free ports of 127.0.0.1."""
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "despina",
+        "serve",
+        f"--model-repository={repository}",
+        "--serving-processes=2",
+        f"--http-port={http}",
+        f"--grpc-port={grpc}",
+        f"--metrics-port={metrics}",
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--metrics-address=127.0.0.1",
+        "--allow-gpu-metrics=false",
+        *flags,
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    return Supervised(process, log, http, grpc, metrics)
+
+
+def wait_serving(supervised: Supervised) -> None:
+    """Wait until statistics answer: both serving processes have started (each answers
+    its peer only once it serves)."""
+    deadline = time.monotonic() + START_S
+    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+    try:
+        while time.monotonic() < deadline:
+            assert supervised.process.poll() is None, supervised.output()
+            try:
+                client.get_inference_statistics("add_sub")
+                return
+            except (InferenceServerException, OSError):
+                time.sleep(0.5)
+    finally:
+        client.close()
+    raise AssertionError(f"not serving after {START_S} s:\n{supervised.output()}")
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    builder = RepositoryBuilder(tmp_path_factory.mktemp("serving_processes") / "models")
+    builder.add("add_sub", PID_CONFIG, {"1/model.py": PID_MODEL})
+    builder.add("sequence", SEQUENCE_CONFIG, {"1/model.py": PID_MODEL})
+    return builder.root
+
+
+@pytest.fixture(scope="module")
+def supervised(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervised]:
+    log = tmp_path_factory.mktemp("supervised") / "serve.log"
+    running = start(repository, log, "--exit-on-error=false", "--allow-client-shm=true")
+    try:
+        wait_serving(running)
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.wait(STOP_S)
+
+
+def http_infer(port: int) -> int:
+    """One request over a new connection; the serving process that ran it."""
+    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+        tensor = tritonclient_http.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.ones(4, np.float32))
+        result = client.infer("add_sub", [tensor])
+        assert result.as_numpy("OUTPUT0").tolist() == [2.0] * 4
+        return int(result.as_numpy("PID")[0])
+    finally:
+        client.close()
+
+
+def grpc_infer(port: int) -> int:
+    """One request over a new gRPC connection (a channel of its own, not the process's
+    shared subchannel); the serving process that ran it."""
+    client = tritonclient_grpc.InferenceServerClient(
+        f"127.0.0.1:{port}", channel_args=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    try:
+        tensor = tritonclient_grpc.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.ones(4, np.float32))
+        result = client.infer("add_sub", [tensor])
+        return int(result.as_numpy("PID")[0])
+    finally:
+        client.close()
+
+
+def statistics(supervised: Supervised) -> list[dict[str, Any]]:
+    """``add_sub``'s statistics over HTTP and over gRPC, each asked over several new
+    connections (so both serving processes answer some)."""
+    answers = []
+    for _ in range(4):
+        client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+        answers.append(client.get_inference_statistics("add_sub")["model_stats"][0])
+        client.close()
+        channel = tritonclient_grpc.InferenceServerClient(
+            f"127.0.0.1:{supervised.grpc}", channel_args=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        stats = channel.get_inference_statistics("add_sub", as_json=True)["model_stats"][0]
+        channel.close()
+        answers.append(_as_ints(stats))
+    return answers
+
+
+def _as_ints(value: Any) -> Any:
+    """gRPC's JSON writes uint64 as strings; the HTTP answer's numbers."""
+    if isinstance(value, dict):
+        return {key: _as_ints(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_ints(item) for item in value]
+    return int(value) if isinstance(value, str) and value.isdigit() else value
+
+
+def test_both_processes_serve_and_statistics_are_summed(supervised: Supervised) -> None:
+    pids: list[int] = []
+    for _ in range(40):  # connections hash to either process; two seen ends it
+        pids += [http_infer(supervised.http), grpc_infer(supervised.grpc)]
+        if len(set(pids)) == 2:
+            break
+    assert len(set(pids)) == 2, pids
+    sent = len(pids)
+    for stats in statistics(supervised):
+        assert stats["inference_count"] == sent
+        assert stats["execution_count"] == sent
+        inference = stats["inference_stats"]
+        assert inference["success"]["count"] == sent
+        assert inference["queue"]["count"] == sent
+        assert inference["compute_infer"]["count"] == sent
+        assert inference["success"]["ns"] > 0
+        (batch,) = stats["batch_stats"]
+        assert batch["batch_size"] == 1
+        assert batch["compute_infer"]["count"] == sent
+        assert stats["last_inference"] > 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{supervised.metrics}/metrics") as page:
+        text = page.read().decode()
+    assert f'nv_inference_request_success{{model="add_sub",version="1"}} {sent}\n' in text
+    assert f'nv_inference_count{{model="add_sub",version="1"}} {sent}\n' in text
+    assert 'nv_inference_pending_request_count{model="add_sub",version="1"} 0\n' in text
+    assert text.count("# TYPE nv_inference_count counter") == 1
+
+
+def test_unknown_model_statistics_keep_their_error(supervised: Supervised) -> None:
+    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+    try:
+        with pytest.raises(InferenceServerException, match="requested model 'nope'"):
+            client.get_inference_statistics("nope")
+    finally:
+        client.close()
+
+
+def test_sequence_batched_model_is_refused_at_load(supervised: Supervised) -> None:
+    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+    try:
+        (row,) = [r for r in client.get_model_repository_index() if r["name"] == "sequence"]
+    finally:
+        client.close()
+    assert row["state"] == "UNAVAILABLE"
+    assert "sequence batching, which --serving-processes 2 does not support" in row["reason"]
+
+
+def test_shared_memory_registration_is_refused(supervised: Supervised) -> None:
+    http = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+    grpc = tritonclient_grpc.InferenceServerClient(f"127.0.0.1:{supervised.grpc}")
+    try:
+        with pytest.raises(InferenceServerException, match="--serving-processes 2") as caught:
+            http.register_system_shared_memory("region", "/despina_sp_test", 64)
+        assert caught.value.status() == "501"
+        with pytest.raises(InferenceServerException, match="--serving-processes 2") as caught:
+            grpc.register_system_shared_memory("region", "/despina_sp_test", 64)
+        assert caught.value.status() == "StatusCode.UNIMPLEMENTED"
+    finally:
+        http.close()
+        grpc.close()
+
+
+def test_a_process_that_does_not_answer_fails_statistics_and_metrics(
+    supervised: Supervised,
+) -> None:
+    """With serving process 0 stopped (SIGSTOP), a statistics call that process 1
+    receives is UNAVAILABLE naming process 0, and a scrape is a 503: never a partial sum."""
+    stopped = supervised.child_pids()[0]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(f"http://127.0.0.1:{supervised.metrics}/metrics")
+        caught.value.close()
+        assert caught.value.code == 503
+        refusals = []
+        for _ in range(40):  # new connections until one reaches process 1
+            client = tritonclient_http.InferenceServerClient(
+                f"127.0.0.1:{supervised.http}", connection_timeout=10, network_timeout=10
+            )
+            try:
+                client.get_inference_statistics("add_sub")
+            except InferenceServerException as exc:
+                refusals.append(exc)
+                break
+            except OSError:  # reached the stopped process
+                pass
+            finally:
+                client.close()
+        (refusal,) = refusals
+        assert refusal.status() == "503"
+        assert "serving process 0 of --serving-processes 2 did not answer" in str(refusal)
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+
+
+def test_sigterm_stops_every_process_with_status_0(supervised: Supervised) -> None:
+    children = supervised.child_pids()
+    assert supervised.stop() == 0, supervised.output()
+    output = supervised.output()
+    assert "[0] " in output and "[1] " in output
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_a_dying_serving_process_stops_the_supervisor(repository: Path, tmp_path: Path) -> None:
+    running = start(repository, tmp_path / "serve.log", "--exit-on-error=false")
+    try:
+        wait_serving(running)
+        first, second = running.child_pids()
+        os.kill(first, signal.SIGKILL)
+        assert running.process.wait(STOP_S) == 1
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.wait(STOP_S)
+    assert "serving process 0 exited (status -9): stopping the others" in running.output()
+    with pytest.raises(ProcessLookupError):
+        os.kill(second, 0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        (["--model-control-mode=explicit"], "--model-control-mode=explicit is not supported"),
+        (["--http-port=0"], "--http-port=0 is not supported"),
+        (["--grpc-port=0"], "--grpc-port=0 is not supported"),
+        (["--metrics-port=0"], "--metrics-port=0 (give it a port number) is not supported"),
+        (["--metrics-on-http-port=true"], "--metrics-on-http-port=true (use --metrics-port)"),
+        (
+            ["--metrics-config=summary_latencies=true"],
+            "--metrics-config summary_latencies=true (quantiles cannot be summed)",
+        ),
+    ],
+)
+def test_flags_refused_at_start(
+    repository: Path, tmp_path: Path, flags: list[str], refusal: str
+) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "despina",
+        "serve",
+        f"--model-repository={repository}",
+        "--serving-processes",
+        "2",
+        f"--http-port={free_port()}",
+        f"--grpc-port={free_port()}",
+        f"--metrics-port={free_port()}",
+        *flags,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=STOP_S)
+    assert done.returncode == 1
+    assert f"--serving-processes 2: {refusal}" in done.stderr
+    assert "started 2 serving processes" not in done.stderr
