@@ -380,7 +380,8 @@ _CUSTOM_ZERO = """cp -r ../custom_models/custom_zero_1_float32 models/. && \
 
 def step_shutdown_inflight(ctx: Context) -> None:
     """test_shutdown_dynamic, _sequence, _ensemble: the test stops the server with
-    requests in flight; the log counts them."""
+    requests in flight; the log counts them (test.sh's grep patterns are basic regular
+    expressions, whose parentheses match themselves: escaped here)."""
     args = "--model-repository=`pwd`/models --log-verbose=1"
     fresh = "rm -fr models config.pbtxt.* && mkdir models\n"
     text = "Model '{}' (version 1) has {} in-flight inferences"
@@ -390,7 +391,7 @@ def step_shutdown_inflight(ctx: Context) -> None:
         fresh + _CUSTOM_ZERO,
         args,
         ["test_shutdown_dynamic"],
-        greps=[(text.format("custom_zero_1_float32", 1), None)],
+        greps=[(re.escape(text.format("custom_zero_1_float32", 1)), None)],
         server_pid=True,
     )
     prep = fresh + (
@@ -403,7 +404,7 @@ def step_shutdown_inflight(ctx: Context) -> None:
         prep,
         args,
         ["test_shutdown_sequence"],
-        greps=[(text.format("custom_sequence_int32", n), None) for n in (2, 1)],
+        greps=[(re.escape(text.format("custom_sequence_int32", n)), None) for n in (2, 1)],
         server_pid=True,
     )
     prep = fresh + (
@@ -415,7 +416,7 @@ def step_shutdown_inflight(ctx: Context) -> None:
         prep + _CUSTOM_ZERO,
         args,
         ["test_shutdown_ensemble"],
-        greps=[(text.format("ensemble_zero_1_float32", 1), None)],
+        greps=[(re.escape(text.format("ensemble_zero_1_float32", 1)), None)],
         server_pid=True,
     )
 
