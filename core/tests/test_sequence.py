@@ -518,3 +518,30 @@ def test_backlog_delay_hook_holds_the_first_batch_until_m_are_backlogged(
     ran_in_pause, outputs = _stream_sequences(running, sends, pause_after=1)
     assert ran_in_pause == 0
     assert outputs == [1, 3, 10, 30]
+
+
+def test_direct_padding_counts_in_the_batch_size_statistics(
+    start_seq: Callable[..., RunningServer],
+) -> None:
+    """As Triton's backends count a sequence batch's null requests: sequence 22 running
+    in slot 1 while slot 0's sequence waits executes a batch of 2 in the statistics."""
+    import tritonclient.grpc as grpcclient
+
+    running = start_seq({"direct": seq_config()})
+    client = grpcclient.InferenceServerClient(running.grpc_url)
+    start, end, none = SequenceFlags.START, SequenceFlags.END, SequenceFlags.NONE
+    for corrid, flags in ((21, start), (22, start), (22, none), (22, end), (21, end)):
+        tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.ones((1, 1), np.int32))
+        client.infer(
+            "direct",
+            [tensor],
+            sequence_id=corrid,
+            sequence_start=SequenceFlags.START in flags,
+            sequence_end=SequenceFlags.END in flags,
+        )
+    stats = client.get_inference_statistics("direct", as_json=True)["model_stats"][0]
+    client.close()
+    batches = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
+    assert batches == {1: 2, 2: 3}
+    assert (int(stats["inference_count"]), int(stats["execution_count"])) == (5, 5)

@@ -156,6 +156,8 @@ async def execute_on(
     index: int,
     requests: Sequence[InferenceRequest],
     instance: ModelInstance | None = None,
+    *,
+    padding: int = 0,
 ) -> None:
     """:func:`run_batch` on ``model.instances[index]`` (or on ``instance``, a wrapper of
     it), holding the instance's rate-limiter resources for the execution when it has any.
@@ -163,21 +165,27 @@ async def execute_on(
     target = instance if instance is not None else model.instances[index]
     needs = model.needs[index] if model.limiter is not None and index < len(model.needs) else None
     if model.limiter is None or needs is None:
-        await run_batch(model, target, requests)
+        await run_batch(model, target, requests, padding=padding)
         return
     async with model.limiter.slot(needs):
-        await run_batch(model, target, requests)
+        await run_batch(model, target, requests, padding=padding)
 
 
 async def run_batch(
-    model: ScheduledModel, instance: ModelInstance, requests: Sequence[InferenceRequest]
+    model: ScheduledModel,
+    instance: ModelInstance,
+    requests: Sequence[InferenceRequest],
+    *,
+    padding: int = 0,
 ) -> None:
     """Execute ``requests`` on ``instance`` and answer each one; never raises.
 
-    Statistics as Triton's: one execution of the summed batch size (also when it fails);
-    per request success (its inferences, queue and compute times) or failure. Backend
-    errors fail the whole batch with the error's text; an execution cancelled (a stopping
-    server that stopped waiting for it) answers it with the stopping error.
+    Statistics as Triton's: one execution of the summed batch size (also when it fails),
+    ``padding`` included (requests the scheduler adds that nobody waits for, such as a
+    sequence batch's not-ready slots: Triton's backends count them); per request success
+    (its inferences, queue and compute times) or failure. Backend errors fail the whole
+    batch with the error's text; an execution cancelled (a stopping server that stopped
+    waiting for it) answers it with the stopping error.
     """
     start = time.monotonic_ns()
     try:
@@ -186,9 +194,9 @@ async def run_batch(
         fail(model, requests, stopping_error(model), "OTHER")
         raise
     except Exception as exc:  # noqa: BLE001 - any backend failure answers the batch
-        _answer_failed(model, requests, exc, start)
+        _answer_failed(model, requests, exc, start, padding)
         return
-    _answer(model, requests, responses, start)
+    _answer(model, requests, responses, start, padding)
 
 
 def run_batch_now(
@@ -202,16 +210,20 @@ def run_batch_now(
     except NeedsThread:
         return False
     except Exception as exc:  # noqa: BLE001 - any backend failure answers the batch
-        _answer_failed(model, requests, exc, start)
+        _answer_failed(model, requests, exc, start, 0)
         return True
-    _answer(model, requests, responses, start)
+    _answer(model, requests, responses, start, 0)
     return True
 
 
 def _answer_failed(
-    model: ScheduledModel, requests: Sequence[InferenceRequest], exc: Exception, start: int
+    model: ScheduledModel,
+    requests: Sequence[InferenceRequest],
+    exc: Exception,
+    start: int,
+    padding: int,
 ) -> None:
-    batch = sum(batch_size_of(r, model.config) for r in requests)
+    batch = sum(batch_size_of(r, model.config) for r in requests) + padding
     model.stats.record_execution(batch, 0, time.monotonic_ns() - start, 0)
     if not isinstance(exc, DespinaError):
         log.error("model '%s' failed to execute", model.name, exc_info=exc)
@@ -224,13 +236,15 @@ def _answer(
     requests: Sequence[InferenceRequest],
     responses: Sequence[InferenceResponse] | None,
     start: int,
+    padding: int,
 ) -> None:
-    """Deliver what an execution that began at ``start`` returned, with its statistics;
-    None: a decoupled backend sent every response itself (``request.respond``)."""
+    """Deliver what an execution that began at ``start`` returned, with its statistics
+    (``padding`` added to the execution's batch size); None: a decoupled backend sent
+    every response itself (``request.respond``)."""
     end = time.monotonic_ns()
     stats = model.stats
     sizes = [batch_size_of(r, model.config) for r in requests]
-    stats.record_execution(sum(sizes), *compute_durations(requests[0], start, end))
+    stats.record_execution(sum(sizes) + padding, *compute_durations(requests[0], start, end))
     for request in requests:  # before delivery: the final response may complete a trace
         if request.trace is not None:
             request.trace.computed(start, end, compute_durations(request, start, end))

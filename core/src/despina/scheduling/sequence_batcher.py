@@ -246,7 +246,9 @@ class InstanceBatcher:
         for slot, _ in ran:
             slot.running = True
         try:
-            await execute_on(self.owner.model, self.index, [r for _, r in ran], execution)
+            padding = len(chosen) - len(ran)  # counted in the batch size, as Triton's
+            requests = [r for _, r in ran]
+            await execute_on(self.owner.model, self.index, requests, execution, padding=padding)
         finally:
             for slot, _ in ran:
                 slot.running = False
