@@ -1,11 +1,15 @@
 """Triton's dynamic batcher: requests queued together execute as one batch.
 
-A batch grows from the oldest request until it reaches a preferred batch size (or
-``max_batch_size``), or until ``max_queue_delay_microseconds`` passed since the batch
-began. Requests whose non-batch input shapes differ from the batch's first request are
-never batched together (unless the input allows ragged batches), nor are requests whose
-shape-tensor inputs (``is_shape_tensor``) hold different values (Triton's rule); they start
-the next batch. Priority levels, queue size limits and queue timeouts follow the queue policy.
+A batch starts at the oldest request and takes the queued requests after it in order. It
+runs at once at the largest preferred batch size it can reach (the requests after that
+prefix wait for the next batch), or, when the next request would take it past the largest
+preferred size, at the size before that request; else it waits for more requests until
+the oldest request has waited ``max_queue_delay_microseconds`` (its age counts from its
+arrival, not from the batch's start), then runs all it holds, up to ``max_batch_size``.
+Without a queue delay it never waits. Requests whose non-batch input shapes differ from
+the batch's first request are never batched together (unless the input allows ragged
+batches), nor are requests whose shape-tensor inputs (``is_shape_tensor``) hold different
+values (Triton's rule); they start the next batch. Priority levels, queue size limits and queue timeouts follow the queue policy.
 Under the rate limiter a batch grows only once its instance's resources are available.
 """
 
@@ -73,12 +77,18 @@ class DynamicBatchScheduler(QueueScheduler):
             return await self._form(index)
 
     async def _form(self, index: int) -> list[InferenceRequest]:
+        """The next batch by Triton's rules: from the oldest request, take the queued
+        requests that fit ``max_batch_size`` and the first one's shapes; run the largest
+        prefix of preferred size (or, when one more would pass the largest preferred
+        size, the prefix before it) unless the oldest request has waited the queue delay,
+        then all of them; without such a prefix run them all once they can grow no more
+        or the delay passed (at once without a delay), else wait for more requests."""
         config = self.model.config
         batching = config.dynamic_batching
         max_size = int(config.max_batch_size)
-        preferred = sorted(int(p) for p in batching.preferred_batch_size if 0 < p <= max_size)
-        target = preferred[-1] if preferred else max_size
-        delay_s = int(batching.max_queue_delay_microseconds) / 1e6
+        preferred = {int(p) for p in batching.preferred_batch_size if 0 < p <= max_size}
+        max_preferred = max(preferred, default=max_size)
+        delay_ns = int(batching.max_queue_delay_microseconds) * 1000
         ragged = {i.name for i in config.input if i.allow_ragged_batch}
         values = {i.name for i in config.input if i.is_shape_tensor}
 
@@ -87,30 +97,42 @@ class DynamicBatchScheduler(QueueScheduler):
         self._start_after = 0
         first = await self.queue.get()
         batch, size = [first], batch_size_of(first, config)
-        deadline = time.monotonic() + delay_s
+        best = 1 if size in preferred else 0  # requests in the batch to run, if found
+        full = False  # the next queued request fits no batch with these
         self._forming += 1
         needs = self.model.needs[index] if index < len(self.model.needs) else None
         try:
             if self.model.limiter is not None and needs is not None:
                 await self.model.limiter.until_fits(needs)
-            while size < target:
-                candidate = self.queue.pop_nowait()
-                if candidate is None:
+            while True:
+                candidate = None if full else self.queue.pop_nowait()
+                if candidate is not None:
+                    candidate_size = batch_size_of(candidate, config)
+                    if size + candidate_size > max_preferred and not best:
+                        best = len(batch)
+                    if size + candidate_size > max_size or not same_shapes(
+                        first, candidate, ragged, values
+                    ):
+                        self.queue.push_front(candidate)
+                        full = True
+                        continue
+                    batch.append(candidate)
+                    self._forming += 1
+                    size += candidate_size
                     if size in preferred:
-                        break
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not await self.queue.wait(remaining):
-                        break
+                        best = len(batch)
                     continue
-                candidate_size = batch_size_of(candidate, config)
-                if size + candidate_size > max_size or not same_shapes(
-                    first, candidate, ragged, values
-                ):
-                    self.queue.push_front(candidate)
+                waited = time.monotonic_ns() - first.received_ns
+                exceeded = bool(delay_ns) and waited >= delay_ns
+                if best and not exceeded:
+                    for request in reversed(batch[best:]):
+                        self.queue.push_front(request)
+                    self._forming -= len(batch) - best
+                    del batch[best:]
                     break
-                batch.append(candidate)
-                self._forming += 1
-                size += candidate_size
+                if full or exceeded or not delay_ns or size >= max_preferred:
+                    break
+                await self.queue.wait((delay_ns - waited) / 1e9)
         except asyncio.CancelledError:
             for request in reversed(batch):
                 self.queue.push_front(request)
