@@ -362,3 +362,10 @@ def test_flags_refused_at_start(
     assert done.returncode == 1
     assert f"--serving-processes 2: {refusal}" in done.stderr
     assert "started 2 serving processes" not in done.stderr
+
+
+def test_fewer_than_one_serving_process_is_a_usage_error() -> None:
+    command = [sys.executable, "-m", "despina", "serve", "--serving-processes=0"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=STOP_S)
+    assert done.returncode == 2
+    assert "--serving-processes: must be 1 or more, got 0" in done.stderr

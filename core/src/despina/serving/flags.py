@@ -121,9 +121,11 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         metavar="INT",
         help="serving processes, each a full server loading every model, sharing the HTTP "
         "and gRPC ports (SO_REUSEPORT; the kernel spreads connections, not requests); above "
-        "1 this process only supervises them and serves the metrics summed over them. "
-        "Statistics are summed too. Refused above 1: --model-control-mode=explicit, port 0, "
-        "sequence-batched models, client shared-memory registration (Despina; default: 1)",
+        "1 this process only supervises them (signals, their logs prefixed [index]) and "
+        "serves the metrics summed over them; statistics calls answer the sum too. Refused "
+        "above 1: --model-control-mode=explicit, port 0, --metrics-on-http-port, summary "
+        "latencies, sequence-batched models (at load), client shared-memory registration "
+        "(Despina; default: 1)",
     )
     budget = default_budget()
     server.add_argument(
