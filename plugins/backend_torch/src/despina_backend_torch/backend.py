@@ -1,5 +1,6 @@
 """The PyTorch backend: a loaded module per instance (or per device with weight sharing),
-each batch one forward() call in the instance's thread.
+each batch one forward() call in the instance's thread (a config's ragged inputs, batch
+inputs and batch outputs join and split it by Triton's ragged rules).
 
 Auto-complete: ``torch.export`` programs (``.pt2``) declare their tensors, so inputs
 (named after forward()'s parameters), outputs (``OUTPUT__<i>``) and ``max_batch_size``
@@ -21,6 +22,7 @@ from despina import (
     InstanceSpec,
     Internal,
     ModelInstance,
+    RaggedBatch,
     ThreadedInstance,
     Unavailable,
     check_config,
@@ -156,6 +158,7 @@ class TorchInstance(ThreadedInstance):
             self.datatypes.update({state.input_name: datatype, state.output_name: datatype})
         #: Where each output is in a returned tuple or list.
         self.positions = output_positions(outputs)
+        self.ragged = RaggedBatch.of(config)
 
     def datatype(self, name: str, array: Any) -> str:
         """The datatype of input ``name``: the config's, or for a sequence control
