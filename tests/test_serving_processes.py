@@ -227,6 +227,12 @@ def test_both_processes_serve_and_statistics_are_summed(supervised: Supervised) 
         assert batch["batch_size"] == 1
         assert batch["compute_infer"]["count"] == sent
         assert stats["last_inference"] > 0
+    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+    every = client.get_inference_statistics()["model_stats"]  # /v2/models/stats
+    versioned = client.get_inference_statistics("add_sub", "1")["model_stats"]
+    client.close()
+    (add_sub,) = [entry for entry in every if entry["name"] == "add_sub"]
+    assert add_sub["inference_count"] == versioned[0]["inference_count"] == sent
     with urllib.request.urlopen(f"http://127.0.0.1:{supervised.metrics}/metrics") as page:
         text = page.read().decode()
     assert f'nv_inference_request_success{{model="add_sub",version="1"}} {sent}\n' in text
@@ -306,7 +312,8 @@ def test_sigterm_stops_every_process_with_status_0(supervised: Supervised) -> No
     children = supervised.child_pids()
     assert supervised.stop() == 0, supervised.output()
     output = supervised.output()
-    assert "[0] " in output and "[1] " in output
+    assert re.search(r"^\[0\] .*successfully loaded 'add_sub'", output, re.MULTILINE)
+    assert re.search(r"^\[1\] .*successfully loaded 'add_sub'", output, re.MULTILINE)
     for pid in children:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
@@ -326,6 +333,22 @@ def test_a_dying_serving_process_stops_the_supervisor(repository: Path, tmp_path
     assert "serving process 0 exited (status -9): stopping the others" in running.output()
     with pytest.raises(ProcessLookupError):
         os.kill(second, 0)
+
+
+def test_a_model_refused_at_load_fails_the_start_with_exit_on_error(
+    repository: Path, tmp_path: Path
+) -> None:
+    """The sequence-batched model fails to load in both processes; with
+    ``--exit-on-error=true`` (the default) they exit, and the supervisor with status 1."""
+    running = start(repository, tmp_path / "serve.log")
+    try:
+        assert running.process.wait(START_S) == 1
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.wait(STOP_S)
+    assert "sequence batching, which --serving-processes 2 does not support" in running.output()
+    assert "exited (status 1): stopping the others" in running.output()
 
 
 @pytest.mark.parametrize(
