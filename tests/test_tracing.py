@@ -347,6 +347,25 @@ def test_opentelemetry_url_without_scheme_or_path(
     assert sorted(span.name for _, span in receiver.spans) == ["InferRequest", "add_sub", "compute"]
 
 
+@pytest.mark.parametrize("level", ["MIN", "max", "On", "true"])
+def test_triton_level_names_of_the_command_line(
+    level: str,
+    repo: RepositoryBuilder,
+    despina_server: Callable[..., RunningServer],
+    tmp_path: Path,
+) -> None:
+    """tritonserver's ``--trace-level`` takes MIN, MAX, ON and TRUE (any case) for
+    TIMESTAMPS, as Triton's qa/L0_batcher gives it (``--trace-level=MIN``)."""
+    trace_file = tmp_path / "trace.json"
+    flags = [f"--trace-file={trace_file}", f"--trace-level={level}", "--trace-rate=1"]
+    running = despina_server(repo.root, args=[*LOCAL, *flags])
+    infer("grpc", running, "add_sub")
+    running.stop()
+    traces = by_trace(json.loads(trace_file.read_text()))
+    assert core_names(traces[1]["names"]) == CORE_ORDER
+    assert not traces[1]["tensors"]
+
+
 def test_bad_trace_flags_stop_the_start(
     repo: RepositoryBuilder, despina_server: Callable[..., RunningServer]
 ) -> None:
@@ -354,7 +373,7 @@ def test_bad_trace_flags_stop_the_start(
 
     with pytest.raises(StartupError, match="unknown trace setting 'speed'"):
         despina_server(repo.root, args=[*LOCAL, "--trace-config=speed=3"])
-    with pytest.raises(StartupError, match="trace level"):
+    with pytest.raises(StartupError, match="invalid value for trace level option: all"):
         despina_server(repo.root, args=[*LOCAL, "--trace-config=level=ALL"])
     with pytest.raises(StartupError, match="scheme 'grpc' is not supported"):
         despina_server(

@@ -16,6 +16,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 MODES = ("triton", "opentelemetry")
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
+#: The level names Triton's command line takes (any case), as the levels they mean.
+FLAG_LEVELS = {
+    "false": "OFF",
+    "off": "OFF",
+    "true": "TIMESTAMPS",
+    "on": "TIMESTAMPS",
+    "min": "TIMESTAMPS",
+    "max": "TIMESTAMPS",
+    "timestamps": "TIMESTAMPS",
+    "tensors": "TENSORS",
+}
 #: Triton's OTLP/HTTP default endpoint.
 DEFAULT_OTEL_URL = "http://localhost:4318/v1/traces"
 _OTEL_INTS = ("bsp_max_queue_size", "bsp_schedule_delay", "bsp_max_export_batch_size")
@@ -57,6 +68,16 @@ def parse_level(values: Iterable[str]) -> list[str]:
         chosen.add(level)
     kept = [level for level in LEVELS[1:] if level in chosen]
     return kept or ["OFF"]
+
+
+def flag_level(value: str) -> str:
+    """The level a ``--trace-level`` or ``--trace-config level=`` value names, as Triton
+    reads it (``min``, ``max``, ``on``, ``true`` are TIMESTAMPS; ``false`` is OFF);
+    ValueError with Triton's text for another name."""
+    level = FLAG_LEVELS.get(value.lower())
+    if level is None:
+        raise ValueError(f"invalid value for trace level option: {value.lower()}")
+    return level
 
 
 def parse_int(key: str, value: str, minimum: int) -> int:
@@ -105,7 +126,7 @@ class TraceConfig:
                 raise ValueError(f"--trace-config expects [<mode>,]<setting>=<value>, got '{item}'")
             if mode == "":
                 if key == "level":
-                    level_values.append(value)
+                    level_values.append(flag_level(value))
                 elif key in ("rate", "count"):
                     values[key] = parse_int(key, value, 0 if key == "rate" else -1)
                 elif key == "mode":
