@@ -4,7 +4,8 @@ Level 1 is the highest priority (Triton's convention); a request with priority 0
 range) goes to the default level. Each level has a :class:`QueuePolicy`: a size limit (a
 full level refuses with UNAVAILABLE "Exceeds maximum queue size"), a default timeout that
 requests may override, and what happens on timeout: REJECT answers the request with an
-error when it reaches the head, DELAY moves it behind every live request of every level.
+error as its timeout passes (while every instance is busy too, as Triton's batcher), DELAY
+moves it behind every live request of every level when it reaches the head.
 All methods run on the event loop thread.
 """
 
@@ -64,8 +65,11 @@ class RequestQueue:
         self._getters: deque[_Getter] = deque()
         #: Owners with a caller woken and not yet run (it takes a request when it runs).
         self._claimed: Counter[Hashable] = Counter()
-        #: The loop of the first get(), kept: asking for it costs a getpid() call.
+        #: The loop of the first get() or timer, kept: asking for it costs a getpid() call.
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The timer of :meth:`_expire` and the deadline it is set for.
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_ns = 0
 
     def __len__(self) -> int:
         return self._size
@@ -82,10 +86,53 @@ class RequestQueue:
         policy = self._policies[level - 1]
         if policy.max_size and len(self._levels[level - 1]) >= policy.max_size:
             raise Unavailable(QUEUE_FULL)
-        self._levels[level - 1].append((policy.deadline_ns(request), request))
+        deadline = policy.deadline_ns(request)
+        self._levels[level - 1].append((deadline, request))
         self._size += 1
+        if deadline and not policy.delay_on_timeout:
+            self._watch(deadline)
         self._ready.set()
         self._wake_getter()
+
+    def _watch(self, deadline_ns: int) -> None:
+        """Have :meth:`_expire` run once ``deadline_ns`` (monotonic) passes, unless it runs
+        no later already."""
+        if self._expiry is not None:
+            if self._expiry_ns <= deadline_ns:
+                return
+            self._expiry.cancel()
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        delay_s = max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
+        self._expiry = self._loop.call_later(delay_s, self._expire)
+        self._expiry_ns = deadline_ns
+
+    def _expire(self) -> None:
+        """Answer every queued request of a REJECT level whose timeout passed with
+        "Request timeout expired"; watch the next deadline."""
+        self._expiry = None
+        now = time.monotonic_ns()
+        expired: list[InferenceRequest] = []
+        for index, level in enumerate(self._levels):
+            if not self._policies[index].delay_on_timeout:
+                kept = [entry for entry in level if not 0 < entry[0] < now]
+                expired += [request for deadline, request in level if 0 < deadline < now]
+                level.clear()
+                level.extend(kept)
+        self._size -= len(expired)
+        if not self._size:
+            self._ready.clear()
+        for request in expired:
+            self._reject(request, Unavailable("Request timeout expired"))
+        upcoming = [
+            deadline
+            for index, level in enumerate(self._levels)
+            if not self._policies[index].delay_on_timeout
+            for deadline, _ in level
+            if deadline
+        ]
+        if upcoming:
+            self._watch(min(upcoming))
 
     def pop_nowait(self) -> InferenceRequest | None:
         """The next live request, or None; expired and cancelled ones are dealt with."""
@@ -202,6 +249,9 @@ class RequestQueue:
         """Remove and return every queued request."""
         drained = [request for level in self._levels for _, request in level]
         drained.extend(self._delayed)
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         for level in self._levels:
             level.clear()
         self._delayed.clear()
