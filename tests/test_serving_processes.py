@@ -359,6 +359,9 @@ def test_a_model_refused_at_load_fails_the_start_with_exit_on_error(
         (["--grpc-port=0"], "--grpc-port=0 is not supported"),
         (["--metrics-port=0"], "--metrics-port=0 (give it a port number) is not supported"),
         (["--metrics-on-http-port=true"], "--metrics-on-http-port=true (use --metrics-port)"),
+        (["--allow-sagemaker=true"], "--allow-sagemaker=true is not supported"),
+        (["--allow-vertex-ai=true"], "--allow-vertex-ai=true is not supported"),
+        (["--allow-openai=true"], "--allow-openai=true is not supported (its port is not"),
         (
             ["--metrics-config=summary_latencies=true"],
             "--metrics-config summary_latencies=true (quantiles cannot be summed)",

@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "ResponseCache": "despina.plugin.ports",
     "ServingProcessesPart": "despina.plugin.ports",
     "SharedPort": "despina.serving.serving_processes",
+    "refuse_unshared_port": "despina.serving.serving_processes",
     "CachedResponse": "despina.inference.response_cache",
     # errors, one per status
     "errors": "despina.errors",
@@ -292,7 +293,10 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         parse_restricted as parse_restricted,
     )
     from despina.serving.server import Server as Server, StartupError as StartupError
-    from despina.serving.serving_processes import SharedPort as SharedPort
+    from despina.serving.serving_processes import (
+        SharedPort as SharedPort,
+        refuse_unshared_port as refuse_unshared_port,
+    )
     from despina.serving.settings import (
         CORE as CORE,
         CoreSettings as CoreSettings,

@@ -124,8 +124,9 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         "1 this process only supervises them (signals, their logs prefixed [index]) and "
         "serves the metrics summed over them; statistics calls answer the sum too. Refused "
         "above 1: --model-control-mode=explicit, port 0, --metrics-on-http-port, summary "
-        "latencies, sequence-batched models (at load), client shared-memory registration "
-        "(Despina; default: 1)",
+        "latencies, the SageMaker, Vertex AI and (on its own port) OpenAI frontends, "
+        "sequence-batched models (at load), client shared-memory registration (Despina; "
+        "default: 1)",
     )
     budget = default_budget()
     server.add_argument(

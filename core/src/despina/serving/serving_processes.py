@@ -91,6 +91,16 @@ def refuse_shared_memory(serving_processes: int) -> None:
         )
 
 
+def refuse_unshared_port(allowed: bool, allow_flag: str, count: int, instead: str) -> None:
+    """ValueError when a frontend that binds a port of its own without SO_REUSEPORT is
+    ``allowed`` (the second serving process could not bind it); ``instead``: what to do."""
+    if allowed:
+        raise ValueError(
+            f"--serving-processes {count}: {allow_flag}=true is not supported (its port is "
+            f"not shared between serving processes); {instead}"
+        )
+
+
 @dataclass(frozen=True)
 class SharedPort:
     """A frontend's part: every serving process binds its port with ``reuse_flag``."""

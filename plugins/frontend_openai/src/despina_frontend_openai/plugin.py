@@ -142,3 +142,16 @@ def despina_http_routes(host: FrontendHost) -> list[Any]:
     from despina_frontend_openai.frontend import http_port_routes
 
     return http_port_routes(host)
+
+
+@hookimpl
+def despina_serving_processes(flags: argparse.Namespace, count: int) -> None:
+    """Refused with ``--serving-processes`` above 1: this frontend's port is not shared."""
+    from despina import refuse_unshared_port
+
+    refuse_unshared_port(
+        flags.allow_openai and not flags.openai_on_http_port,
+        "--allow-openai",
+        count,
+        "serve it on the HTTP port with --openai-on-http-port=true",
+    )

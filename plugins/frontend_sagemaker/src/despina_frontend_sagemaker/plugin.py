@@ -79,3 +79,13 @@ def despina_frontends() -> list[type[Any]]:
     from despina_frontend_sagemaker.frontend import SageMakerFrontend
 
     return [SageMakerFrontend]
+
+
+@hookimpl
+def despina_serving_processes(flags: argparse.Namespace, count: int) -> None:
+    """Refused with ``--serving-processes`` above 1: this frontend's port is not shared."""
+    from despina import refuse_unshared_port
+
+    refuse_unshared_port(
+        flags.allow_sagemaker, "--allow-sagemaker", count, "use --serving-processes 1"
+    )
