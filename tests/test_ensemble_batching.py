@@ -3,7 +3,8 @@ real server, as Triton's ``qa/L0_infer`` runs them (its ``sequence_*_nobatch_*``
 ensembles put a batching ``nop`` model before a non-batching one): a step whose model
 batches gets a tensor made without batching with a batch dimension of 1 in front, and a
 step whose model does not batch gets a tensor of batch size 1 without it (Triton's
-``ReshapeTensorDims``)."""
+``ReshapeTensorDims``); the ensemble's outputs are reshaped the same way for the
+ensemble's own batching."""
 
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ def running(
     model_repository.add("unbatched", _pass(0), {"1/model.ens": '{"op": "pass"}'})
     model_repository.add("nobatch_chain", _chain(0, "batched", "unbatched"))
     model_repository.add("batch_chain", _chain(8, "unbatched", "batched"))
+    model_repository.add("nobatch_ends_batched", _chain(0, "unbatched", "batched"))
+    model_repository.add("batch_ends_unbatched", _chain(8, "batched", "unbatched"))
     return despina_server(model_repository.root, plugins=[ens_backend])
 
 
@@ -61,6 +64,10 @@ def running(
         ("nobatch_chain", [4], {"batched": [1, 4], "unbatched": [4]}, [4]),
         # [1, 4] -> unbatched gets [4] -> batched gets [1, 4]
         ("batch_chain", [1, 4], {"unbatched": [4], "batched": [1, 4]}, [1, 4]),
+        # [4] -> unbatched gets [4] -> batched gets [1, 4] -> Y without the batch dimension
+        ("nobatch_ends_batched", [4], {"unbatched": [4], "batched": [1, 4]}, [4]),
+        # [1, 4] -> batched gets [1, 4] -> unbatched gets [4] -> Y with the batch dimension
+        ("batch_ends_unbatched", [1, 4], {"batched": [1, 4], "unbatched": [4]}, [1, 4]),
     ],
 )
 def test_steps_get_their_models_batch_dimension(

@@ -42,6 +42,8 @@ class EnsembleGraph:
     outputs: list[str]
     #: The ensemble inputs its config marks ``optional``.
     optional_inputs: frozenset[str] = frozenset()
+    #: Each ensemble output's shape in the config (its ``reshape`` where given, else ``dims``).
+    output_dims: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: Steps whose model is decoupled (filled by :func:`check_composing`).
     decoupled: set[int] = field(default_factory=set)
     #: Steps whose model batches (filled by :func:`check_composing`).
@@ -106,6 +108,10 @@ def build_graph(config: ModelConfig) -> EnsembleGraph:
         [i.name for i in config.input],
         [o.name for o in config.output],
         frozenset(i.name for i in config.input if i.optional),
+        {
+            o.name: tuple(o.reshape.shape if o.HasField("reshape") else o.dims)
+            for o in config.output
+        },
     )
     _check_flow(graph)
     return graph

@@ -12,6 +12,7 @@ As Triton, a step whose model batches gets a tensor made without batching with a
 dimension of 1 in front where the tensor's shape is the model input's ``dims``, and a
 step whose model does not batch gets a tensor of batch size 1 without its batch
 dimension where its shape is not the input's ``dims``; any other tensor goes as it is.
+The ensemble's outputs are reshaped the same way for the ensemble's own batching.
 
 As in Triton, a tensor may be known to be absent (:data:`ABSENT`): an optional ensemble
 input the request leaves out, or a step output a response does not carry. An absent
@@ -218,19 +219,13 @@ class EnsembleRun:
         return int(first.shape[0])
 
     def _input(self, flow: Flow, step: Step, name: str, tensor: str) -> np.ndarray | None:
-        """Ensemble tensor ``tensor`` as input ``name`` of ``step``'s model: with a batch
-        dimension added or removed where batching differs (Triton's ``ReshapeTensorDims``)."""
-        array = flow.tensors[tensor]
-        batching = step.index in self.graph.batching
-        made_in = flow.batch.get(tensor, 0)
-        if array is ABSENT or batching == (made_in != 0):
-            return array
-        dims, shape = self.graph.input_dims[step.index, name], tuple(array.shape)
-        if batching and same_shape(dims, shape):
-            return array.reshape((1, *shape))
-        if not batching and made_in == 1 and not same_shape(dims, shape):
-            return array.reshape(shape[1:])
-        return array
+        """Ensemble tensor ``tensor`` as input ``name`` of ``step``'s model."""
+        return _reshaped(
+            flow.tensors[tensor],
+            self.graph.input_dims[step.index, name],
+            step.index in self.graph.batching,
+            flow.batch.get(tensor, 0),
+        )
 
     def _stays_on_device(self, step: Step) -> bool:
         """Whether ``step`` may answer DeviceArrays: every step reading its outputs takes
@@ -252,7 +247,13 @@ class EnsembleRun:
         if flow.answered or self.failed or not flow.has(wanted):
             return
         flow.answered = True
-        found = {name: flow.tensors[name] for name in wanted}
+        batching = self.model.config.max_batch_size > 0
+        found = {
+            name: _reshaped(
+                flow.tensors[name], self.graph.output_dims[name], batching, flow.batch.get(name, 0)
+            )
+            for name in wanted
+        }
         outputs = {name: array for name, array in found.items() if array is not ABSENT}
         response = InferenceResponse(self.model.name, self.model.version, self.request.id, outputs)
         response.parameters.update(self._sequence_parameters())
@@ -297,3 +298,19 @@ class EnsembleRun:
             return
         if self.decoupled:
             conclude(self.model, self.request, None)
+
+
+def _reshaped(
+    array: np.ndarray | None, dims: tuple[int, ...], batching: bool, made_in: int
+) -> np.ndarray | None:
+    """``array``, made by a request of batch size ``made_in`` (0: without batching), for a
+    tensor of config ``dims`` of a model that does or does not batch: with a batch
+    dimension of 1 added or removed where batching differs (Triton's ``ReshapeTensorDims``)."""
+    if array is ABSENT or batching == (made_in != 0):
+        return array
+    shape = tuple(array.shape)
+    if batching and same_shape(dims, shape):
+        return array.reshape((1, *shape))
+    if not batching and made_in == 1 and not same_shape(dims, shape):
+        return array.reshape(shape[1:])
+    return array
