@@ -43,6 +43,6 @@ def test_samples_of_one_name_and_labels_add_host_readings_do_not() -> None:
 
 
 def test_a_family_only_one_process_has_is_kept() -> None:
-    extra = "# TYPE custom counter\ncustom{k=\"v\"} 5\n"
+    extra = '# TYPE custom counter\ncustom{k="v"} 5\n'
     summed = sum_pages([PAGE.format(count=1, pending=0, load=1), extra])
     assert summed.endswith('# TYPE custom counter\ncustom{k="v"} 5\n')
