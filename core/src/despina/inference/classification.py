@@ -2,12 +2,14 @@
 
 A requested output with the ``classification: k`` parameter is replaced, in the core and for
 every protocol, by a BYTES tensor of its top ``k`` classes, labelled from the output's
-``label_filename`` in the model folder.
+``label_filename`` in the model folder (an ensemble's output without one: the labels of
+the step's output written to it).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,6 @@ import numpy as np
 from despina.errors import InvalidArgument, NotFound
 from despina.inference.request import InferenceRequest, InferenceResponse
 from despina.memory.device_arrays import to_host
-from despina.repository.config import ModelConfig
 from despina.repository.paths import safe_join
 
 #: Elements one batch row (or a tensor without batching) may have to be classified:
@@ -80,15 +81,14 @@ def classification_count(output: str, parameters: dict[str, Any]) -> int | None:
 def classify_outputs(
     request: InferenceRequest,
     response: InferenceResponse,
-    config: ModelConfig,
-    model_dir: Path | None,
+    batched: bool,
+    labels: Callable[[str], list[str]],
 ) -> None:
-    """Replace, in place, each output the request asked to classify by its top-k."""
+    """Replace, in place, each output the request asked to classify by its top-k, of a
+    model that does or does not batch, labelled by ``labels(output name)``."""
     for output in request.outputs or ():
         k = classification_count(output.name, output.parameters)
         array = response.outputs.get(output.name)
         if k is None or array is None:
             continue
-        label_file = next((o.label_filename for o in config.output if o.name == output.name), "")
-        labels = read_labels(model_dir, label_file)
-        response.outputs[output.name] = top_k(to_host(array), k, config.max_batch_size > 0, labels)
+        response.outputs[output.name] = top_k(to_host(array), k, batched, labels(output.name))

@@ -285,7 +285,7 @@ def deliver(
         response.outputs = {n: a for n, a in response.outputs.items() if n in allowed}
     if response.error is None and request.outputs:
         try:
-            classify_outputs(request, response, model.config, model.model_dir)
+            classify_outputs(request, response, model.config.max_batch_size > 0, model.labels)
         except DespinaError as exc:
             response = InferenceResponse(model.name, model.version, response.id, error=exc)
     if response.error is None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from despina.errors import Unavailable
+from despina.inference.classification import read_labels
 from despina.inference.request import InferenceRequest, InferenceResponse
 from despina.inference.response_cache import ResponseCache
 from despina.inference.stats import ModelStats
@@ -79,6 +80,11 @@ class SchedulerHost(Protocol):
         when none is ready)."""
         ...
 
+    def output_labels(self, name: str, version: str, output: str) -> list[str]:
+        """The labels the READY version serving ``name`` classifies ``output`` with
+        (:meth:`ScheduledModel.labels`); NotFound / Unavailable when none is ready."""
+        ...
+
 
 @dataclass
 class ScheduledModel:
@@ -106,11 +112,20 @@ class ScheduledModel:
     #: execution on (an instance update, see :meth:`Scheduler.hand_over`): each future is
     #: done once it no longer is; until then nothing else runs on that instance.
     busy_until: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    #: Labels of outputs that have none of their own: an ensemble's output takes those of
+    #: the step's output written to it, as Triton (filled by the ensemble scheduler).
+    inherited_labels: dict[str, list[str]] = field(default_factory=dict)
     #: The outputs the config declares: what a request that names none receives.
     output_names: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.output_names = frozenset(output.name for output in self.config.output)
+
+    def labels(self, output: str) -> list[str]:
+        """The labels classification gives ``output``: those of its ``label_filename``,
+        else inherited ones, else none."""
+        label_file = next((o.label_filename for o in self.config.output if o.name == output), "")
+        return read_labels(self.model_dir, label_file) or self.inherited_labels.get(output, [])
 
     def release_needs(self) -> None:
         """Tell the rate limiter these instances are gone (idempotent)."""

@@ -79,11 +79,25 @@ class EnsembleScheduler(Scheduler):
         for step in self.graph.steps:
             configs[step.model_name] = self._composing_config(step.model_name, step.model_version)
         check_composing(self.graph, self.model.config, configs)
+        self._inherit_labels()
         policy = self.model.config.model_transaction_policy
         policy.SetInParent()  # as Triton: always stated, false included
         policy.decoupled = bool(self.graph.decoupled)
         if policy.decoupled and self.model.config.response_cache.enable:
             raise decoupled_cache_error(self.model.name)
+
+    def _inherit_labels(self) -> None:
+        """Give each output whose config names no label file the labels of the step's
+        output written to it (Triton's label provider of an ensemble)."""
+        for output in self.model.config.output:
+            if output.label_filename:
+                continue
+            for step in self.graph.steps:
+                for model_output, tensor in step.outputs.items():
+                    if tensor == output.name:
+                        self.model.inherited_labels[output.name] = self._host.output_labels(
+                            step.model_name, step.model_version, model_output
+                        )
 
     def _check_circular(self) -> None:
         """InvalidArgument with Triton's text when a chain of composing models leads back

@@ -397,6 +397,10 @@ class SchedulerServices:
         except DespinaError:
             return False
 
+    def output_labels(self, name: str, version: str, output: str) -> list[str]:
+        scheduler = self._models.get(name, version).scheduler
+        return scheduler.model.labels(output) if scheduler is not None else []
+
     def known_models(self) -> set[str]:
         """Every model name in a repository or loaded."""
         return set(self._models.repository.model_names()) | set(self._models.entries)
