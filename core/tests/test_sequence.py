@@ -545,3 +545,20 @@ def test_direct_padding_counts_in_the_batch_size_statistics(
     batches = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
     assert batches == {1: 2, 2: 3}
     assert (int(stats["inference_count"]), int(stats["execution_count"])) == (5, 5)
+
+
+def test_delay_hooks_once_met_let_every_instance_go(
+    start_seq: Callable[..., RunningServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two instances of one slot each, sequences 1 and 2 in them and 3 backlogged: once
+    the hooks are met both instances run, also when the first to go ends its sequence
+    and takes sequence 3 out of the backlog before the other looked again."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "4")
+    monkeypatch.setenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "2")
+    running = start_seq({"delayed": seq_config(mbs=1, instances=2)})
+    start, end = SequenceFlags.START, SequenceFlags.END
+    sends = [(1, 1, start), (1, 2, end), (2, 10, start), (2, 20, end)]
+    sends += [(3, 100, start), (3, 200, end)]
+    ran_in_pause, outputs = _stream_sequences(running, sends, pause_after=4)
+    assert ran_in_pause == 0
+    assert outputs == [1, 3, 10, 30, 100, 300]

@@ -100,9 +100,11 @@ class SequenceBatchScheduler(Scheduler):
         self.input_names = [i.name for i in config.input]
         self.idle_s = int(batching.max_sequence_idle_microseconds) / 1e6
         #: Triton's test hooks of the Direct strategy: ``TRITONSERVER_DELAY_SCHEDULER=N``
-        #: holds each instance's first batch until N requests wait in the slots of all
+        #: holds the instances' first batches until N requests wait in the slots of all
         #: instances together (each instance's count as it last looked), and
-        #: ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER=M`` also until M wait in the backlog.
+        #: ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER=M`` also until M wait in the backlog;
+        #: then every instance goes (Triton's instances each poll every 10 ms, so they go
+        #: together there too, before a sequence that ends takes a backlogged one).
         self.delay_count = scheduler_test_hook("TRITONSERVER_DELAY_SCHEDULER")
         self._backlog_delay_count = scheduler_test_hook("TRITONSERVER_BACKLOG_DELAY_SCHEDULER")
         self._queued_seen: dict[int, int] = {}
@@ -169,11 +171,19 @@ class SequenceBatchScheduler(Scheduler):
             raise Unavailable(NO_NEW_SEQUENCES)
 
     def delays(self, batcher: InstanceBatcher) -> bool:
-        """Whether ``batcher``'s first batch still waits for the delay test hooks."""
+        """Whether ``batcher``'s first batch still waits for the delay test hooks; once
+        they are met, no instance's does (the others are woken)."""
+        if not self.delay_count:
+            return False
         self._queued_seen[batcher.index] = batcher.pending
         if sum(self._queued_seen.values()) < self.delay_count:
             return True
-        return sum(len(q) for q in self._backlogs) < self._backlog_delay_count
+        if sum(len(q) for q in self._backlogs) < self._backlog_delay_count:
+            return True
+        self.delay_count = 0
+        for other in self.batchers:
+            other.wake.set()
+        return False
 
     def submit(self, request: InferenceRequest) -> None:
         model = self.model.name
