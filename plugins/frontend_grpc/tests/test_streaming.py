@@ -167,10 +167,10 @@ def test_cancelled_stream_and_call_leave_the_server_serving(server: RunningServe
     received: queue.Queue[Item] = queue.Queue()
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         client.start_stream(callback=lambda result, error: received.put((result, error)))
+        client.async_stream_infer("add_sub", add_sub(1.0), request_id="quick")
         client.async_stream_infer(
             "sleep", [tensor("IN", np.array([20.0], np.float32))], request_id="long"
         )
-        client.async_stream_infer("add_sub", add_sub(1.0), request_id="quick")
         ((result, error),) = take(received, 1)
         assert error is None and result.get_response().id == "quick"
         client.stop_stream(cancel_requests=True)
@@ -237,3 +237,23 @@ def test_stream_in_flight_limit_holds_back_reading(
         items = take(received, 4)
         client.stop_stream()
     assert [r.get_response().id for r, e in items if e is None] == ["0", "1", "2", "3"]
+
+
+def test_answers_of_non_decoupled_requests_come_in_request_order(
+    stream: tuple[Any, queue.Queue[Item]],
+) -> None:
+    """As Triton writes them: r1 (0.1 s), r2 and r3 finish before r0 (0.3 s) but are
+    written after it; a decoupled model's responses are not held back by r4 (0.3 s)."""
+    client, received = stream
+    for index, tenths in enumerate((3.0, 1.0, 2.0, 0.0)):
+        client.async_stream_infer(
+            "sleep", [tensor("IN", np.array([tenths], np.float32))], request_id=f"r{index}"
+        )
+    items = take(received, 4)
+    assert [result.get_response().id for result, _ in items] == ["r0", "r1", "r2", "r3"]
+    client.async_stream_infer("sleep", [tensor("IN", np.array([3.0], np.float32))], request_id="r4")
+    client.async_stream_infer(
+        "decoupled", [tensor("IN", np.array([2], np.int32), "INT32")], request_id="d"
+    )
+    ids = [result.get_response().id for result, _ in take(received, 3)]
+    assert ids == ["d", "d", "r4"]

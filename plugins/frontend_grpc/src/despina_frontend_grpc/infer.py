@@ -1,7 +1,9 @@
 """ModelInfer and ModelStreamInfer: decode, run on the server, encode.
 
-A stream carries any number of requests, each running as soon as it arrives; responses
-are written in the order they are ready (clients match them by ``id``). A failing request
+A stream carries any number of requests, each running as soon as it arrives. As Triton,
+the answers of requests to non-decoupled models are written in the order the requests
+were read (an answer ready early waits for those of the requests before it); a decoupled
+model's responses are written as they come. A failing request
 becomes a ``ModelStreamInferResponse`` with ``error_message`` (and the request's id) and
 the stream stays open, as tritonclient expects; with Triton's ``triton_grpc_error: true``
 header the first error instead ends the stream with its gRPC status.
@@ -106,10 +108,13 @@ class Inference:
         running: set[asyncio.Task[None]] = set()
 
         async def read() -> None:
+            previous: asyncio.Future[None] | None = None
             async for message in messages:
                 while len(running) >= MAX_STREAM_IN_FLIGHT:
                     await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                task = asyncio.create_task(self._one(message, context, ready.put_nowait))
+                turn = _Turn(ready.put_nowait, previous)
+                previous = turn.done
+                task = asyncio.create_task(self._one(message, context, turn))
                 running.add(task)
                 task.add_done_callback(running.discard)
             while running:
@@ -130,29 +135,39 @@ class Inference:
             for task in (reader, *running):
                 task.cancel()
 
-    async def _one(self, message: Any, context: ServicerContext, put: Any) -> None:
-        """Run one streamed request, putting each response (or error) with ``put``."""
+    async def _one(self, message: Any, context: ServicerContext, turn: _Turn) -> None:
+        """Run one streamed request, putting each response (or error) in its ``turn``."""
+        try:
+            await self._run(message, context, turn)
+        finally:
+            turn.end()
+
+    async def _run(self, message: Any, context: ServicerContext, turn: _Turn) -> None:
         if message is UNPARSABLE:
-            put(_error("", Internal(UNPARSABLE_TEXT)))
+            await turn.put(_error("", Internal(UNPARSABLE_TEXT)))
             return
         try:
-            _, request = self.build(message, context, streaming=True)
+            model, request = self.build(message, context, streaming=True)
         except Exception as exc:  # noqa: BLE001 - every failure is reported in the stream
-            put(_error(message.id, exc))
+            await turn.put(_error(message.id, exc))
             return
+        if model.decoupled:
+            turn.end()  # its responses go as they come and hold back no later answer
         empty_final = request.parameters.pop(params.EMPTY_FINAL, False) is True
         final_sent = False
         try:
             async for response in self.server.infer_stream(request):
                 if response.final and request.trace is not None:
                     request.trace.sending("GRPC")
-                put(self._stream_response(request, response))
+                await turn.put(self._stream_response(request, response))
                 final_sent = response.final
+                if final_sent:
+                    turn.end()
         except asyncio.CancelledError:
             request.cancel()
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is reported in the stream
-            put(_error(message.id, exc))
+            await turn.put(_error(message.id, exc))
             return
         finally:
             request.release_regions()
@@ -160,7 +175,7 @@ class Inference:
         if empty_final and not final_sent:
             empty = service_pb2.ModelInferResponse(id=request.id, model_name=request.model_name)
             empty.parameters[params.FINAL_FLAG].bool_param = True
-            put(service_pb2.ModelStreamInferResponse(infer_response=empty))
+            await turn.put(service_pb2.ModelStreamInferResponse(infer_response=empty))
 
     def _stream_response(self, request: InferenceRequest, response: InferenceResponse) -> Any:
         """The stream message of a response; every one carries Triton's final flag."""
@@ -179,6 +194,26 @@ def trace_sent(request: InferenceRequest) -> None:
     gRPC server writes the message right after: GRPC_SEND_END is when it was queued.)"""
     if request.trace is not None:
         request.trace.sent("GRPC")
+
+
+class _Turn:
+    """One streamed request's place in the stream's order of answers: until :meth:`end`
+    (its answer is put, or it turned out decoupled) :meth:`put` waits for the turn of the
+    request read before it to end."""
+
+    def __init__(self, put: Any, previous: asyncio.Future[None] | None) -> None:
+        self._put = put
+        self._previous = previous
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def put(self, item: Any) -> None:
+        if not self.done.done() and self._previous is not None:
+            await asyncio.shield(self._previous)
+        self._put(item)
+
+    def end(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 class _Failed(NamedTuple):
