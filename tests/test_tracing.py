@@ -82,7 +82,7 @@ def infer(protocol: str, running: RunningServer, model: str, **kwargs: Any) -> N
 
         client: Any = client_module.InferenceServerClient(running.http_url)
     else:
-        import tritonclient.grpc as client_module  # type: ignore[no-redef]
+        import tritonclient.grpc as client_module
 
         client = client_module.InferenceServerClient(running.grpc_url)
     data = np.arange(4, dtype=np.float32)
