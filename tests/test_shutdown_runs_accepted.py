@@ -1,8 +1,10 @@
 """SIGTERM runs the work a ``despina serve`` process accepted (reliability issue 37, item
 4; as Triton 2.51): requests in flight, queued in the default scheduler or the dynamic
-batcher, and open sequences all run and are answered before the process exits 0. Only
-what reaches it after the signal is refused: a client's new request ("Server is
-stopping"), a new sequence (Triton's text), while a sequence's next request still runs.
+batcher, and open sequences all run and are answered before the process exits 0. Open
+HTTP connections are served as before until their clients close them; then the models
+stop, and only new work is refused (the scheduler's "Server is stopping, scheduler for
+model has stopped accepting new inference requests"), while a sequence's next request
+still runs.
 Work still queued when ``--exit-timeout-secs`` runs out is answered with the stopping
 error: nothing hangs."""
 
@@ -268,40 +270,16 @@ def test_sigterm_runs_every_step_of_accepted_ensemble_requests(
     assert status == 0, log
 
 
-def _begin(port: int) -> socket.socket:
-    """A connection with a request's first line sent: the server answers it, after the
-    drain too (an idle connection would close)."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(b"POST ")
-    return sock
-
-
-def _finish(sock: socket.socket, model: str, parameters: dict[str, Any]) -> tuple[int, Any]:
-    """Send the rest of an inference request begun by :func:`_begin`: status, JSON body
-    (the connection closes then)."""
-    body = json.dumps(
-        {
-            "parameters": parameters,
-            "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [5]}],
-        }
-    ).encode()
-    head = (
-        f"/v2/models/{model}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    with sock:
-        sock.sendall(head.encode() + body)
-        answer = http.client.HTTPResponse(sock)
-        answer.begin()
-        return answer.status, json.loads(answer.read())
-
-
 def test_sigterm_finishes_open_sequences_and_refuses_new_work(
     model_repository: RepositoryBuilder,
 ) -> None:
-    """Requests completed after the signal on connections opened before it: a sequence's
-    next request runs (and the server waits for the open sequence to end), a new
-    sequence and a plain request are refused, as Triton."""
+    """Requests sent after the signal over gRPC, which keeps accepting while the models
+    stop (as Triton's test_shutdown_sequence): a sequence's next request runs (and the
+    server waits for the open sequence to end); a new sequence and a plain request are
+    refused UNAVAILABLE with the scheduler's text."""
+    from tritonclient.grpc import InferInput
+    from tritonclient.utils import InferenceServerException
+
     model_repository.add("counter", SEQUENCE_CONFIG, {"1/model.py": SLEEPY_PY})
     model_repository.add("sleepy", sleepy_config(0, 1), {"1/model.py": SLEEPY_PY})
     with serving(model_repository.root) as running:
@@ -309,21 +287,30 @@ def test_sigterm_finishes_open_sequences_and_refuses_new_work(
         start = client.infer("counter", _input(1), sequence_id=7, sequence_start=True)
         client.close()
         assert start.as_numpy("OUTPUT0").tolist() == [2]
-        follow_on, new_sequence, plain = (_begin(running.http_port) for _ in range(3))
+        grpc = running.client("grpc")
+        tensor = InferInput("INPUT0", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([5], np.float32))
         running.terminate()
         running.wait_for_drain()
-        assert _finish(plain, "sleepy", {}) == (503, {"error": "Server is stopping"})
-        status, body = _finish(new_sequence, "counter", {"sequence_id": 8, "sequence_start": True})
-        assert (status, body["error"]) == (
-            503,
-            "Server is stopping, scheduler for model has stopped accepting new inference requests",
-        )
+        for model, flags in (
+            ("sleepy", {}),
+            ("counter", {"sequence_id": 8, "sequence_start": True}),
+        ):
+            with pytest.raises(InferenceServerException) as refused:
+                grpc.infer(model, [tensor], **flags)
+            assert refused.value.status() == "StatusCode.UNAVAILABLE"
+            assert refused.value.message() == (
+                "Server is stopping, scheduler for model has stopped accepting new inference "
+                "requests"
+            )
         time.sleep(0.5)
         assert running.process.poll() is None  # sequence 7 is still open
-        status, body = _finish(follow_on, "counter", {"sequence_id": 7, "sequence_end": True})
-        assert status == 200 and body["outputs"][0]["data"] == [6]
+        result = grpc.infer("counter", [tensor], sequence_id=7, sequence_end=True)
+        assert result.as_numpy("OUTPUT0").tolist() == [6]
+        grpc.close()
         exit_status, log = running.exit_status()
     assert exit_status == 0, log
+    assert "Model 'counter' (version 1) has 1 in-flight inferences" in log
 
 
 def _input(value: float) -> list[Any]:
@@ -366,31 +353,28 @@ def _infer_request(value: float) -> bytes:
     return head.encode() + body
 
 
-def _answers(sock: socket.socket) -> list[tuple[int, bool, Any]]:
-    """Every answer on ``sock`` until one says ``Connection: close``: (status, whether it
-    says so, its JSON body)."""
+def _answers(sock: socket.socket, count: int) -> list[tuple[int, bool, Any]]:
+    """The next ``count`` answers on ``sock``: (status, whether it says ``Connection:
+    close``, its JSON body)."""
     found = []
     reader = sock.makefile("rb")
-    closing = False
-    while not closing:
+    for _ in range(count):
         status_line = reader.readline()
-        assert status_line, f"closed without Connection: close after {found}"
+        assert status_line, f"closed after {found}"
         headers = {}
         while (line := reader.readline().strip()) != b"":
             name, _, value = line.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
         body = json.loads(reader.read(int(headers["content-length"])))
-        closing = headers.get("connection") == "close"
-        found.append((int(status_line.split()[1]), closing, body))
-    assert reader.read() == b""  # nothing more: the server closed the connection
+        found.append((int(status_line.split()[1]), headers.get("connection") == "close", body))
     return found
 
 
 def test_sigterm_runs_requests_pipelined_before_it(model_repository: RepositoryBuilder) -> None:
-    """HTTP/1.1 requests the server had read whole before the signal, pipelined behind
-    the one executing, run and are answered in order, the last with ``Connection:
-    close`` (before: 503 "Server is stopping"); a request written after the signal on a
-    connection opened before it is refused (503) and closes it."""
+    """HTTP/1.1 requests pipelined behind the one executing as the signal comes, and a
+    request written after it on a connection opened before it, run and are answered in
+    order on connections kept alive: the server serves its open HTTP connections until
+    their clients close them (as Triton), then stops."""
     model_repository.add("sleepy", sleepy_config(0.3, 1), {"1/model.py": SLEEPY_PY})
     with serving(model_repository.root) as running:
         pipelined = socket.create_connection(("127.0.0.1", running.http_port), timeout=30)
@@ -402,15 +386,19 @@ def test_sigterm_runs_requests_pipelined_before_it(model_repository: RepositoryB
         running.wait_for_drain()
         late.sendall(_infer_request(11))
         with pipelined, late:
-            answered = _answers(pipelined)
-            refused = _answers(late)
+            answered = _answers(pipelined, 4)
+            later = _answers(late, 2)
+            assert running.process.poll() is None  # waiting for the two connections
         status, log = running.exit_status()
     assert [(s, c, b["outputs"][0]["data"]) for s, c, b in answered] == [
         (200, False, [1]),
         (200, False, [2]),
         (200, False, [3]),
-        (200, True, [4]),
+        (200, False, [4]),
     ]
-    assert [(s, c) for s, c, _ in refused] == [(200, False), (503, True)]
-    assert refused[1][2] == {"error": "Server is stopping"}
+    assert [(s, c, b["outputs"][0]["data"]) for s, c, b in later] == [
+        (200, False, [11]),
+        (200, False, [12]),
+    ]
     assert status == 0, log
+    assert "Found 2 HTTP service connections" in log

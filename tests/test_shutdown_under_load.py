@@ -1,8 +1,9 @@
 """Graceful shutdown under load, over the wire: HTTP clients keep a slow batching model
-busy while the server stops. Every request the server accepted runs and is answered with
-its result (as Triton); one reaching a draining connection is refused as stopping;
-requests sent after the port closed fail at the connection level and are counted apart.
-None is lost."""
+busy while the server stops and never close their connections. As Triton, the open
+connections are served until ``--exit-timeout-secs`` runs out; then the models stop: what
+is still queued is answered "was not executed", every execution running finishes and is
+answered with its result, new requests are refused as stopping; requests sent after the
+port closed fail at the connection level and are counted apart. None is lost."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def test_shutdown_under_load_loses_no_request(
     model_repository.add(
         "slow", toy_config(mbs=4, extra=BATCHING), {"1/model.toy": '{"delay_s": 0.05}'}
     )
-    running = despina_server(model_repository.root, ["--allow-grpc=false"], plugins=[toy_backend])
+    args = ["--allow-grpc=false", "--exit-timeout-secs=3"]
+    running = despina_server(model_repository.root, args, plugins=[toy_backend])
     stats = running.server.models.get("slow").stats  # kept: the model is unloaded on stop
     outcomes: collections.Counter[str] = collections.Counter()
     unexpected: list[str] = []
@@ -89,9 +91,9 @@ def test_shutdown_under_load_loses_no_request(
     assert outcomes["other_error"] == 0
     # Every client ended on a connection-level error: the port closed after the stop.
     assert outcomes["connection_error"] == CLIENTS
-    # Every request the model accepted ran and its result reached its client: none was
-    # left queued and answered "was not executed".
+    # Every request the model accepted was answered: its result reached its client, or,
+    # still queued when the exit timeout ran out, "was not executed" did.
     assert outcomes["ok"] == stats.success.count
-    assert outcomes["unavailable_queued"] == stats.failures["REJECTED"] == 0
+    assert outcomes["unavailable_queued"] == stats.failures["REJECTED"]
     assert stats.failures["CANCELED"] == stats.failures["BACKEND"] == stats.failures["OTHER"] == 0
     assert outcomes["ok"] > 0

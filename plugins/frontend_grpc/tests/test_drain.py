@@ -1,6 +1,7 @@
 """Stopping while tritonclient gRPC clients call back to back, calls in flight and new ones
-arriving: each call gets its response or a status (the server is stopping), or finds the
-port closed; none is cut by a reset connection. (Calls refused with REFUSED_STREAM after
+arriving: each call gets its response or a status (the server is stopping: the port keeps
+accepting while the models stop, as Triton's), or finds the port closed once the models
+are unloaded; none is cut by a reset connection. (Calls refused with REFUSED_STREAM after
 the last GOAWAY are retried by the client itself, then find the port closed.)"""
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class Callers(Outcomes):
         if any(s in text for s in CUT):
             self.note("cut", f"client {index}: {status}: {text}")
             return True
-        if status == "StatusCode.UNAVAILABLE" and text == "Server is stopping":
+        if status == "StatusCode.UNAVAILABLE" and text.startswith("Server is stopping"):
             self.note("stopping")
             return False
         self.note("unexpected", f"client {index}: {status}: {text}")

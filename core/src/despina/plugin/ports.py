@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from despina.inference.response_cache import ResponseCache
 from despina.plugin.backend import BackendHost
@@ -29,6 +29,7 @@ __all__ = [
     "BackendHost",
     "Frontend",
     "FrontendHost",
+    "HoldsConnections",
     "MetricsExporter",
     "MetricsHost",
     "RepositoryAgent",
@@ -138,7 +139,6 @@ class FrontendHost(Protocol):
         process under ``--serving-processes`` (Unavailable when one does not answer)."""
         ...
 
-
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]: ...
 
     async def load(
@@ -205,10 +205,12 @@ class Frontend(Protocol):
     """A protocol frontend (``despina_frontends``), made as ``Frontend(host)`` with the
     server's :class:`FrontendHost` and started after the models load.
 
-    Stopping goes ``drain()`` (as the server begins to stop, before the models unload:
-    stop accepting connections, close the open ones gracefully), then the server waits for
-    ``settled`` with the models' queues (within ``--exit-timeout-secs``), then ``stop()``
-    once the models are unloaded."""
+    Stopping, as Triton: a frontend that is also :class:`HoldsConnections` closes its port
+    first and the server waits for its open connections; then the models stop while every
+    frontend serves (new inferences are refused by the schedulers) and the server waits
+    for ``settled`` with the models' queues (within ``--exit-timeout-secs``); once the
+    models are unloaded, ``drain()`` (stop accepting, close the open connections
+    gracefully), then ``stop()``."""
 
     name: ClassVar[str]
 
@@ -219,7 +221,7 @@ class Frontend(Protocol):
         ...
 
     def drain(self) -> None:
-        """Stop accepting; let open connections finish what they read."""
+        """Stop accepting; let open connections finish what they read, then close."""
         ...
 
     @property
@@ -230,6 +232,24 @@ class Frontend(Protocol):
 
     async def stop(self) -> None:
         """Close what is still open and release the frontend's resources."""
+        ...
+
+
+@runtime_checkable
+class HoldsConnections(Protocol):
+    """A :class:`Frontend` whose clients keep a connection for their next requests
+    (HTTP/1.1), stopped as Triton stops its HTTP service: first, before the models stop,
+    it refuses new connections and serves the open ones as before; the server waits until
+    they are closed, within ``--exit-timeout-secs``."""
+
+    def refuse_connections(self) -> None:
+        """Close the port (a connection the kernel completed meanwhile is still served);
+        keep serving the open connections."""
+        ...
+
+    @property
+    def open_connections(self) -> int:
+        """The connections open now."""
         ...
 
 

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 DRAIN_POLL_S = 0.005
 #: The answer to a client's request that reaches a stopping server (UNAVAILABLE).
 STOPPING = "Server is stopping"
+#: Triton's answer (UNAVAILABLE) to new work for a model whose scheduler stopped.
+NO_NEW_REQUESTS = f"{STOPPING}, scheduler for model has stopped accepting new inference requests"
 #: ``--max-pending-requests``'s default: requests a model version's queue holds (per
 #: priority level) where its config sets no ``max_queue_size``; beyond it a request is
 #: refused at once with UNAVAILABLE "Exceeds maximum queue size" (Triton's text for a full
@@ -208,9 +210,14 @@ class Scheduler(abc.ABC):
     takes_follow_ons: ClassVar[bool] = False
 
     def admit_while_stopping(self, request: InferenceRequest) -> None:
-        """The server is stopping: raise Unavailable unless a client's ``request``
+        """The server is stopping: raise :meth:`refusal` unless a client's ``request``
         continues work accepted before (default: it never does)."""
-        raise Unavailable(STOPPING)
+        raise self.refusal()
+
+    def refusal(self) -> Unavailable:
+        """The answer to a client's new request once the server is stopping: Triton's
+        scheduler text."""
+        return Unavailable(NO_NEW_REQUESTS)
 
     def can_hand_over(self, successor: Scheduler) -> bool:
         """Whether :meth:`hand_over` to ``successor`` is possible now (the default: when

@@ -40,6 +40,11 @@ class EnsembleScheduler(Scheduler):
 
     name = "ensemble"
 
+    def refusal(self) -> Unavailable:
+        """As Triton, where the first step's scheduler refuses the request: the
+        ensemble's prefix and the scheduler's text."""
+        return Unavailable(f"in ensemble '{self.model.name}', {super().refusal()}")
+
     @classmethod
     def handles(cls, config: ModelConfig) -> bool:
         return bool(config.platform == ENSEMBLE_PLATFORM)

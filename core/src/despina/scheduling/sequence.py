@@ -54,11 +54,6 @@ from despina.scheduling.sequence_controls import SequenceControls, state_specs
 
 log = logging.getLogger("despina.scheduling")
 
-#: Triton's answer (UNAVAILABLE) to a request that would start a sequence on a stopping
-#: server or scheduler.
-NO_NEW_SEQUENCES = (
-    "Server is stopping, scheduler for model has stopped accepting new inference requests"
-)
 #: How often the reaper looks again at an idle sequence still waiting in the backlog or
 #: executing (a sequence is not idle while one of its requests runs).
 BACKLOG_RECHECK_S = 0.05
@@ -168,7 +163,7 @@ class SequenceBatchScheduler(Scheduler):
         goes on to :meth:`submit` (it continues its sequence, or gets the START error)."""
         starts = SequenceFlags.START in request.flags
         if starts or (self.iterative and request.correlation_id in (0, "")):
-            raise Unavailable(NO_NEW_SEQUENCES)
+            raise self.refusal()
 
     def delays(self, batcher: InstanceBatcher) -> bool:
         """Whether ``batcher``'s first batch still waits for the delay test hooks; once
@@ -188,7 +183,7 @@ class SequenceBatchScheduler(Scheduler):
     def submit(self, request: InferenceRequest) -> None:
         model = self.model.name
         if self.stopping:
-            raise Unavailable(NO_NEW_SEQUENCES)
+            raise self.refusal()
         if batch_size_of(request, self.model.config) > 1:
             raise InvalidArgument(
                 f"inference request to model '{model}' must specify batch-size 1 due to "

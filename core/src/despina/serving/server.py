@@ -29,6 +29,7 @@ from despina.plugin.ports import (
     BackendHost,
     Frontend,
     FrontendHost,
+    HoldsConnections,
     MetricsExporter,
     MetricsHost,
     SchedulerHost,
@@ -36,7 +37,7 @@ from despina.plugin.ports import (
 from despina.plugin.registry import Registry
 from despina.repository.folders import ModelRepository
 from despina.repository.poller import RepositoryPoller
-from despina.scheduling.base import DRAIN_POLL_S, STOPPING
+from despina.scheduling.base import STOPPING
 from despina.scheduling.rate_limiter import RateLimiter, parse_resource_flags
 from despina.serving.custom_metrics import CustomMetrics
 from despina.serving.dataplane import (
@@ -45,6 +46,7 @@ from despina.serving.dataplane import (
     SchedulerServices,
     instances_ready,
 )
+from despina.serving.exit_timeout import ExitTimeout
 from despina.serving.flags import build_serve_parser, parse_settings, plugin_modules
 from despina.serving.peer_statistics import PeerStatistics
 from despina.serving.runtime_settings import LogSettings, TraceSettings
@@ -144,6 +146,8 @@ class Server:
         self.frontends: list[Frontend] = []
         self.exporters: list[MetricsExporter] = []
         self.live = False
+        #: Set as :meth:`stop` begins; ``_stopping`` once the models stop (its step 2).
+        self._stop_began = False
         self._stopping = False
         #: ``time.monotonic_ns()`` as :meth:`stop` began: a client's request a frontend
         #: received before it is accepted work (:meth:`_refuses`).
@@ -319,32 +323,44 @@ class Server:
         return component
 
     async def stop(self) -> None:
-        """Stop: refuse new requests ("Server is stopping"; a sequence's next request is
-        still taken, as Triton), and in the same step have every frontend
-        ``drain()``: stop accepting connections and close the open ones gracefully (answers
-        close them). Run everything accepted (queued, executing, open sequences, the
-        ensemble steps and BLS calls they make) within ``--exit-timeout-secs``; what is
-        still queued then is answered with the stopping error. Unload (executions still
-        running finish, for at most another ``--exit-timeout-secs``); then stop the
-        frontends (their last connections close)."""
-        if self._stopping:
+        """Stop as Triton does, within one ``--exit-timeout-secs`` counted down across the
+        steps (:class:`~despina.serving.exit_timeout.ExitTimeout`):
+
+        1. frontends that :class:`~despina.plugin.ports.HoldsConnections` (HTTP) close
+           their ports and serve their open connections as before until the clients
+           close them (Triton's ``Timeout N: Found M HTTP service connections``);
+        2. the models stop: a client's new request is refused (the scheduler's "Server
+           is stopping, scheduler for model has stopped accepting new inference
+           requests"; a sequence's next request is still taken) while every frontend
+           still serves; everything accepted (queued, executing, open sequences, the
+           ensemble steps and BLS calls they make) runs; what is still queued when the
+           time runs out is answered with the stopping error. Unload (executions still
+           running finish, for at most another ``--exit-timeout-secs``);
+        3. every frontend ``drain()``s (closes its port; its open connections close
+           after what they read is answered), then stops."""
+        if self._stop_began:
             return
-        self._stopping = True
-        self._stop_ns = time.monotonic_ns()
-        for frontend in reversed(self.frontends):
-            frontend.drain()
+        self._stop_began = self.draining = True
+        countdown = ExitTimeout(float(self.settings.exit_timeout_secs))
         if self.poller is not None:
             await self.poller.stop()
+        await self._close_connections(countdown)
+        self._stopping = True
+        self._stop_ns = time.monotonic_ns()
         self.plugins.hook.despina_server_stopping(server=self.dataplane)
-        timeout = float(self.settings.exit_timeout_secs)
-        if not await self._settle(timeout):
+        log.info("Waiting for in-flight requests to complete.")
+        if not await countdown.wait(self._settled, self._log_in_flight):
             log.warning("exit timeout reached: requests not run are answered 'Server is stopping'")
+        log.info("All models are stopped, unloading models")
+        timeout = float(self.settings.exit_timeout_secs)
         try:
             await asyncio.wait_for(self.models.unload_all(), timeout)
         except TimeoutError:
             log.warning(
                 "executions still running %g s after the exit timeout: not waited for", timeout
             )
+        for frontend in reversed(self.frontends):
+            frontend.drain()
         for frontend in reversed(self.frontends):
             await frontend.stop()
         for exporter in self.exporters:
@@ -355,37 +371,45 @@ class Server:
         self.tracer.close()
         self.live = False
 
-    async def _settle(self, timeout_s: float) -> bool:
-        """Wait until every READY version has run what it accepted, all at once (an
-        ensemble's next step or a BLS call may land on a model that was idle), and every
-        frontend is ``settled`` (has answered the requests it received before the stop;
-        one may still hold some it has not submitted), for at most ``timeout_s``; whether
-        they did. Each second it logs, as Triton, every model's in-flight inferences."""
-        deadline = report = time.monotonic()
-        deadline += timeout_s
-        while not (
-            all(v.scheduler is None or v.scheduler.settled for v in self.models.ready_versions())
-            and all(frontend.settled for frontend in self.frontends)
-        ):
-            now = time.monotonic()
-            if now >= deadline:
-                return False
-            if now >= report:
-                self._log_in_flight()
-                report = now + 1.0
-            await asyncio.sleep(DRAIN_POLL_S)
-        return True
+    async def _close_connections(self, countdown: ExitTimeout) -> None:
+        """Step 1 of :meth:`stop`: the ports of the frontends that hold connections close;
+        wait for their open connections to close, logging them each second as Triton."""
+        holding = [f for f in self.frontends if isinstance(f, HoldsConnections)]
+        for frontend in holding:
+            frontend.refuse_connections()
 
-    def _log_in_flight(self) -> None:
-        for version in self.models.ready_versions():
-            count = 0 if version.scheduler is None else version.scheduler.in_flight
-            if count:
-                log.info(
-                    "Model '%s' (version %d) has %d in-flight inferences",
-                    version.name,
-                    version.version,
-                    count,
-                )
+        def report(seconds: int) -> None:
+            for frontend in holding:
+                if count := frontend.open_connections:
+                    service = frontend.name.upper()
+                    log.info("Timeout %d: Found %d %s service connections", seconds, count, service)
+
+        await countdown.wait(lambda: not any(f.open_connections for f in holding), report)
+
+    def _settled(self) -> bool:
+        """Every READY version has run what it accepted (all at once: an ensemble's next
+        step or a BLS call may land on a model that was idle), and every frontend is
+        ``settled`` (has answered the requests it received before the stop; one may
+        still hold some it has not submitted)."""
+        return all(
+            v.scheduler is None or v.scheduler.settled for v in self.models.ready_versions()
+        ) and all(frontend.settled for frontend in self.frontends)
+
+    def _log_in_flight(self, seconds: int) -> None:
+        """Triton's lines, each second while the models stop: the versions with in-flight
+        inferences, and each one's count."""
+        counts = [
+            (v.name, v.version, v.scheduler.in_flight)
+            for v in self.models.ready_versions()
+            if v.scheduler is not None and v.scheduler.in_flight
+        ]
+        log.info(
+            "Timeout %d: Found %d model versions that have in-flight inferences",
+            seconds,
+            len(counts),
+        )
+        for name, version, count in counts:
+            log.info("Model '%s' (version %d) has %d in-flight inferences", name, version, count)
 
     def _refuses(self, received_ns: int) -> bool:
         """Whether a client's request is new work for a stopping server: the server is
@@ -410,10 +434,11 @@ class Server:
             model = self.models.get(name, version)
         except DespinaError:
             raise Unavailable(STOPPING) from None
-        if self._refuses(received_ns) and (
-            model.scheduler is None or not model.scheduler.takes_follow_ons
-        ):
-            raise Unavailable(STOPPING)
+        if self._refuses(received_ns):
+            if model.scheduler is None:
+                raise Unavailable(STOPPING)
+            if not model.scheduler.takes_follow_ons:
+                raise model.scheduler.refusal()
         return model
 
     def submit(

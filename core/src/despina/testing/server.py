@@ -7,7 +7,9 @@ and the CLI are imported by :func:`start_server` when it runs.
 
 from __future__ import annotations
 
+import gc
 import threading
+import warnings
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -54,9 +56,14 @@ class RunningServer:
         return future.result(timeout)
 
     def stop(self) -> None:
-        """Stop the server and its loop thread (idempotent)."""
+        """Stop the server and its loop thread (idempotent). Clients the test dropped
+        close their connections first, as they would at the exit of a client process:
+        the stop waits for the HTTP connections still open, as Triton's."""
         if not self.thread.is_alive():
             return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
         try:
             self.call(self.server.stop())
         finally:

@@ -67,9 +67,22 @@ class HttpFrontend:
         self._front = front
         log.info("Started %s at %s:%d", _service(options), options.address, self.port)
 
+    def refuse_connections(self) -> None:
+        """The server begins to stop (a ``HoldsConnections`` of the plugin ports, as
+        Triton's HTTP service): close the listening socket; the open connections are
+        served as before."""
+        if self._front is not None:
+            self._front.refuse_connections()
+
+    @property
+    def open_connections(self) -> int:
+        """The connections open now: the server waits for their clients to close them
+        before the models stop."""
+        return 0 if self._front is None else len(self._front.connections)
+
     def drain(self) -> None:
-        """The server begins to stop: close the listening socket; every answer from now
-        on says ``Connection: close`` and closes its connection; an idle connection waits
+        """The models are stopped: every answer from now on says ``Connection: close``
+        and closes its connection; an idle connection waits
         :data:`~despina_frontend_http.h1_server.DRAIN_IDLE_S` for a request its client may be
         sending."""
         if self._front is not None:

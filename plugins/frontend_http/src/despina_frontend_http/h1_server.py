@@ -36,9 +36,12 @@ client sends meanwhile is answered). When every connection is busy, the new one 
 closed at once. Running out of descriptors pauses accepting briefly
 (:class:`~despina.transport.listen.Listener`).
 
-Stopping (:meth:`Front.drain`, as the server begins to stop): the listener closes; on each
-connection the requests read whole before the stop began (pipelined behind the one
-answered) run and are answered in turn, later ones are refused ("Server is stopping"); the
+Stopping, as Triton's HTTP service: as the server begins to stop,
+:meth:`Front.refuse_connections` closes the listener and the open connections are served
+as before; the server waits for their clients to close them (within the exit timeout).
+Once the models are unloaded, :meth:`Front.drain`: on each connection still open the
+requests read whole before the models began to stop (pipelined behind the one answered)
+have run and are answered in turn, later ones are refused ("Server is stopping"); the
 answer that leaves nothing read unanswered says ``Connection: close``, and the connection
 closes after it in the same staged way. The server's stop waits for them
 (:attr:`Front.settled`) before the models unload. An idle connection stays open
@@ -54,7 +57,7 @@ import re
 import ssl
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote
 
 from despina import Listener, Roster, listen, stop_listening
@@ -146,8 +149,8 @@ class FrontConnection(asyncio.Protocol):
     # --- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport: asyncio's, or uvloop's (not an asyncio.Transport subclass)
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = (peer[0], peer[1]) if isinstance(peer, tuple) else None
         if not self.front.roster.admit(self):
@@ -491,13 +494,19 @@ class Front:
             raise
         return int(self.listener.sockets[0].getsockname()[1])
 
+    def refuse_connections(self) -> None:
+        """Stop listening (a connection the kernel completed meanwhile is still served);
+        the open connections are served as before."""
+        if self.listener is not None:
+            stop_listening(self.listener, lambda: FrontConnection(self), self.ssl_context)
+            self.listener = None
+
     def drain(self) -> None:
         """Stop listening; every connection drains (:meth:`H1Engine.drain`), and so
         does one accepted just before, as it is made."""
         self.stopping = True
         self.roster.close()
-        if self.listener is not None:
-            stop_listening(self.listener, lambda: FrontConnection(self), self.ssl_context)
+        self.refuse_connections()
         for connection in list(self.connections):
             connection.engine.drain()
 
