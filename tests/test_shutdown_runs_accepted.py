@@ -11,6 +11,7 @@ error: nothing hangs."""
 from __future__ import annotations
 
 import http.client
+import importlib
 import json
 import signal
 import socket
@@ -162,11 +163,7 @@ def concurrent_requests(
     ``shape`` to ``sleepy`` once the returned barrier (``count + 1`` parties) is passed;
     the returned function joins them and counts their outcomes ("ok": the output is the
     input plus ``added``; "wrong"; or the error's text)."""
-    module: Any
-    if protocol == "http":
-        import tritonclient.http as module
-    else:
-        import tritonclient.grpc as module
+    module: Any = importlib.import_module(f"tritonclient.{protocol}")
     from tritonclient.utils import InferenceServerException
 
     outcomes: dict[str, int] = {}
@@ -356,7 +353,7 @@ def _infer_request(value: float) -> bytes:
 def _answers(sock: socket.socket, count: int) -> list[tuple[int, bool, Any]]:
     """The next ``count`` answers on ``sock``: (status, whether it says ``Connection:
     close``, its JSON body)."""
-    found = []
+    found: list[tuple[int, bool, Any]] = []
     reader = sock.makefile("rb")
     for _ in range(count):
         status_line = reader.readline()
