@@ -9,7 +9,10 @@ system shared memory).
 
 ``BACKENDS`` is ``onnx libtorch python python_dlpack``; ``INFER_BACKENDS=python,python_dlpack``
 (comma-separated) picks others, e.g. for a server with only the Python backend.
-``ENSEMBLES`` is test.sh's own switch (default 1).
+``ENSEMBLES`` is test.sh's own switch (default 1). A v2.71 tree as ``--triton-repo``
+(``git archive v2.71.0 qa src/test/models``) runs the same way with v2.71's test.sh and
+test files, whose mixed ensembles (``test_ensemble_mix_*``, ``label_override``,
+``wrong_label``, batch/non-batch) compose ONNX and TorchScript models instead of GraphDefs.
 
 Adaptations (preparation only):
 
