@@ -19,9 +19,10 @@ Selectable by environment (test.sh's own ``BACKENDS``, ``ENSEMBLES``, ``MODEL_TR
   cannot run on this machine, nor TensorFlow's). Triton 2.51's CPU build here serves only
   ``python``, with ``SEQUENCE_ENSEMBLES=0`` (its ensembles need the ``identity`` backend).
 - ``SEQUENCE_ENSEMBLES`` (default 1).
-- ``SEQUENCE_MODEL_TRIALS`` (default ``0 4 v``: test.sh's ``0 1 2 4 v`` takes hours on this
-  2-core machine; ``0 v`` is what test.sh itself runs under ``TEST_JETSON``). The trials
-  left out, ``1`` and ``2`` (one instance of batch 4, two of batch 2), run the same tests.
+- ``SEQUENCE_MODEL_TRIALS`` (default ``0 4 v``, about 20 minutes on a 2-core machine;
+  test.sh's ``0 1 2 4 v`` would take over half an hour; ``0 v`` is what test.sh itself
+  runs under ``TEST_JETSON``). The trials left out, ``1`` and ``2`` (one instance of
+  batch 4, two of batch 2), run the same tests.
 
 Adaptations (preparation only):
 
