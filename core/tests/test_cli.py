@@ -85,6 +85,15 @@ def test_strict_model_config_warnings_are_tritons(argv: list[str], expected: lis
     assert settings.auto_complete is (not argv or argv == ["--strict-model-config=false"])
 
 
+def test_backend_config_is_read_not_reported_inert() -> None:
+    """``--backend-config`` (test.sh of ``qa/L0_infer`` passes Python backend settings)."""
+    argv = ["--backend-config=python,shm-default-byte-size=1048576", "--backend-config=a=1"]
+    namespace = parse_settings(argv, create_plugins())
+    assert not namespace.inert_flags_given
+    settings = CoreSettings.from_namespace(namespace)
+    assert settings.backend_config == ("python,shm-default-byte-size=1048576", "a=1")
+
+
 def test_grpc_threads_and_response_pool_are_inert_with_their_reasons() -> None:
     """Triton 2.56/2.57 flags (``qa/L0_decoupled`` passes the pool size) start the server."""
     settings = parse_settings(

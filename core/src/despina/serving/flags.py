@@ -211,6 +211,14 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not auto-complete model configs from model files",
     )
+    parser.add_argument_group("backends").add_argument(
+        "--backend-config",
+        action="append",
+        default=None,
+        metavar="[<backend>,]<setting>=<value>",
+        help="a backend setting, as tritonserver's (default-max-batch-size for every "
+        "backend; others the backend names); settings no backend reads are ignored",
+    )
     parser.add_argument_group("shared memory").add_argument(
         "--allow-client-shm",
         type=triton_bool,

@@ -111,7 +111,6 @@ TRITON_FLAGS: dict[str, tuple[str, bool, str]] = {
     "--metrics-port": ("int", False, _METRICS),
     "--metrics-interval-ms": ("float", False, _METRICS),
     "--metrics-config": ("str", True, _METRICS),
-    "--backend-config": ("str", True, "per-backend configuration is not read yet"),
     "--repoagent-directory": ("str", False, "repository agents are Python plugins"),
     "--cache-directory": ("str", False, "caches are Python plugins, not shared libraries"),
     "--pinned-memory-pool-byte-size": (
