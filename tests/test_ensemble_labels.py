@@ -41,7 +41,7 @@ def running(
     model_repository: RepositoryBuilder, despina_server: Callable[..., RunningServer]
 ) -> RunningServer:
     step_labels = "".join(f"step{n}\n" for n in range(4))
-    files = {"1/model.ens": '{"op": "double"}', "labels.txt": step_labels}
+    files: dict[str, str | bytes] = {"1/model.ens": '{"op": "double"}', "labels.txt": step_labels}
     model_repository.add("double", DOUBLE, files)
     model_repository.add("inherits", _ensemble(""))
     own_labels = "".join(f"own{n}\n" for n in range(4))
