@@ -324,3 +324,36 @@ def test_a_repeated_config_field_given_one_object(
     )
     client.load_model("m", config=config)
     assert client.get_model_config("m")["instance_group"][0]["count"] == 2
+
+
+SLOW_INIT = """
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(4)
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_python_instances_are_created_at_once(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    """As Triton's test_concurrent_model_instance_load_speedup: a Python model's instances
+    start together (the backend's parallel instance loading), so two whose ``initialize``
+    takes 4 s each load in about 4 s, not 8."""
+    import tritonclient.http as httpclient
+
+    model_repository.add("slow_init", CONFIG, {"1/model.py": SLOW_INIT})
+    running = despina_server(model_repository.root, EXPLICIT)
+    client = httpclient.InferenceServerClient(running.http_url)
+    config = {"instance_group": [{"kind": "KIND_CPU", "count": 2}]}
+    began = time.monotonic()
+    client.load_model("slow_init", config=json.dumps(config))
+    took = time.monotonic() - began
+    assert client.is_model_ready("slow_init")
+    assert 4.0 <= took < 7.5, took
+    client.close()

@@ -7,6 +7,7 @@ manager (``models.py``) decides what to load and when.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -141,8 +142,7 @@ async def _load_once(server: LoadHost, prepared: PreparedConfig, version: ModelV
             version.backend = prepared.backend(context)
             await version.backend.load()
             specs = instance_groups.instance_specs(version.config)
-            for spec in specs:
-                version.instances.append(await version.backend.create_instance(spec))
+            await _create_instances(version, specs)
             await warm_up(version.config, model_dir, version.instances)
         version.scheduler = make_scheduler(server, version, model_dir, specs)
         await version.scheduler.start()
@@ -164,6 +164,25 @@ async def _load_once(server: LoadHost, prepared: PreparedConfig, version: ModelV
         version.version,
         version.stats.load_ns / 1e6,
     )
+
+
+async def _create_instances(version: ModelVersion, specs: list[InstanceSpec]) -> None:
+    """Add the instances of ``specs`` to ``version``, in their order: created all at once
+    where its backend sets ``parallel_instance_loading`` (as Triton), else one after
+    another. Raises the first failure, with the instances made added (to be closed)."""
+    backend = version.backend
+    assert backend is not None
+    if not backend.parallel_instance_loading:
+        for spec in specs:
+            version.instances.append(await backend.create_instance(spec))
+        return
+    made = await asyncio.gather(
+        *(backend.create_instance(spec) for spec in specs), return_exceptions=True
+    )
+    version.instances.extend(m for m in made if not isinstance(m, BaseException))
+    for outcome in made:
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 async def unload_version(version: ModelVersion, drain: bool = True) -> None:

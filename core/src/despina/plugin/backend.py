@@ -9,7 +9,8 @@ Lifecycle, driven by the model manager:
    of ``context.config``, the pipeline's draft (inputs, outputs, max_batch_size), from
    the model file.
 3. ``await backend.load()`` — load shared state (weights) once for all instances.
-4. ``await backend.create_instance(spec)`` — once per instance (``count`` x groups).
+4. ``await backend.create_instance(spec)`` — once per instance (``count`` x groups), all
+   at once where the backend sets ``parallel_instance_loading``, else one after another.
 5. ``await instance.execute(requests)`` — many times, from the scheduler.
 6. ``await instance.close()`` for every instance, then ``await backend.unload()``.
 
@@ -201,6 +202,9 @@ class Backend(abc.ABC):
     platforms: ClassVar[tuple[str, ...]] = ()
     #: File (or folder) name looked for in a version folder, e.g. "model.onnx".
     default_model_filename: ClassVar[str] = ""
+    #: Whether a model's instances may be created at once (Triton's backend attribute
+    #: ``parallel_instance_loading``): ``create_instance`` calls then overlap.
+    parallel_instance_loading: ClassVar[bool] = False
 
     @classmethod
     def gpu_support(cls) -> str | None:

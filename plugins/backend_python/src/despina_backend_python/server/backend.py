@@ -47,6 +47,7 @@ class PythonBackend(Backend):
 
     name = "python"
     default_model_filename = "model.py"
+    parallel_instance_loading = True  # as Triton's: each instance starts its own process
 
     @classmethod
     def gpu_support(cls) -> str | None:
