@@ -9,10 +9,11 @@ import socket
 import time
 
 from despina.serving.busy_poll import BusyPollSelector, loop_factory
+from despina.serving.event_loop import loop_class
 
 
-def test_zero_keeps_the_default_loop() -> None:
-    assert loop_factory(0) is None
+def test_zero_keeps_the_serving_loop() -> None:
+    assert loop_factory(0) is loop_class()
 
 
 def test_select_still_honours_its_timeout() -> None:

@@ -20,6 +20,9 @@ import asyncio
 import os
 import selectors
 import time
+from typing import Any
+
+from despina.serving.event_loop import loop_class
 
 
 class BusyPollSelector(selectors.DefaultSelector):
@@ -46,11 +49,12 @@ class BusyPollSelector(selectors.DefaultSelector):
         return super().select(timeout)
 
 
-def loop_factory(busy_poll_us: float) -> type[asyncio.AbstractEventLoop] | None:
-    """A ``loop_factory`` for :class:`asyncio.Runner`: None (the default loop) when
-    ``busy_poll_us`` is 0."""
+def loop_factory(busy_poll_us: float) -> Any:
+    """A ``loop_factory`` for :class:`asyncio.Runner`: when ``busy_poll_us`` is 0 the
+    serving loop of :mod:`despina.serving.event_loop` (None: asyncio's default loop),
+    else a selector loop that polls."""
     if busy_poll_us <= 0:
-        return None
+        return loop_class()
     poll_s = busy_poll_us / 1e6
 
     class BusyPollEventLoop(asyncio.SelectorEventLoop):

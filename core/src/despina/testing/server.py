@@ -104,6 +104,7 @@ def start_server(
     from concurrent.futures import Future
 
     from despina.plugin.manager import create_plugins
+    from despina.serving.event_loop import new_event_loop
     from despina.serving.flags import build_serve_parser, parse_settings
     from despina.serving.server import Server
 
@@ -119,7 +120,7 @@ def start_server(
             argv.append(f"{flag}=0")
     argv.extend(args)
     settings = parse_settings(argv, registered)
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop()  # the loop despina serve runs on
     ready: Future[Server] = Future()
 
     def run() -> None:

@@ -57,7 +57,9 @@ class RedisCache:
         import redis.asyncio as aioredis
         from redis.exceptions import RedisError
 
-        self._errors = (RedisError, OSError)
+        # RuntimeError: uvloop's answer to a write on a connection Redis closed (asyncio's
+        # loop drops such a write); a closed connection is a failing Redis either way.
+        self._errors = (RedisError, OSError, RuntimeError)
         self._client = aioredis.Redis(connection_pool=_pool(self.options))
         try:
             await self._client.ping()

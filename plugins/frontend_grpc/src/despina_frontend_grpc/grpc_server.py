@@ -43,7 +43,7 @@ import logging
 import random
 import ssl
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from despina import BodyBudget, Listener, Roster, listen, stop_listening
 
@@ -81,8 +81,8 @@ class Connection(asyncio.Protocol):
     # --- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport: asyncio's, or uvloop's (not an asyncio.Transport subclass)
+        self.transport = cast(asyncio.Transport, transport)
         limits = self.limits
         if not self.server.roster.admit(self):
             self.engine.closing = True

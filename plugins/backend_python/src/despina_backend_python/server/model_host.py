@@ -52,7 +52,7 @@ class ServerRuntime(Runtime, BlsHost):
     def _off_loop(self, what: str) -> None:
         """Raise when a call that waits for the loop is made on it: NeedsThread for a
         synchronous ``execute`` running inline (re-run in a thread), else the model's error."""
-        if threading.get_ident() == getattr(self.loop, "_thread_id", None):
+        if _running_loop() is self.loop:
             if running_inline():
                 raise NeedsThread
             raise TritonModelException(
@@ -231,3 +231,11 @@ class MetricHandles:
 
 def _as_bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else base64.b64decode(value)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
