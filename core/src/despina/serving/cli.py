@@ -117,7 +117,8 @@ def cmd_serve(argv: Sequence[str]) -> int:
         peers = None if place is None else PeerStatistics(place, server.dataplane.statistics)
         server.statistics_peers = peers
         try:
-            await server.start()
+            if not await start_unless_stopped(server, stop):
+                return 0
         except StartupError as exc:
             log.error("%s", exc)
             return 1
@@ -135,6 +136,28 @@ def cmd_serve(argv: Sequence[str]) -> int:
 
     with asyncio.Runner(loop_factory=loop_factory(settings.busy_poll_us)) as runner:
         return runner.run(run())
+
+
+async def start_unless_stopped(server: Server, stop: asyncio.Event) -> bool:
+    """Start ``server``; True once started. A stop signal (``stop`` set) while it starts,
+    e.g. while a large repository loads, ends the start: the loads still running are
+    cancelled, what was loaded is stopped, and False is returned. (Triton's process, whose
+    signal handler comes only after the start, dies of the signal then.) StartupError as
+    :meth:`Server.start` raises it."""
+    starting = asyncio.ensure_future(server.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if starting.done():
+        starting.result()
+        return True
+    log.info("shutting down before the start finished")
+    starting.cancel()
+    await asyncio.gather(starting, return_exceptions=True)
+    await server.stop()
+    return False
 
 
 def cmd_supervise(argv: Sequence[str]) -> int:
