@@ -146,14 +146,17 @@ def _client_factory(protocol: str) -> Iterator[Callable[..., Any]]:
 
 
 @pytest.fixture
-def http_client() -> Iterator[Callable[..., Any]]:
-    """Factory: ``http_client(running)`` -> ``tritonclient.http.InferenceServerClient``."""
+def http_client(despina_server: Callable[..., RunningServer]) -> Iterator[Callable[..., Any]]:
+    """Factory: ``http_client(running)`` -> ``tritonclient.http.InferenceServerClient``;
+    its clients close before the servers of ``despina_server`` stop (a stop waits for
+    the HTTP connections still open)."""
     yield from _client_factory("http")
 
 
 @pytest.fixture
-def grpc_client() -> Iterator[Callable[..., Any]]:
-    """Factory: ``grpc_client(running)`` -> ``tritonclient.grpc.InferenceServerClient``."""
+def grpc_client(despina_server: Callable[..., RunningServer]) -> Iterator[Callable[..., Any]]:
+    """Factory: ``grpc_client(running)`` -> ``tritonclient.grpc.InferenceServerClient``;
+    its clients close before the servers of ``despina_server`` stop."""
     yield from _client_factory("grpc")
 
 
