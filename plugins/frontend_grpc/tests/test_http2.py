@@ -569,9 +569,12 @@ def test_stop_refuses_streams_after_the_last_goaway(
     resets = {sid: FRAME.unpack_from(p)[0] for k, _, sid, p in frames(client.raw) if k == 0x3}
     assert resets[late] == 0x7  # REFUSED_STREAM
     assert late not in replies or not replies[late].headers
-    if last == racing:  # served: the server is stopping
-        assert replies[racing].grpc_status == 14
-        assert replies[racing].headers["grpc-message"].startswith("Server is stopping")
+    if last == racing:  # served: run, or refused if the models had begun to stop by then
+        reply = replies[racing]
+        assert reply.grpc_status == 0 or (
+            reply.grpc_status == 14
+            and reply.headers["grpc-message"].startswith("Server is stopping")
+        ), reply
     else:
         assert resets[racing] == 0x7
     assert replies[sleeping].ended and replies[sleeping].grpc_status == 0

@@ -328,16 +328,19 @@ class Server:
 
         1. frontends that :class:`~despina.plugin.ports.HoldsConnections` (HTTP) close
            their ports and serve their open connections as before until the clients
-           close them (Triton's ``Timeout N: Found M HTTP service connections``);
+           close them (Triton's ``Timeout N: Found M HTTP service connections``); the
+           others (gRPC) ``drain()`` at once, as Triton 2.58+ closes its gRPC service
+           before the models stop: their calls running are answered, a new connection
+           is refused;
         2. the models stop: a client's new request is refused (the scheduler's "Server
            is stopping, scheduler for model has stopped accepting new inference
-           requests"; a sequence's next request is still taken) while every frontend
-           still serves; everything accepted (queued, executing, open sequences, the
+           requests"; a sequence's next request is still taken) on the HTTP connections
+           still open; everything accepted (queued, executing, open sequences, the
            ensemble steps and BLS calls they make) runs; what is still queued when the
            time runs out is answered with the stopping error. Unload (executions still
            running finish, for at most another ``--exit-timeout-secs``);
         3. every frontend ``drain()``s (closes its port; its open connections close
-           after what they read is answered), then stops."""
+           after what they read is answered; a second drain does nothing), then stops."""
         if self._stop_began:
             return
         self._stop_began = self.draining = True
@@ -372,11 +375,15 @@ class Server:
         self.live = False
 
     async def _close_connections(self, countdown: ExitTimeout) -> None:
-        """Step 1 of :meth:`stop`: the ports of the frontends that hold connections close;
-        wait for their open connections to close, logging them each second as Triton."""
+        """Step 1 of :meth:`stop`: the ports of the frontends that hold connections close
+        (the others drain); wait for the open connections to close, logging them each
+        second as Triton."""
         holding = [f for f in self.frontends if isinstance(f, HoldsConnections)]
-        for frontend in holding:
-            frontend.refuse_connections()
+        for frontend in self.frontends:
+            if isinstance(frontend, HoldsConnections):
+                frontend.refuse_connections()
+            else:
+                frontend.drain()
 
         def report(seconds: int) -> None:
             for frontend in holding:

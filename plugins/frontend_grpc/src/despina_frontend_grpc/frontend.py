@@ -149,9 +149,9 @@ class GrpcFrontend:
         log.info("Started GRPCInferenceService at %s", bind_address(options, self.port))
 
     def drain(self) -> None:
-        """The server's models are stopped (the port kept accepting while they stopped):
-        stop listening and shut the connections down gracefully (two GOAWAYs, refused
-        streams after the last, close after the last call)."""
+        """The server is stopping (as Triton 2.58+, before its models stop): stop
+        listening and shut the connections down gracefully (two GOAWAYs, refused streams
+        after the last, close after the last call). A second call does nothing."""
         if self.http2_server is not None:
             self.http2_server.drain()
 

@@ -295,7 +295,10 @@ class Http2GrpcServer:
 
     def drain(self) -> None:
         """Stop listening; every connection begins its graceful shutdown
-        (:meth:`Connection.drain`), and so does one accepted just before, as it is made."""
+        (:meth:`Connection.drain`), and so does one accepted just before, as it is made.
+        Once: a second call does nothing."""
+        if self.draining:
+            return
         self.draining = True
         self.roster.close()
         if self.listener is not None:
