@@ -1,5 +1,5 @@
-"""The serving event loop: uvloop's where installed (unless ``DESPINA_EVENT_LOOP=asyncio``),
-the same for ``despina serve`` and for the test harness, which serves real requests on it."""
+"""The serving event loop: asyncio's unless ``DESPINA_EVENT_LOOP=uvloop``, the same for
+``despina serve`` and for the test harness, which serves real requests on it."""
 
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ from despina.serving.event_loop import ENV, loop_class, new_event_loop
 uvloop = pytest.importorskip("uvloop")
 
 
-def test_uvloop_by_default_and_asyncio_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_asyncio_by_default_and_uvloop_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV, raising=False)
-    assert loop_class() is uvloop.Loop
-    monkeypatch.setenv(ENV, "asyncio")
     assert loop_class() is None
     loop = new_event_loop()
     try:
@@ -24,6 +22,8 @@ def test_uvloop_by_default_and_asyncio_on_request(monkeypatch: pytest.MonkeyPatc
         loop.close()
     monkeypatch.setenv(ENV, "UVLoop ")
     assert loop_class() is uvloop.Loop
+    monkeypatch.setenv(ENV, "asyncio")
+    assert loop_class() is None
 
 
 def test_an_unknown_choice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,8 +33,9 @@ def test_an_unknown_choice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_harness_serves_on_the_serving_loop(
-    model_repository: Any, despina_server: Any, http_client: Any
+    model_repository: Any, despina_server: Any, http_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(ENV, "uvloop")
     running = despina_server(model_repository.root)
     assert isinstance(running.loop, uvloop.Loop)
     assert http_client(running).is_server_ready()

@@ -1,36 +1,36 @@
-"""The event loop Despina serves on: uvloop's (libuv, the loop written in C) where it is
-installed, else asyncio's own.
+"""The event loop Despina serves on: asyncio's own, or uvloop's (libuv, the loop written
+in C) on request with ``DESPINA_EVENT_LOOP=uvloop`` (``pip install 'despina[uvloop]'``).
 
-uvloop runs the loop's own work (readiness polling, callbacks, timers, transports) in C:
-12 % fewer instructions per HTTP inference and 17 % per gRPC inference in the server
-process (``bench/results/perf_wave.md``). Busy polling (``--busy-poll-us``) needs
-asyncio's selector loop and keeps it (:mod:`despina.serving.busy_poll`).
-``DESPINA_EVENT_LOOP=asyncio`` chooses asyncio's loop; ``uvloop`` requires uvloop.
-``despina serve`` and the test harness (:mod:`despina.testing`) take their loop from here,
-so the tests run on the loop production runs on.
+uvloop runs the loop's own work in C: 12 % fewer user-space instructions per HTTP
+inference and 17 % per gRPC inference in the server process at concurrency 1. But at
+concurrency 8 in process mode the CPU time per request of server and model process came
+out 5-10 % higher than on asyncio's loop in paired runs (``bench/results/perf_wave.md``),
+so it is not the default. Busy polling (``--busy-poll-us``) needs asyncio's selector loop
+and keeps it (:mod:`despina.serving.busy_poll`). ``despina serve`` and the test harness
+(:mod:`despina.testing`) take their loop from here, so the tests run on the loop
+production runs on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 from typing import Any
 
-#: The environment variable choosing the loop: ``uvloop`` or ``asyncio`` (default: uvloop
-#: when installed).
+#: The environment variable choosing the loop: ``asyncio`` (the default) or ``uvloop``.
 ENV = "DESPINA_EVENT_LOOP"
 
 
 def loop_class() -> Any:
-    """The loop class to create (uvloop's ``Loop``), or None for asyncio's default loop.
+    """The loop class to create: None for asyncio's default loop, uvloop's ``Loop`` when
+    ``$DESPINA_EVENT_LOOP`` is ``uvloop``.
 
     Raises ValueError for an unknown ``$DESPINA_EVENT_LOOP``, ImportError when it asks for
     uvloop and uvloop is not installed."""
     choice = os.environ.get(ENV, "").strip().lower()
     if choice not in ("", "uvloop", "asyncio"):
         raise ValueError(f"{ENV} must be 'uvloop' or 'asyncio', not {choice!r}")
-    if choice == "asyncio" or (not choice and importlib.util.find_spec("uvloop") is None):
+    if choice != "uvloop":
         return None
     import uvloop
 
