@@ -1,9 +1,12 @@
 """Triton's ``qa/L0_batcher`` (v2.51.0; v2.71 runs the same test files and steps) as its
-``test.sh`` lays it out: test.sh's own preparation lines run by bash in the suite folder,
-a fresh server per test (the statistics the tests read start at zero), each test of
+``test.sh`` lays it out: test.sh's own preparation lines, cut from the tree's test.sh at
+run time (``BLOCKS``) and run by bash in the suite folder, a fresh server per test (the statistics the tests read start at zero), each test of
 ``batcher_test.py`` run alone (``python batcher_test.py BatcherTest.test``, one case by
 exit status, named with test.sh's model type), ``verify_timestamps.py`` over the trace
 files of the ``preserve_ordering`` runs and ``queue_timeout_test.py`` as cases of their own.
+As in test.sh, ``NO_DELAY_TESTS``, ``DELAY_TESTS``, ``DIFFERENT_SHAPE_TESTS``,
+``PREFERRED_BATCH_ONLY_TESTS`` and ``MAX_QUEUE_DELAY_ONLY_TESTS`` (space-separated, when
+set and not empty) select the tests of each list.
 
 ``$DATADIR`` holds the models of ``qa_model_repository``, ``qa_variable_model_repository``
 and ``qa_identity_model_repository`` that test.sh copies, made by Triton's generators as
@@ -29,11 +32,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 import core_suites
+from qa_shell import bash, block
 from run import Context, Server, check, script, serving
-from scheduling_suites import _bash
 
 #: The folder of ``qa/`` this suite uses; it also uses ``custom_models`` and
 #: ``python_models``, which the runner copies for other suites.
@@ -79,155 +83,47 @@ MAX_QUEUE_DELAY_ONLY_TESTS = {
     "test_max_queue_delay_only_non_default": "20000",
 }
 
-MODELS = r"""
-rm -fr *.log  models && mkdir models
-for BACKEND in $BACKENDS; do
-    TMP_MODEL_DIR="$DATADIR/qa_model_repository/${BACKEND}_float32_float32_float32"
-    if [ "$BACKEND" == "python" ]; then
-        onnx_model="${DATADIR}/qa_model_repository/onnx_float32_float32_float32"
-        python_model=`echo $onnx_model | sed 's/onnx/python/g' | sed 's,'"$DATADIR/qa_model_repository/"',,g'`
-        mkdir -p models/$python_model/1/
-        cat $onnx_model/config.pbtxt | sed 's/platform:.*/backend:\ "python"/g' | sed 's/onnx/python/g' > models/$python_model/config.pbtxt
-        cp $onnx_model/output0_labels.txt models/$python_model
-        cp ../python_models/add_sub/model.py models/$python_model/1/
-    else
-        cp -r $TMP_MODEL_DIR models/.
-    fi
-    (cd models/$(basename $TMP_MODEL_DIR) && \
-          sed -i "s/^max_batch_size:.*/max_batch_size: 8/" config.pbtxt && \
-          sed -i "s/^version_policy:.*/version_policy: { specific { versions: [1] }}/" config.pbtxt && \
-          echo "dynamic_batching { preferred_batch_size: [ 2, 6 ], max_queue_delay_microseconds: 10000000 }" >> config.pbtxt)
-done
-
-rm -fr preferred_batch_only_models && mkdir preferred_batch_only_models
-for BACKEND in $BACKENDS; do
-    TMP_MODEL_DIR="$DATADIR/qa_model_repository/${BACKEND}_float32_float32_float32"
-    if [ "$BACKEND" == "python" ]; then
-        onnx_model="${DATADIR}/qa_model_repository/onnx_float32_float32_float32"
-        python_model=`echo $onnx_model | sed 's/onnx/python/g' | sed 's,'"$DATADIR/qa_model_repository/"',,g'`
-        mkdir -p preferred_batch_only_models/$python_model/1/
-        cat $onnx_model/config.pbtxt | sed 's/platform:.*/backend:\ "python"/g' | sed 's/onnx/python/g' > preferred_batch_only_models/$python_model/config.pbtxt
-        cp $onnx_model/output0_labels.txt preferred_batch_only_models/$python_model
-        cp ../python_models/add_sub/model.py preferred_batch_only_models/$python_model/1/
-    else
-        cp -r $TMP_MODEL_DIR preferred_batch_only_models/.
-    fi
-    (cd preferred_batch_only_models/$(basename $TMP_MODEL_DIR) && \
-          sed -i "s/^max_batch_size:.*/max_batch_size: 8/" config.pbtxt && \
-          sed -i "s/^version_policy:.*/version_policy: { specific { versions: [1] }}/" config.pbtxt && \
-          echo "dynamic_batching { preferred_batch_size: [ 4, 6 ] }" >> config.pbtxt)
-done
-
-rm -fr var_models && mkdir var_models
-for BACKEND in $BACKENDS; do
-    TMP_MODEL_DIR="$DATADIR/qa_variable_model_repository/${BACKEND}_float32_float32_float32"
-    if [ "$BACKEND" == "python" ]; then
-        onnx_model="${DATADIR}/qa_variable_model_repository/onnx_float32_float32_float32"
-        python_model=`echo $onnx_model | sed 's/onnx/python/g' | sed 's,'"$DATADIR/qa_variable_model_repository/"',,g'`
-        mkdir -p var_models/$python_model/1/
-        cat $onnx_model/config.pbtxt | sed 's/platform:.*/backend:\ "python"/g' | sed 's/onnx/python/g' > var_models/$python_model/config.pbtxt
-        cp $onnx_model/output0_labels.txt var_models/$python_model
-        cp ../python_models/add_sub/model.py var_models/$python_model/1/
-    else
-        cp -r $TMP_MODEL_DIR var_models/.
-    fi
-    (cd var_models/$(basename $TMP_MODEL_DIR) && \
-            sed -i "s/^max_batch_size:.*/max_batch_size: 8/" config.pbtxt && \
-            sed -i "s/^version_policy:.*/version_policy: { specific { versions: [1] }}/" config.pbtxt && \
-            echo "dynamic_batching { preferred_batch_size: [ 2, 6 ], max_queue_delay_microseconds: 10000000 }" >> config.pbtxt)
-done
-
-for MC in `ls var_models/*/config.pbtxt`; do
-    sed -i "s/16/-1/g" $MC
-done
-
-cp -r ../custom_models/custom_zero_1_float32 var_models/. && \
-    (cd var_models/custom_zero_1_float32 && mkdir 1 && \
-        echo "instance_group [ { kind: KIND_GPU count: 1 }]" >> config.pbtxt && \
-        sed -i "s/^max_batch_size:.*/max_batch_size: 8/" config.pbtxt && \
-        sed -i "s/dims:.*\[.*\]/dims: \[ -1 \]/g" config.pbtxt && \
-        sed -i "s/name:.*\"INPUT0\"/name: \"INPUT0\"\\nallow_ragged_batch: true/" config.pbtxt && \
-        sed -i "s/^version_policy:.*/version_policy: { specific { versions: [1] }}/" config.pbtxt && \
-        echo "dynamic_batching { preferred_batch_size: [ 2, 6 ], max_queue_delay_microseconds: 10000000 }" >> config.pbtxt)
-
-if [[ $BACKENDS == *"onnx"* ]]; then
-    cp -r $DATADIR/qa_identity_model_repository/onnx_nobatch_zero_1_float32 var_models/onnx_zero_1_float32 && \
-        (cd var_models/onnx_zero_1_float32 && \
-            sed -i "s/nobatch_//" config.pbtxt && \
-            sed -i "s/^max_batch_size:.*/max_batch_size: 8/" config.pbtxt && \
-            sed -i "s/name: \"INPUT0\"/name: \"INPUT0\"\\nallow_ragged_batch: true/" config.pbtxt && \
-            echo "batch_output [{target_name: \"OUTPUT0\" \
-                                    kind: BATCH_SCATTER_WITH_INPUT_SHAPE \
-                                    source_input: \"INPUT0\" }] \
-                    dynamic_batching { preferred_batch_size: [ 2, 6 ], max_queue_delay_microseconds: 10000000 }" >> config.pbtxt)
-fi
-
-if [[ $BACKENDS == *"libtorch"* ]]; then
-    cp -r $DATADIR/qa_identity_model_repository/libtorch_nobatch_zero_1_float32 var_models/libtorch_zero_1_float32 && \
-        (cd var_models/libtorch_zero_1_float32 && \
-            sed -i "s/nobatch_//" config.pbtxt && \
-            sed -i "s/^max_batch_size:.*/max_batch_size: 8/" config.pbtxt && \
-            sed -i "s/name: \"INPUT__0\"/name: \"INPUT__0\"\\nallow_ragged_batch: true/" config.pbtxt && \
-            echo "batch_output [{target_name: \"OUTPUT__0\" \
-                                    kind: BATCH_SCATTER_WITH_INPUT_SHAPE \
-                                    source_input: \"INPUT__0\" }] \
-                    dynamic_batching { preferred_batch_size: [ 2, 6 ], max_queue_delay_microseconds: 10000000 }" >> config.pbtxt)
-fi
-"""
-MAX_QUEUE_DELAY_MODELS = r"""
-rm -fr ./custom_models && mkdir ./custom_models && \
-cp -r ../custom_models/custom_zero_1_float32 ./custom_models/. && \
-mkdir -p ./custom_models/custom_zero_1_float32/1
-
-(cd custom_models/custom_zero_1_float32 && \
-        sed -i "s/dims:.*\[.*\]/dims: \[ -1 \]/g" config.pbtxt && \
-        sed -i "s/max_batch_size:.*/max_batch_size: 100/g" config.pbtxt && \
-        echo "dynamic_batching { max_queue_delay_microseconds: 0}" >> config.pbtxt && \
-        echo "instance_group [ { kind: KIND_GPU } ]" >> config.pbtxt && \
-        echo "parameters [" >> config.pbtxt && \
-        echo "{ key: \"execute_delay_ms\"; value: { string_value: \"100\" }}" >> config.pbtxt && \
-        echo "]" >> config.pbtxt)
-"""
-#: test.sh's per-test edit (its pattern wants brackets the line lacks: it changes nothing).
-MAX_QUEUE_DELAY_EDIT = r"""
-(cd custom_models/custom_zero_1_float32 && \
-    sed -i "s/max_queue_delay_microseconds:.*\[.*\]/max_queue_delay_microseconds: ${MAX_QUEUE_DELAY_MICROSECONDS}/g" config.pbtxt )
-"""
-PRESERVE_ORDERING_MODELS = r"""
-rm -fr ./custom_models && mkdir ./custom_models && \
-    cp -r ../custom_models/custom_zero_1_float32 ./custom_models/. && \
-    mkdir -p ./custom_models/custom_zero_1_float32/1
-
-(cd custom_models/custom_zero_1_float32 && \
-        sed -i "s/dims:.*\[.*\]/dims: \[ -1 \]/g" config.pbtxt && \
-        sed -i "s/max_batch_size:.*/max_batch_size: 4/g" config.pbtxt && \
-        echo "dynamic_batching { preferred_batch_size: [ 4 ] }" >> config.pbtxt && \
-        echo "instance_group [ { kind: KIND_GPU count: 2 }]" >> config.pbtxt && \
-        echo "parameters [" >> config.pbtxt && \
-        echo "{ key: \"execute_delay_ms\"; value: { string_value: \"100\" }}," >> config.pbtxt && \
-        echo "{ key: \"instance_wise_delay_multiplier\"; value: { string_value: \"4\" }}" >> config.pbtxt && \
-        echo "]" >> config.pbtxt)
-"""
-PRESERVE_ORDERING_ON = r"""
-(cd custom_models/custom_zero_1_float32 && \
-        sed -i "s/dynamic_batching.*/dynamic_batching { preferred_batch_size: [ 4 ] preserve_ordering: true }/g" config.pbtxt)
-"""
-QUEUE_TIMEOUT_MODELS = r"""
-rm -rf models && mkdir models
-mkdir -p models/dynamic_batch/1 && (cd models/dynamic_batch && \
-    echo 'backend: "identity"' >> config.pbtxt && \
-    echo 'max_batch_size: 1' >> config.pbtxt && \
-    echo -e 'input [{ name: "INPUT0" \n data_type: TYPE_FP32 \n dims: [ -1 ] }]' >> config.pbtxt && \
-    echo -e 'output [{ name: "OUTPUT0" \n data_type: TYPE_FP32 \n dims: [ -1 ] }]' >> config.pbtxt && \
-    echo -e 'instance_group [{ count: 1 \n kind: KIND_CPU }]' >> config.pbtxt && \
-    echo -e 'dynamic_batching {' >> config.pbtxt && \
-    echo -e '  preferred_batch_size: [ 1 ]' >> config.pbtxt && \
-    echo -e '  default_queue_policy { timeout_action: REJECT \n default_timeout_microseconds: 1000000 \n max_queue_size: 8 }' >> config.pbtxt && \
-    echo -e '}' >> config.pbtxt && \
-    echo -e 'parameters [{ key: "execute_delay_ms" \n value: { string_value: "8000" } }]' >> config.pbtxt)
-"""
+#: test.sh's preparation blocks, cut from the tree's test.sh at run time (qa_shell.block):
+#: for each, the marker its first line starts with, those of the lines it ends at (each
+#: looked for after the one before) and, where the first marker recurs, the line it
+#: follows. The same markers hold in v2.51's and v2.71's test.sh.
+BLOCKS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    # the models, preferred_batch_only_models and var_models repositories (through the
+    # libtorch ragged model)
+    "models": ("rm -fr *.log  models", ('if [[ $BACKENDS == *"libtorch"*', "fi"), None),
+    "max_queue_delay_models": ("rm -fr ./custom_models", ('echo "]"',), None),
+    # the per-test edit (its pattern wants brackets the line lacks: it changes nothing)
+    "max_queue_delay_edit": (
+        "(cd custom_models/custom_zero_1_float32",
+        ('sed -i "s/max_queue_delay_microseconds:',),
+        "for i in $MAX_QUEUE_DELAY_ONLY_TESTS",
+    ),
+    "preserve_ordering_models": (
+        "rm -fr ./custom_models",
+        ('echo "]"',),
+        "TEST_CASE=test_multi_batch_preserve_ordering",
+    ),
+    "preserve_ordering_on": (
+        "(cd custom_models/custom_zero_1_float32",
+        ('sed -i "s/dynamic_batching',),
+        "python3 $VERIFY_TIMESTAMPS not_preserve.log",
+    ),
+    "queue_timeout_models": ("rm -rf models", ("echo -e 'parameters [",), None),
+}
 #: The adaptation: test.sh's KIND_GPU instance groups made KIND_CPU (module docstring).
 ON_CPU = "sed -i 's/KIND_GPU/KIND_CPU/' {}/custom_zero_1_float32/config.pbtxt"
+
+
+def _lines(d: Path, name: str) -> str:
+    """The block ``name`` of BLOCKS, cut from ``d/test.sh``."""
+    first, last, after = BLOCKS[name]
+    return block(d / "test.sh", first, *last, after=after)
+
+
+def _selected(name: str, tests: Iterable[str]) -> list[str]:
+    """The tests of list ``name``: ``$name`` (space-separated) where set and not empty, as
+    test.sh reads it (``${NAME:=...}``), else ``tests``."""
+    return os.environ.get(name, "").split() or list(tests)
 
 
 def backends() -> str:
@@ -307,13 +203,14 @@ def suite_l0_batcher(ctx: Context) -> None:
     and the prompt queue timeout."""
     d = ctx.qa / S
     env = {"BACKENDS": backends(), "DATADIR": str(datadir(ctx))}
-    _bash(d, MODELS + ON_CPU.format("var_models"), **env)
+    bash(d, _lines(d, "models") + ON_CPU.format("var_models"), **env)
     client = {"BACKENDS": env["BACKENDS"]}
 
     for model_type, repo in (("FIXED", "models"), ("VARIABLE", "var_models")):
-        for case in NO_DELAY_TESTS:
+        for case in _selected("NO_DELAY_TESTS", NO_DELAY_TESTS):
             _case(ctx, d, case, model_type, repo, BATCHER_TYPE=model_type, **client)
-        for case, delay in DELAY_TESTS.items():
+        for case in _selected("DELAY_TESTS", DELAY_TESTS):
+            delay = DELAY_TESTS[case]
             _case(
                 ctx,
                 d,
@@ -325,27 +222,29 @@ def suite_l0_batcher(ctx: Context) -> None:
                 **client,
             )
     variable = {"BATCHER_TYPE": "VARIABLE", **client}
-    for case in DIFFERENT_SHAPE_TESTS:
+    for case in _selected("DIFFERENT_SHAPE_TESTS", DIFFERENT_SHAPE_TESTS):
         _case(ctx, d, case, "VARIABLE", "var_models", **variable)
     case = "test_multi_batch_delayed_preferred_different_shape"
     _case(ctx, d, case, "VARIABLE", "var_models", TRITONSERVER_DELAY_SCHEDULER="4", **variable)
 
     fixed = {"BATCHER_TYPE": "FIXED", **client}
-    for case, delay in PREFERRED_BATCH_ONLY_TESTS.items():
+    for case in _selected("PREFERRED_BATCH_ONLY_TESTS", PREFERRED_BATCH_ONLY_TESTS):
+        delay = PREFERRED_BATCH_ONLY_TESTS[case]
         repo = "preferred_batch_only_models"
         label = "PREFERRED_BATCH_ONLY"
         _case(ctx, d, case, label, repo, TRITONSERVER_DELAY_SCHEDULER=delay, **fixed)
 
-    _bash(d, MAX_QUEUE_DELAY_MODELS + ON_CPU.format("custom_models"))
-    for case, delay in MAX_QUEUE_DELAY_ONLY_TESTS.items():
-        _bash(d, MAX_QUEUE_DELAY_EDIT, MAX_QUEUE_DELAY_MICROSECONDS=delay)
+    bash(d, _lines(d, "max_queue_delay_models") + ON_CPU.format("custom_models"))
+    for case in _selected("MAX_QUEUE_DELAY_ONLY_TESTS", MAX_QUEUE_DELAY_ONLY_TESTS):
+        delay = MAX_QUEUE_DELAY_ONLY_TESTS[case]
+        bash(d, _lines(d, "max_queue_delay_edit"), MAX_QUEUE_DELAY_MICROSECONDS=delay)
         _case(ctx, d, case, "MAX_QUEUE_DELAY_ONLY", "custom_models", **fixed)
 
-    _bash(d, PRESERVE_ORDERING_MODELS + ON_CPU.format("custom_models"))
+    bash(d, _lines(d, "preserve_ordering_models") + ON_CPU.format("custom_models"))
     case = "test_multi_batch_preserve_ordering"
     for trial, flags in (("not_preserve", ()), ("preserve", ("-p",))):
         if trial == "preserve":
-            _bash(d, PRESERVE_ORDERING_ON)
+            bash(d, _lines(d, "preserve_ordering_on"))
         trace = d / f"{trial}.log"
         tracing = (f"--trace-file={trace}", "--trace-level=MIN", "--trace-rate=1")
         _case(
@@ -360,7 +259,7 @@ def suite_l0_batcher(ctx: Context) -> None:
         )
         _verify_timestamps(ctx, d, trace, *flags)
 
-    _bash(d, QUEUE_TIMEOUT_MODELS)
+    bash(d, _lines(d, "queue_timeout_models"))
     args = [f"--model-repository={d / 'models'}", "--log-verbose=2"]
     with serving(ctx, S, args, d / "queue_timeout_test.server.log", verbose=False):
         script(ctx, S, d, "queue_timeout_test.py")

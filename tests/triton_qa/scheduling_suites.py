@@ -25,7 +25,6 @@ against Triton's core and cache libraries).
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -33,16 +32,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import core_suites
+from qa_shell import bash as _bash
 from run import Context, Server, check
 
 #: The folders of ``qa/`` these suites use (copied into the work folder); they also use
 #: ``custom_models``, which LIFECYCLE_FOLDERS names.
 SCHEDULING_FOLDERS = ("L0_rate_limiter", "L0_response_cache")
-
-
-def _bash(cwd: Path, script: str, **env: str) -> None:
-    """test.sh's preparation lines, run by bash in ``cwd``."""
-    subprocess.run(["bash", "-ec", script], cwd=cwd, env=dict(os.environ, **env), check=True)
 
 
 def _must_not_start(
