@@ -2,8 +2,9 @@
 TensorFlow backend config, BACKENDS "onnx plan libtorch custom python") as its
 ``test.sh`` lays it out: test.sh's own model preparation lines (its ``MODELS`` loops over
 ``qa_sequence_model_repository``, ``qa_variable_sequence_model_repository`` and the
-ensembles of ``qa_ensemble_model_repository``, ``generate_python_models``) run by bash in
-the suite folder, a fresh server per test and model repository with the same
+ensembles of ``qa_ensemble_model_repository``, ``generate_python_models``), cut from the
+tree's test.sh at run time (``_preparation``, ``BLOCKS``) and run by bash in the suite
+folder, a fresh server per test and model repository with the same
 ``TRITONSERVER_DELAY_SCHEDULER`` / ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER`` values, and
 the unchanged ``sequence_batcher_test.py`` run one test at a time (one case each, by exit
 status), named ``<test> (<repository>)``.
@@ -42,10 +43,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import core_suites
+from qa_shell import bash, block
 from run import Context, Server, check
 
 #: The folder of ``qa/`` this suite uses (copied into the work folder); it also uses
@@ -98,45 +99,39 @@ VERSION_FOLDER = "mkdir -p ../custom_models/custom_sequence_int32/1\n"
 ON_CPU = r"""
 for config in */*/config.pbtxt; do sed -i 's/KIND_GPU/KIND_CPU/' "$config"; done
 """
-#: test.sh's per-trial lines: the ensembles' nop models (left KIND_CPU, see above).
-NOP_MODELS = r"""
-source ../common/util.sh
-cp -r $DATADIR/qa_ensemble_model_repository/qa_sequence_model_repository/nop_* `pwd`/$MODEL_PATH/.
-create_nop_version_dir `pwd`/$MODEL_PATH
-"""
-RAGGED_MODELS = r"""
-rm -fr ragged_models && mkdir ragged_models
-cp -r ../custom_models/custom_sequence_int32 ragged_models/.
-(cd ragged_models/custom_sequence_int32 && \
-        sed -i "s/name:.*\"INPUT\"/name: \"INPUT\"\\nallow_ragged_batch: true/" config.pbtxt)
-"""
-TIMEOUT_MODELS = "mkdir -p request_timeout_models/custom_sequence_int32_timeout/1\n"
-PRESERVE_ORDERING_MODELS = r"""
-MODEL_PATH=preserve_ordering_models
-BASE_MODEL="../python_models/sequence_py"
-rm -rf ${MODEL_PATH}
-MODES="decoupled nondecoupled"
-for mode in $MODES; do
-    NO_PRESERVE="${MODEL_PATH}/seqpy_no_preserve_ordering_${mode}"
-    mkdir -p ${NO_PRESERVE}/1
-    cp ${BASE_MODEL}/config.pbtxt ${NO_PRESERVE}
-    cp ${BASE_MODEL}/model.py ${NO_PRESERVE}/1
-
-    PRESERVE="${MODEL_PATH}/seqpy_preserve_ordering_${mode}"
-    cp -r ${NO_PRESERVE} ${PRESERVE}
-    sed -i "s/^preserve_ordering: False/preserve_ordering: True/" ${PRESERVE}/config.pbtxt
-
-    if [ ${mode} == "decoupled" ]; then
-      echo -e "\nmodel_transaction_policy { decoupled: true }" >> ${NO_PRESERVE}/config.pbtxt
-      echo -e "\nmodel_transaction_policy { decoupled: true }" >> ${PRESERVE}/config.pbtxt
-    fi
-done
-"""
+#: test.sh's later preparation blocks, cut from the tree's test.sh at run time
+#: (qa_shell.block): for each, the marker its first line starts with, those of the lines it
+#: ends at (each looked for after the one before) and, where the first marker recurs, the
+#: line it follows. The same markers hold in v2.51's and v2.71's test.sh.
+BLOCKS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "util": ("source ../common/util.sh", (), None),
+    "repositories": (
+        "FIXED_MODEL_REPOSITORY=''",
+        ('VAR_MODEL_REPOSITORY="qa_variable_sequence_model_repository"', "fi"),
+        None,
+    ),
+    # per trial: the ensembles' nop models (left KIND_CPU, see above)
+    "nop_models": (
+        "cp -r $DATADIR/qa_ensemble_model_repository/",
+        ("create_nop_version_dir",),
+        None,
+    ),
+    "ragged_models": ("rm -fr ragged_models", ('sed -i "s/name:.*\\"INPUT\\"',), None),
+    "timeout_models": (
+        "MODEL_PATH=request_timeout_models",
+        ("mkdir -p ${MODEL_PATH}/custom_sequence_int32_timeout",),
+        None,
+    ),
+    "preserve_ordering_models": ("MODEL_PATH=preserve_ordering_models", ("done",), None),
+}
 
 
-def _bash(cwd: Path, script: str, env: dict[str, str]) -> None:
-    """test.sh's lines, run by bash in ``cwd`` with ``env`` exported."""
-    subprocess.run(["bash", "-ec", script], cwd=cwd, env=dict(os.environ, **env), check=True)
+def _lines(d: Path, *names: str) -> str:
+    """The blocks ``names`` of BLOCKS, cut from ``d/test.sh``, one after the other."""
+    return "".join(
+        block(d / "test.sh", BLOCKS[name][0], *BLOCKS[name][1], after=BLOCKS[name][2])
+        for name in names
+    )
 
 
 def _datadir(ctx: Context) -> Path:
@@ -207,7 +202,7 @@ def suite_l0_sequence_batcher(ctx: Context) -> None:
         "ENSEMBLES": os.environ.get("SEQUENCE_ENSEMBLES", "1"),
         "DATADIR": str(_datadir(ctx)),
     }
-    _bash(d, VERSION_FOLDER + _preparation(d) + ON_CPU, shell)
+    bash(d, VERSION_FOLDER + _preparation(d) + ON_CPU, **shell)
 
     for trial in trials:
         shell["NO_BATCHING"] = "1" if trial == "0" else "0"
@@ -215,14 +210,14 @@ def suite_l0_sequence_batcher(ctx: Context) -> None:
         shell["BATCHER_TYPE"] = "VARIABLE" if trial == "v" else "FIXED"
         repo = f"models{trial}"
         if shell["ENSEMBLES"] == "1":
-            _bash(d, NOP_MODELS, dict(shell, MODEL_PATH=repo))
+            bash(d, _lines(d, "util", "repositories", "nop_models"), **shell, MODEL_PATH=repo)
         for test in NO_DELAY_TESTS:
             _batcher(ctx, d, repo, test, shell)
         for test, (delay, backlog) in DELAY_TESTS.items():
             _batcher(ctx, d, repo, test, _delayed(shell, delay, backlog))
 
     if "custom" in backends:
-        _bash(d, RAGGED_MODELS, shell)
+        bash(d, _lines(d, "ragged_models"), **shell)
         shell.update(NO_BATCHING="0", MODEL_INSTANCES="1", BATCHER_TYPE="FIXED")
         ragged = _delayed(shell, 12, 0)
         _batcher(ctx, d, "ragged_models", "test_ragged_batch_allowed", ragged)
@@ -235,7 +230,7 @@ def suite_l0_sequence_batcher(ctx: Context) -> None:
         _batcher(ctx, d, "queue_delay_models", test, _delayed(shell, 2, 0))
 
     shell.update(NO_BATCHING="0", MODEL_INSTANCES="1", BATCHER_TYPE="FIXED")
-    _bash(d, TIMEOUT_MODELS, shell)
+    bash(d, _lines(d, "timeout_models"), **shell)
     timeouts = [
         f"SequenceBatcherRequestTimeoutTest.{test}"
         for test in ("test_request_timeout", "test_send_request_after_timeout")
@@ -243,7 +238,7 @@ def suite_l0_sequence_batcher(ctx: Context) -> None:
     _run(ctx, d, "request_timeout_models", timeouts, shell, "SequenceBatcherRequestTimeoutTest")
 
     if "python" in backends:
-        _bash(d, PRESERVE_ORDERING_MODELS, shell)
+        bash(d, _lines(d, "preserve_ordering_models"), **shell)
         ordering = [
             f"SequenceBatcherPreserveOrderingTest.{test}"
             for test in (
