@@ -567,7 +567,9 @@ def test_stop_refuses_streams_after_the_last_goaway(
     assert last in (sleeping, racing)
     replies = raw_replies(client.raw)
     resets = {sid: FRAME.unpack_from(p)[0] for k, _, sid, p in frames(client.raw) if k == 0x3}
-    assert resets[late] == 0x7  # REFUSED_STREAM
+    # never served: REFUSED_STREAM, or, on a loaded machine, the connection closed (its
+    # last call answered) before the server read it
+    assert resets.get(late, 0x7) == 0x7
     assert late not in replies or not replies[late].headers
     if last == racing:  # served: run, or refused if the models had begun to stop by then
         reply = replies[racing]
