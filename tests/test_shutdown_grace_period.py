@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -153,7 +154,8 @@ def test_keep_alive_connection_is_served_until_its_client_closes_it(
             assert process.poll() is None  # waiting for this connection
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 0, stderr
-        assert "Found 1 HTTP service connections" in stderr
+        # this connection, and maybe the port probe the kernel completed as it closed
+        assert re.search(r"Timeout \d+: Found [12] HTTP service connections", stderr)
         assert "Waiting for in-flight requests to complete." in stderr
         assert stderr.count("Timeout 30: ") == 1  # one countdown, not restarted
 

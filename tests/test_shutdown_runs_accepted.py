@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import importlib
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -300,7 +301,16 @@ def test_sigterm_closes_grpc_and_open_http_connections_finish_their_sequences(
         client.close()
         exit_status, log = running.exit_status()
     assert exit_status == 0, log
-    assert "Found 1 HTTP service connections" in log
+    assert first_connection_count(log) >= 1
+
+
+def first_connection_count(log: str) -> int:
+    """The count in the stop's first ``Found N HTTP service connections`` line: the
+    client's connections, plus any probe of :meth:`Serving.wait_for_drain` the kernel
+    completed as the port closed (counted until its close is read)."""
+    found = re.search(r"Timeout \d+: Found (\d+) HTTP service connections", log)
+    assert found is not None, log
+    return int(found.group(1))
 
 
 def _input(value: float) -> list[Any]:
@@ -391,4 +401,4 @@ def test_sigterm_runs_requests_pipelined_before_it(model_repository: RepositoryB
         (200, False, [12]),
     ]
     assert status == 0, log
-    assert "Found 2 HTTP service connections" in log
+    assert first_connection_count(log) >= 2
