@@ -1,7 +1,7 @@
-"""Tensors written by ``Arena.pack`` come back from ``unpack`` equal, through the ring
-(small messages) and through a segment of their own (large ones): contiguous and
-strided arrays, booleans, empty tensors and BYTES; a segment found hard-linked goes to the
-link handler."""
+"""Tensors written by ``Arena.pack`` come back from ``unpack`` equal, inside the message
+(small fixed-size ones), through the ring (other small messages) and through a segment of
+their own (large ones): contiguous and strided arrays, booleans, empty tensors and BYTES;
+a segment found hard-linked goes to the link handler."""
 
 from __future__ import annotations
 
@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 from despina import claim_shm
 from despina_backend_python.wire import shm
-from despina_backend_python.wire.shm import RING_MESSAGE_LIMIT, SHM_DIR, Arena, Ring, unpack
+from despina_backend_python.wire.shm import (
+    INLINE_LIMIT,
+    RING_MESSAGE_LIMIT,
+    SHM_DIR,
+    Arena,
+    Ring,
+    unpack,
+)
 
 
 @pytest.fixture
@@ -60,6 +67,48 @@ def test_tensors_cross_through_the_ring(ring: Ring, folder: str) -> None:
     assert list(out) == [name for name, _ in tensors]
     for name, array in tensors:
         assert out[name].dtype == array.dtype and out[name].shape == array.shape, name
+        assert out[name].tolist() == array.tolist(), name
+
+
+def test_small_fixed_size_tensors_travel_inside_the_message(ring: Ring, folder: str) -> None:
+    grid = np.arange(24, dtype=np.float32).reshape(4, 6)
+    tensors = [
+        ("contiguous", grid),
+        ("transposed", grid.T),
+        ("strided", grid[:, ::2]),
+        ("flags", np.array([[True, False, True]])),
+        ("empty", np.zeros((0, 3), dtype=np.int64)),
+        ("half", np.array([1.5, -2.0], dtype=np.float16)),
+    ]
+    fields = Arena(folder, "t", ring).pack(tensors)
+    assert fields["ring"] is None and fields["shm"] is None and "tensors" not in fields
+    assert ring.reserve(ring.capacity) is not None  # nothing of the ring was taken
+    out = dict(unpack(fields))
+    for name, array in tensors:
+        assert out[name].dtype == array.dtype and out[name].shape == array.shape, name
+        assert out[name].tolist() == array.tolist(), name
+        assert out[name].flags.writeable, name  # as an array copied from the ring
+
+
+@pytest.mark.parametrize(
+    "tensors",
+    [
+        [("over", np.zeros(INLINE_LIMIT // 8 + 1, dtype=np.float64))],
+        [("numbers", np.zeros(4, dtype=np.int32)), ("strings", np.array([b"a"], dtype=object))],
+    ],
+    ids=["over the inline limit", "with a BYTES tensor"],
+)
+def test_other_small_messages_take_the_ring(
+    ring: Ring, folder: str, tensors: list[tuple[str, np.ndarray]]
+) -> None:
+    fields = Arena(folder, "t", ring).pack(tensors)
+    assert fields["ring"] is not None and "inline" not in fields
+    reader = Ring(ring.name)
+    try:
+        out = dict(unpack(fields, reader))
+    finally:
+        reader.close()
+    for name, array in tensors:
         assert out[name].tolist() == array.tolist(), name
 
 

@@ -41,6 +41,8 @@ if _BF16 is not None:
     WIRE_TO_DTYPE["BF16"] = _BF16
 
 _DTYPE_TO_WIRE = {dtype: name for name, dtype in WIRE_TO_DTYPE.items()}
+#: Numpy dtype (native byte order) -> wire datatype, for every datatype but BYTES.
+FIXED_DTYPE_TO_WIRE = {dtype: name for dtype, name in _DTYPE_TO_WIRE.items() if name != "BYTES"}
 
 #: ``TRITONSERVER_DataType`` numbers, in Triton's order (0 is INVALID).
 _TRITON_NUMBERS = [

@@ -1,8 +1,10 @@
 """Tensors across processes through POSIX shared memory, never pickled.
 
-Each direction of a channel has a persistent :class:`Ring` (created by the server, mapped
-by both sides): small messages are written there and copied out by the reader as soon as
-it reads the message, which frees the space. A message too large for the ring gets a
+Host tensors of a fixed-size datatype holding at most :data:`INLINE_LIMIT` bytes in all
+travel inside the message itself (the common small request: placing them would cost more
+than sending them). Otherwise each direction of a channel has a persistent :class:`Ring`
+(created by the server, mapped by both sides): messages are written there and copied out
+by the reader as soon as it reads the message, which frees the space. A message too large for the ring gets a
 fresh segment of its own that the reader maps without copying (the name is unlinked at
 once; the memory goes with the last array). BYTES tensors travel as a ``uint32`` length
 array plus the joined data. Every name lies in the server's private directory of
@@ -27,6 +29,7 @@ import numpy as np
 
 from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.types import (
+    FIXED_DTYPE_TO_WIRE,
     WIRE_TO_DTYPE,
     bytes_from_parts,
     bytes_payload,
@@ -38,6 +41,8 @@ SHM_DIR = "/dev/shm"
 RING_BYTES = 8 << 20
 #: Messages up to this size use the ring (and are copied once by the reader).
 RING_MESSAGE_LIMIT = 1 << 20
+#: A message's host tensors of at most this many bytes in all (none BYTES) are sent inline.
+INLINE_LIMIT = 4096
 _ALIGN = 64
 _HEADER = 64
 
@@ -170,8 +175,12 @@ class Arena:
         self.exports = cuda_ipc.DeviceExports()
 
     def pack(self, tensors: list[tuple[str, np.ndarray]]) -> dict[str, Any]:
-        """Write ``tensors``; the message fields ``shm``, ``ring`` and ``tensors`` (host
-        tensors), and for device tensors ``cuda`` and ``ipc`` (:mod:`.cuda_ipc`)."""
+        """Write ``tensors``; the message fields: ``inline`` for small host tensors
+        (:func:`_inline`), else ``shm``, ``ring`` and ``tensors`` (host tensors), and for
+        device tensors ``cuda`` and ``ipc`` (:mod:`.cuda_ipc`)."""
+        inline = _inline(tensors)
+        if inline is not None:
+            return {"shm": None, "ring": None, "inline": inline}
         plan, size, on_device = _plan(tensors)
         fields: dict[str, Any] = {"shm": None, "ring": None}
         if on_device:
@@ -212,6 +221,25 @@ def cleanup(stem: str) -> None:
     for path in glob.glob(os.path.join(SHM_DIR, glob.escape(stem) + "*")):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+def _inline(
+    tensors: list[tuple[str, np.ndarray]],
+) -> list[tuple[str, str, tuple[int, ...], bytes]] | None:
+    """``(name, datatype, shape, bytes)`` of each tensor when all are host arrays of a
+    fixed-size datatype holding at most :data:`INLINE_LIMIT` bytes together; else None
+    (the general path, which also refuses unsupported dtypes)."""
+    out = []
+    size = 0
+    for name, array in tensors:
+        if type(array) is not np.ndarray:
+            return None
+        datatype = FIXED_DTYPE_TO_WIRE.get(array.dtype)
+        size += array.nbytes
+        if datatype is None or size > INLINE_LIMIT:
+            return None
+        out.append((name, datatype, array.shape, array.tobytes()))
+    return out
 
 
 def _plan(
@@ -271,6 +299,12 @@ def unpack(fields: dict[str, Any], ring: Ring | None = None) -> list[tuple[str, 
     view of the sender's ring, released once the data is copied out), device tensors
     copied into this process's GPU memory as cupy arrays: the reader then owes the sender
     :func:`~.cuda_ipc.done_message`."""
+    inline = fields.get("inline")
+    if inline is not None:  # writable arrays of their own, as those copied from the ring
+        return [
+            (name, np.frombuffer(bytearray(data), WIRE_TO_DTYPE[datatype]).reshape(shape))
+            for name, datatype, shape, data in inline
+        ]
     if fields.get("cuda"):
         return _with_device(fields, ring)
     descs = fields["tensors"]
