@@ -41,12 +41,12 @@ GPU target; the valgrind runs.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import core_suites  # a cycle: core_suites registers this suite
+from qa_shell import block
 from run import Context, Server, check
 
 #: The folders of ``qa/`` this suite uses besides ``custom_models`` (LIFECYCLE_FOLDERS).
@@ -80,11 +80,8 @@ def _data_dir(ctx: Context, backends: str) -> Path:
 def _generate_model_repository(ctx: Context, d: Path, env: dict[str, str]) -> None:
     """test.sh's ``generate_model_repository``, taken from the tree's test.sh, run by bash
     with ``../common/util.sh`` sourced (it calls ``create_nop_version_dir``)."""
-    text = (d / "test.sh").read_text()
-    match = re.search(r"^function generate_model_repository\(\) \{\n.*?^\}\n", text, re.M | re.S)
-    if match is None:
-        raise SystemExit(f"{d / 'test.sh'}: no generate_model_repository function")
-    script = f"source ../common/util.sh\n{match.group(0)}generate_model_repository\n"
+    function = block(d / "test.sh", "function generate_model_repository()", "}")
+    script = f"source ../common/util.sh\n{function}generate_model_repository\n"
     subprocess.run(["bash", "-c", script], cwd=d, env=ctx.env(**env), check=True)
     if env["ENSEMBLES"] != "1":
         for name in ("custom_zero_1_float32", "custom_nobatch_zero_1_float32"):
