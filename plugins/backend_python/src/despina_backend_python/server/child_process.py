@@ -179,7 +179,7 @@ class ChildProcess(asyncio.Protocol):
             claim_shm((int(dev), int(ino)))
         elif op in ("executed", "readiness"):
             if "responses" in message:  # copied out now, in order (frees the ring)
-                message["unpacked"] = pb_codec.unpack_responses(message, self.incoming)
+                message["unpacked"] = pb_convert.responses_from_wire(message, self.incoming)
             future = self.executions.pop(message["id"], None)
             if future is not None and not future.done():
                 future.set_result(message)
@@ -216,14 +216,14 @@ class ChildProcess(asyncio.Protocol):
         stream = request.stream
         if stream is None:
             return
-        items = pb_codec.unpack_responses(message, self.incoming)
+        items = pb_convert.responses_from_wire(message, self.incoming)
         item = items[0] if items else None
         if item is None:
             stream.send(None, final)
             return
         if isinstance(item, str):
             raise TritonModelException(f"send() expects an InferenceResponse, got {item}")
-        request.respond(pb_convert.response_to_core(item, outputs), final)
+        request.respond(pb_convert.requested_only(item, outputs), final)
 
     async def _serve_bls(self, op: str, call_id: int, request: Any) -> None:
         """Run a BLS request of the model and send back its response(s)."""

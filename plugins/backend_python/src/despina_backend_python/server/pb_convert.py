@@ -29,6 +29,7 @@ from despina_backend_python.pb import device, messages as pb
 from despina_backend_python.pb.errors import TritonError, TritonModelException
 from despina_backend_python.pb.tensor import DeviceTensor, Tensor
 from despina_backend_python.pb.types import as_bytes_items, bytes_array
+from despina_backend_python.wire.shm import Ring, unpack
 
 #: Request parameters that belong to the protocol, not to the model (Triton drops them).
 PROTOCOL_PARAMETERS = frozenset(
@@ -144,6 +145,43 @@ def response_to_core(response: pb.InferenceResponse, wanted: list[str] | None) -
         tensors = [t for t in tensors if t.name() in wanted]
     outputs = {t.name(): output_array(t) for t in tensors}
     return CoreResponse(outputs=outputs, parameters=params)
+
+
+def responses_from_wire(message: dict[str, Any], ring: Ring | None) -> list[Any]:
+    """The responses of an ``executed`` message
+    (:func:`~despina_backend_python.wire.pb_codec.pack_responses`) as server responses,
+    built from the message without pb objects (what :func:`response_to_core` makes of
+    the model's, every output kept): None where the request answers through its sender,
+    the type name of an item that was not an InferenceResponse."""
+    tensors: list[tuple[str, Any]] = unpack(message, ring)
+    if message.get("cuda"):  # device tensors come as cupy arrays: DeviceArrays here
+        tensors = [(n, a if type(a) is np.ndarray else DeviceArray(a)) for n, a in tensors]
+    out: list[Any] = []
+    at = 0
+    for desc in message["responses"]:
+        if "none" in desc:
+            out.append(None)
+            continue
+        if "invalid" in desc:
+            out.append(desc["invalid"])
+            continue
+        text = desc["params"]
+        params = {} if text == "{}" else json.loads(text)
+        if desc["error"] is not None:
+            text, code = desc["error"]
+            error = _CODE_TO_ERROR.get(code, errors.Internal)(text)
+            out.append(CoreResponse(error=error, parameters=params))
+        else:
+            out.append(CoreResponse(outputs=dict(tensors[at : at + desc["n"]]), parameters=params))
+        at += desc["n"]
+    return out
+
+
+def requested_only(response: CoreResponse, wanted: list[str] | None) -> CoreResponse:
+    """``response`` with only the ``wanted`` outputs (all when None), in its order."""
+    if wanted is not None and response.error is None:
+        response.outputs = {n: a for n, a in response.outputs.items() if n in wanted}
+    return response
 
 
 def response_to_pb(

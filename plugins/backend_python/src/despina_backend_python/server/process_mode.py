@@ -28,7 +28,6 @@ from despina import (
     report_compute,
 )
 
-from despina_backend_python.pb.messages import InferenceResponse
 from despina_backend_python.server import core_responses, pb_convert
 from despina_backend_python.server.child_process import ChildDied, ChildProcess, spawn
 from despina_backend_python.server.execution_env import resolve_environment
@@ -241,7 +240,7 @@ class ProcessInstance(ModelInstance):
         if again:  # a rescheduled request's next execute gives it a new token: this one is done
             _forget(child, [tokens[i] for i in again])
         if not self.decoupled:  # open: the requests that answer through their senders
-            # (unpacked items: responses, type names or None, so ``in`` compares safely)
+            # (items: server responses, type names or None, so ``in`` compares safely)
             if result is not None and None not in result:  # every one answered by a return
                 _forget(child, tokens)
             else:
@@ -286,12 +285,13 @@ class ProcessInstance(ModelInstance):
         }
 
     def _convert(self, item: Any, request: CoreRequest) -> CoreResponse:
+        """An item of the ``executed`` message's responses
+        (:func:`~despina_backend_python.server.pb_convert.responses_from_wire`)."""
         if isinstance(item, str):
             raise core_responses.execute_failed(
                 self.spec.name, f"Expected an InferenceResponse in the execute return, got {item}"
             )
-        assert isinstance(item, InferenceResponse)
-        return pb_convert.response_to_core(item, request.requested_output_names)
+        return pb_convert.requested_only(item, request.requested_output_names)
 
     async def close(self) -> None:
         """Let the open requests (a decoupled model's streams, a default model's requests
