@@ -36,6 +36,12 @@ class FrameBuffer:
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """The messages completed by ``data``, in order."""
         buffer = self._buffer
+        if (  # the usual read: one whole message
+            not buffer
+            and len(data) > HEADER.size
+            and HEADER.unpack_from(data)[0] == len(data) - HEADER.size
+        ):
+            return [marshal.loads(memoryview(data)[HEADER.size :])]
         buffer += data
         messages: list[dict[str, Any]] = []
         at, end = 0, len(buffer)
