@@ -29,7 +29,8 @@ from despina_backend_python.pb import device, messages as pb
 from despina_backend_python.pb.errors import TritonError, TritonModelException
 from despina_backend_python.pb.tensor import DeviceTensor, Tensor
 from despina_backend_python.pb.types import as_bytes_items, bytes_array
-from despina_backend_python.wire.shm import Ring, unpack
+from despina_backend_python.wire import pb_codec
+from despina_backend_python.wire.shm import Ring
 
 #: Request parameters that belong to the protocol, not to the model (Triton drops them).
 PROTOCOL_PARAMETERS = frozenset(
@@ -148,33 +149,26 @@ def response_to_core(response: pb.InferenceResponse, wanted: list[str] | None) -
 
 
 def responses_from_wire(message: dict[str, Any], ring: Ring | None) -> list[Any]:
-    """The responses of an ``executed`` message
+    """The responses of an ``executed`` or ``send`` message
     (:func:`~despina_backend_python.wire.pb_codec.pack_responses`) as server responses,
     built from the message without pb objects (what :func:`response_to_core` makes of
     the model's, every output kept): None where the request answers through its sender,
     the type name of an item that was not an InferenceResponse."""
-    tensors: list[tuple[str, Any]] = unpack(message, ring)
-    if message.get("cuda"):  # device tensors come as cupy arrays: DeviceArrays here
-        tensors = [(n, a if type(a) is np.ndarray else DeviceArray(a)) for n, a in tensors]
-    out: list[Any] = []
-    at = 0
-    for desc in message["responses"]:
-        if "none" in desc:
-            out.append(None)
-            continue
-        if "invalid" in desc:
-            out.append(desc["invalid"])
-            continue
+    on_device = bool(message.get("cuda"))  # device tensors come as cupy arrays
+
+    def build(tensors: list[tuple[str, Any]], desc: dict[str, Any]) -> CoreResponse:
         text = desc["params"]
         params = {} if text == "{}" else json.loads(text)
         if desc["error"] is not None:
             text, code = desc["error"]
-            error = _CODE_TO_ERROR.get(code, errors.Internal)(text)
-            out.append(CoreResponse(error=error, parameters=params))
-        else:
-            out.append(CoreResponse(outputs=dict(tensors[at : at + desc["n"]]), parameters=params))
-        at += desc["n"]
-    return out
+            return CoreResponse(
+                error=_CODE_TO_ERROR.get(code, errors.Internal)(text), parameters=params
+            )
+        if on_device:
+            tensors = [(n, a if type(a) is np.ndarray else DeviceArray(a)) for n, a in tensors]
+        return CoreResponse(outputs=dict(tensors), parameters=params)
+
+    return pb_codec.unpack_items(message, ring, build)
 
 
 def requested_only(response: CoreResponse, wanted: list[str] | None) -> CoreResponse:

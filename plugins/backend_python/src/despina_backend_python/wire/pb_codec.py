@@ -6,7 +6,7 @@ Server-independent (used by the child and by the server side).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from despina_backend_python.pb.messages import (
 )
 from despina_backend_python.pb.tensor import Tensor, any_tensor
 from despina_backend_python.wire.shm import Arena, Ring, unpack
+
+T = TypeVar("T")
 
 
 def tensor_maker(message: dict[str, Any]) -> Callable[[str, Any], Tensor]:
@@ -52,26 +54,41 @@ def pack_responses(arena: Arena, items: list[Any]) -> dict[str, Any]:
     return {**arena.pack(tensors), "responses": descs}
 
 
-def unpack_responses(
-    message: dict[str, Any], ring: Ring | None
-) -> list[InferenceResponse | str | None]:
-    """The responses of :func:`pack_responses` (the type name for invalid items)."""
+def unpack_items(
+    message: dict[str, Any],
+    ring: Ring | None,
+    build: Callable[[list[tuple[str, Any]], dict[str, Any]], T],
+) -> list[T | str | None]:
+    """The items of :func:`pack_responses`: None where the request answers through its
+    response sender, the type name of an invalid item, else ``build(tensors, desc)`` of
+    the response's ``(name, array)`` tensors and its descriptor (``error``, ``params``)."""
     tensors = unpack(message, ring)
-    make = tensor_maker(message)
-    out: list[InferenceResponse | str | None] = []
+    out: list[T | str | None] = []
     at = 0
     for desc in message["responses"]:
         if "none" in desc:
             out.append(None)
-            continue
-        if "invalid" in desc:
+        elif "invalid" in desc:
             out.append(desc["invalid"])
-            continue
-        chunk = [make(name, array) for name, array in tensors[at : at + desc["n"]]]
-        at += desc["n"]
-        error = None if desc["error"] is None else TritonError(*desc["error"])
-        out.append(InferenceResponse(chunk, error=error, parameters=desc["params"]))
+        else:
+            out.append(build(tensors[at : at + desc["n"]], desc))
+            at += desc["n"]
     return out
+
+
+def unpack_responses(
+    message: dict[str, Any], ring: Ring | None
+) -> list[InferenceResponse | str | None]:
+    """The responses of :func:`pack_responses` as pb_utils objects (the type name for
+    invalid items)."""
+    make = tensor_maker(message)
+
+    def build(tensors: list[tuple[str, Any]], desc: dict[str, Any]) -> InferenceResponse:
+        error = None if desc["error"] is None else TritonError(*desc["error"])
+        chunk = [make(name, array) for name, array in tensors]
+        return InferenceResponse(chunk, error=error, parameters=desc["params"])
+
+    return unpack_items(message, ring, build)
 
 
 def request_fields(request: InferenceRequest) -> dict[str, Any]:
