@@ -2,7 +2,8 @@
 
 A message is a small dict (operation, ids, shapes, shared-memory descriptors) encoded
 with ``marshal`` (plain values only: loading one never runs code) behind a 4-byte
-length; tensor data never travels here (see :mod:`.shm`). The child side is blocking
+length; tensor data travels here only as the bytes of small fixed-size tensors, the
+rest through shared memory (see :mod:`.shm`). The child side is blocking
 and thread-safe; the server side parses what its asyncio protocol receives
 (:class:`FrameBuffer`).
 """

@@ -1,12 +1,13 @@
-"""Tensors across processes through POSIX shared memory, never pickled.
+"""Tensors across processes, never pickled: small ones inside the message, the others
+through POSIX shared memory.
 
 Host tensors of a fixed-size datatype holding at most :data:`INLINE_LIMIT` bytes in all
 travel inside the message itself (the common small request: placing them would cost more
 than sending them). Otherwise each direction of a channel has a persistent :class:`Ring`
 (created by the server, mapped by both sides): messages are written there and copied out
-by the reader as soon as it reads the message, which frees the space. A message too large for the ring gets a
-fresh segment of its own that the reader maps without copying (the name is unlinked at
-once; the memory goes with the last array). BYTES tensors travel as a ``uint32`` length
+by the reader as soon as it reads the message, which frees the space. A message too
+large for the ring gets a fresh segment of its own that the reader maps without copying
+(the name is unlinked at once; the memory goes with the last array). BYTES tensors travel as a ``uint32`` length
 array plus the joined data. Every name lies in the server's private directory of
 ``/dev/shm`` and holds a secret token; every segment is created mode 0600, never over an
 existing one. A reader that finds a segment still named elsewhere once it unlinked its own
