@@ -18,10 +18,6 @@ class ExitTimeout:
     def __init__(self, seconds: float) -> None:
         self._deadline = time.monotonic() + seconds
 
-    def left(self) -> float:
-        """Seconds left (0 once run out)."""
-        return max(0.0, self._deadline - time.monotonic())
-
     async def wait(self, done: Callable[[], bool], report: Callable[[int], None]) -> bool:
         """Wait until ``done()`` or the time runs out; whether it is done. Calls
         ``report(whole seconds left)`` at once and then each second while waiting."""

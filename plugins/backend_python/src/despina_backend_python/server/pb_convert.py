@@ -160,9 +160,9 @@ def responses_from_wire(message: dict[str, Any], ring: Ring | None) -> list[Any]
         text = desc["params"]
         params = {} if text == "{}" else json.loads(text)
         if desc["error"] is not None:
-            text, code = desc["error"]
+            message, code = desc["error"]
             return CoreResponse(
-                error=_CODE_TO_ERROR.get(code, errors.Internal)(text), parameters=params
+                error=_CODE_TO_ERROR.get(code, errors.Internal)(message), parameters=params
             )
         if on_device:
             tensors = [(n, a if type(a) is np.ndarray else DeviceArray(a)) for n, a in tensors]
