@@ -16,7 +16,7 @@ $(STAMP): constraints.txt core/pyproject.toml $(PLUGINS)
 	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/pip install -q -c constraints.txt -e 'core[testing,gpu,tracing]' $(addprefix -e ,$(PLUGIN_DIRS)) \
 		pytest pytest-timeout ruff mypy onnx 'moto[server]' boto3 gcsfs adlfs gcp-storage-emulator h2 trustme \
-		hypothesis schemathesis openai transformers tokenizers xgrammar opentelemetry-proto kubernetes-validate promql-parser
+		hypothesis schemathesis openai transformers tokenizers xgrammar opentelemetry-proto kubernetes-validate promql-parser prometheus-client
 	@if command -v npm >/dev/null; then npm install -s --no-audit --no-fund --prefix $(VENV)/node azurite@3.37.0; \
 	else echo 'npm not found: the as:// repository tests (Azurite) will be skipped'; fi
 	@if command -v redis-server >/dev/null; then :; \

@@ -76,9 +76,11 @@ _EXPORTS: dict[str, str] = {
     "repeated_tensor": "despina.inference.validation",
     "check_forwarded_header": "despina.inference.reserved_parameters",
     "header_forward_matcher": "despina.inference.reserved_parameters",
-    "DATATYPE_TO_DTYPE": "despina.inference.tensors",
+    "DATATYPES": "despina.inference.tensors",
     "config_to_datatype": "despina.inference.tensors",
     "datatype_of": "despina.inference.tensors",
+    "dtype_of": "despina.inference.tensors",
+    "find_dtype": "despina.inference.tensors",
     "deserialize_bytes": "despina.inference.tensors",
     "element_count": "despina.inference.tensors",
     "checked_element_count": "despina.inference.tensors",
@@ -209,13 +211,15 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test keeps both lists 
         report_compute as report_compute,
     )
     from despina.inference.tensors import (
-        DATATYPE_TO_DTYPE as DATATYPE_TO_DTYPE,
+        DATATYPES as DATATYPES,
         MAX_TENSOR_BYTES as MAX_TENSOR_BYTES,
         checked_element_count as checked_element_count,
         config_to_datatype as config_to_datatype,
         datatype_of as datatype_of,
         deserialize_bytes as deserialize_bytes,
+        dtype_of as dtype_of,
         element_count as element_count,
+        find_dtype as find_dtype,
         serialize_bytes as serialize_bytes,
     )
     from despina.inference.validation import (

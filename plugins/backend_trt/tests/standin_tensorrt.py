@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from despina import DATATYPE_TO_DTYPE, Gpu, GpuInventory, hookimpl
+from despina import Gpu, GpuInventory, dtype_of, hookimpl
 
 MAGIC = b"DESPINA-STANDIN-PLAN\n"
 NUMPY = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "UINT8": np.uint8,
          "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_,
-         "BF16": DATATYPE_TO_DTYPE["BF16"]}  # fmt: skip
+         "BF16": dtype_of("BF16")}  # fmt: skip
 
 
 def plan(

@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from despina.inference.tensors import DATATYPE_TO_DTYPE
+from despina.inference.tensors import DATATYPES
 from despina.testing import RepositoryBuilder, RunningServer, start_server
 
 sys.path.insert(0, str(Path(__file__).parent))  # the in-test backend module beside this file
 import grpc_test_backend as backend
 
-DATATYPES = tuple(DATATYPE_TO_DTYPE)
 #: Flags every test server gets: loopback only, and no other protocol listening.
 LOCAL = (
     "--grpc-address=127.0.0.1",

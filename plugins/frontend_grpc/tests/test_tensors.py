@@ -11,12 +11,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
-from despina.inference.tensors import DATATYPE_TO_DTYPE
+from despina.inference.tensors import DATATYPES
 from despina.testing import RunningServer
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
-
-DATATYPES = tuple(DATATYPE_TO_DTYPE)
 
 TYPED_FIELD = {
     "BOOL": "bool_contents",

@@ -8,14 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from despina.inference.tensors import DATATYPE_TO_DTYPE
+from despina.inference.tensors import DATATYPES
 from despina.testing import RepositoryBuilder, RunningServer
 
 sys.path.insert(0, str(Path(__file__).parent))  # the in-test backend module beside this file
 import http_test_backend
-
-DATATYPES = tuple(DATATYPE_TO_DTYPE)
-
 
 #: Every frontend and exporter listens on loopback only (flags are inert when not installed).
 LOOPBACK = ("--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1")

@@ -14,12 +14,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
-from despina.inference.tensors import DATATYPE_TO_DTYPE
+from despina.inference.tensors import DATATYPES
 from despina.testing import RunningServer
 
 from .helpers import add_sub_inputs, infer_ok
-
-DATATYPES = tuple(DATATYPE_TO_DTYPE)
 
 
 def sample(datatype: str) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 from despina.errors import InvalidArgument
 from despina.inference.classification import classification_count
 from despina.inference.request import InferenceRequest, RequestedOutput
-from despina.inference.tensors import DATATYPE_TO_DTYPE, config_to_datatype, datatype_of
+from despina.inference.tensors import config_to_datatype, datatype_of, find_dtype
 from despina.repository.config import ModelConfig, mc
 
 
@@ -54,7 +54,7 @@ class ModelSignature:
         self.outputs: dict[str, Any] = {o.name: o for o in config.output}
         self.required = [i.name for i in config.input if not i.optional]
         self.input_dtypes = {
-            i.name: DATATYPE_TO_DTYPE.get(config_to_datatype(mc.DataType.Name(i.data_type)))
+            i.name: find_dtype(config_to_datatype(mc.DataType.Name(i.data_type)))
             for i in config.input
         }
         self.input_datatypes = {

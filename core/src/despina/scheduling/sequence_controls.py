@@ -18,7 +18,7 @@ import numpy as np
 
 from despina.errors import ConfigError
 from despina.inference.request import SequenceFlags
-from despina.inference.tensors import DATATYPE_TO_DTYPE, config_to_datatype
+from despina.inference.tensors import config_to_datatype, dtype_of
 from despina.repository.config import ModelConfig, mc
 from despina.repository.paths import safe_join
 from despina.repository.validation import bool_encoding, check_corrid, find_control
@@ -28,7 +28,7 @@ Kind = mc.ModelSequenceBatching.Control
 
 def numpy_dtype(data_type: int) -> np.dtype[Any]:
     """The numpy dtype of a config ``DataType`` enum value (TYPE_STRING: object)."""
-    return DATATYPE_TO_DTYPE[config_to_datatype(mc.DataType.Name(data_type))]
+    return dtype_of(config_to_datatype(mc.DataType.Name(data_type)))
 
 
 @dataclass(frozen=True)

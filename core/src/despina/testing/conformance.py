@@ -726,9 +726,9 @@ class BackendConformance:
 
 def _numpy_dtype(datatype: str) -> Any:
     """The numpy dtype of a Triton datatype (BF16 through ml_dtypes)."""
-    from despina.inference.tensors import DATATYPE_TO_DTYPE
+    from despina.inference.tensors import dtype_of
 
-    return DATATYPE_TO_DTYPE[datatype]
+    return dtype_of(datatype)
 
 
 def _datatype(array: Any) -> str:

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from despina import DATATYPE_TO_DTYPE, deserialize_bytes, serialize_bytes
+from despina import deserialize_bytes, dtype_of, serialize_bytes
 
 from tritonserver._enums import DataType, DLDeviceType, MemoryType
 from tritonserver._errors import InvalidArgumentError, UnsupportedError
 
 #: numpy dtype of each data type (BYTES: object arrays of ``bytes``).
 _DTYPES: dict[DataType, np.dtype[Any]] = {
-    DataType[name]: dtype for name, dtype in DATATYPE_TO_DTYPE.items()
+    data_type: dtype_of(data_type.name) for data_type in DataType if data_type != DataType.INVALID
 }
 _DATA_TYPES: dict[np.dtype[Any], DataType] = {
     dtype: data_type for data_type, dtype in _DTYPES.items()

@@ -8,8 +8,8 @@ import ctypes
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
+from despina import dtype_of
 
 #: ``onnx.TensorProto.BFLOAT16``.
 ONNX_BFLOAT16 = 16
@@ -45,5 +45,5 @@ def _to_numpy(value: Any) -> np.ndarray:
     shape = tuple(value.shape())
     raw = (ctypes.c_uint16 * math.prod(shape)).from_address(value.data_ptr())
     bits = np.frombuffer(raw, np.uint16).copy()
-    out: np.ndarray = bits.view(np.dtype(ml_dtypes.bfloat16)).reshape(shape)
+    out: np.ndarray = bits.view(dtype_of("BF16")).reshape(shape)
     return out

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 from despina import (
-    DATATYPE_TO_DTYPE,
     Backend,
     InferenceRequest,
     InferenceResponse,
@@ -28,6 +27,7 @@ from despina import (
     ModelInstance,
     Unsupported,
     config_to_datatype,
+    dtype_of,
 )
 
 from despina_backend_qa.config_rules import data_type, int_parameter, require, shape, shape_text
@@ -111,7 +111,7 @@ def _check_pairs(inputs: Sequence[Any], outputs: Sequence[Any]) -> dict[str, tup
         index = tensor.name.removeprefix("INPUT")
         by_index[index] = tensor
         if tensor.optional:
-            dtype = DATATYPE_TO_DTYPE[config_to_datatype(data_type(tensor))]
+            dtype = dtype_of(config_to_datatype(data_type(tensor)))
             optional[index] = (dtype, [1 if d == -1 else d for d in shape(tensor)])
     for tensor in outputs:
         require(

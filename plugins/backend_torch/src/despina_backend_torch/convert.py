@@ -2,16 +2,15 @@
 be, Triton datatypes <-> torch dtypes.
 
 BYTES tensors travel as Python lists of ``str`` (TorchScript's ``List[str]``), so they
-must be 1-D, as in Triton. BF16 crosses as its 16-bit pattern (numpy's ``ml_dtypes``).
+must be 1-D, as in Triton. BF16 crosses as its 16-bit pattern (numpy's ``ml_dtypes``, imported when one does).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
-from despina import DeviceArray, Internal, InvalidArgument
+from despina import DeviceArray, Internal, InvalidArgument, dtype_of
 
 #: Triton datatype -> name of the torch dtype.
 TORCH_DTYPES = {
@@ -97,4 +96,4 @@ def from_torch(
     if datatype == "BF16":
         tensor = tensor.view(torch.int16)
     host: np.ndarray = tensor.numpy()
-    return host.view(ml_dtypes.bfloat16) if datatype == "BF16" else host
+    return host.view(dtype_of("BF16")) if datatype == "BF16" else host

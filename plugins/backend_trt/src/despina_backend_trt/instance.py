@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 from despina import (
-    DATATYPE_TO_DTYPE,
     ConfigError,
     DeviceArray,
     InferenceRequest,
@@ -34,6 +33,7 @@ from despina import (
     InvalidArgument,
     ThreadedInstance,
     config_to_datatype,
+    dtype_of,
     mc,
     to_host,
 )
@@ -148,9 +148,7 @@ class TrtInstance(ThreadedInstance):
             f"trt-{spec.name}", config.max_batch_size > 0, [o.name for o in config.output]
         )
         self.spec, self.memory, self.info, self.model = spec, memory, info, config.name
-        self.dtypes = {
-            t.name: DATATYPE_TO_DTYPE[config_to_datatype(t.data_type)] for t in info.tensors
-        }
+        self.dtypes = {t.name: dtype_of(config_to_datatype(t.data_type)) for t in info.tensors}
         self.engine = engine  # kept alive as long as its contexts
         self.lock = lock
         self.buffers: dict[str, DeviceBuffer] = {}

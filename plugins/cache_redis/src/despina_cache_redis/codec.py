@@ -16,12 +16,12 @@ from collections.abc import Mapping
 
 import numpy as np
 from despina import (
-    DATATYPE_TO_DTYPE,
     CachedResponse,
     DespinaError,
     DeviceArray,
     datatype_of,
     deserialize_bytes,
+    dtype_of,
     element_count,
     serialize_bytes,
 )
@@ -46,7 +46,7 @@ def encode(
         payload = (
             serialize_bytes(array)
             if datatype == "BYTES"
-            else np.ascontiguousarray(array, DATATYPE_TO_DTYPE[datatype]).tobytes()
+            else np.ascontiguousarray(array, dtype_of(datatype)).tobytes()
         )
         header.append([name, datatype, list(array.shape), len(payload)])
         payloads.append(payload)
@@ -72,7 +72,7 @@ def decode(fields: Mapping[bytes | str, bytes | str]) -> CachedResponse:
             if datatype == "BYTES":
                 array = deserialize_bytes(data[offset : offset + nbytes], count)
             else:
-                dtype = DATATYPE_TO_DTYPE[datatype]
+                dtype = dtype_of(datatype)
                 if count * dtype.itemsize != nbytes:
                     raise ValueError(f"output '{name}' has {nbytes} bytes for {count} elements")
                 array = np.frombuffer(data, dtype, count, offset)

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 from despina import (
-    DATATYPE_TO_DTYPE,
     DeviceArray,
     InferenceRequest,
     InferenceResponse,
@@ -27,6 +26,7 @@ from despina import (
     checked_element_count,
     datatype_of,
     deserialize_bytes,
+    find_dtype,
     grpc_service as service_pb2,
     repeated_tensor,
     serialize_bytes,
@@ -154,7 +154,7 @@ class RequestDecoder:
     def _dtype(self, name: str, datatype: str, expected: Mapping[str, str]) -> np.dtype[Any]:
         """The numpy dtype of an input's datatype; InvalidArgument (Triton's texts) for a
         datatype that is not one."""
-        dtype = DATATYPE_TO_DTYPE.get(datatype)
+        dtype = find_dtype(datatype)
         if dtype is not None:
             return dtype
         if name not in expected:

@@ -16,11 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeGuard
 
-import ml_dtypes
 import numpy as np
 import orjson
 from despina import (
-    DATATYPE_TO_DTYPE,
     InferenceRequest,
     InvalidArgument,
     RequestedOutput,
@@ -28,6 +26,7 @@ from despina import (
     SharedMemoryRegistry,
     checked_element_count,
     deserialize_bytes,
+    find_dtype,
     repeated_tensor,
 )
 
@@ -47,11 +46,7 @@ _SCAN_MAX = 64
 #: nearest even, so a finite value this large becomes infinity (what ``np.errstate(over=
 #: "raise")`` reports). ml_dtypes casts float64 to BF16 through float32, so BF16 overflows
 #: only where float32 does. FP64 takes every JSON number (orjson refuses infinities).
-_OVERFLOWS_AT = {
-    np.dtype(np.float16): 65520.0,
-    np.dtype(np.float32): 2.0**128 - 2.0**103,
-    np.dtype(ml_dtypes.bfloat16): 2.0**128 - 2.0**103,
-}
+_OVERFLOWS_AT = {"FP16": 65520.0, "FP32": 2.0**128 - 2.0**103, "BF16": 2.0**128 - 2.0**103}
 
 
 class BinaryInput(NamedTuple):
@@ -248,7 +243,7 @@ def _decode_input(
     datatype = item.get("datatype")
     if type(datatype) is not str:
         raise _parse_error("datatype", datatype, "string")
-    dtype = DATATYPE_TO_DTYPE.get(datatype)
+    dtype = find_dtype(datatype)
     if dtype is None:
         raise InvalidArgument(f"invalid datatype for input {name}")
     shape = item.get("shape")
@@ -380,7 +375,7 @@ def _numbers(data: list[Any], dtype: np.dtype[Any], datatype: str, booleans: boo
         if dtype.kind != "b":
             if booleans:
                 _no_booleans(data, parsed, text, scan)
-            limit = _OVERFLOWS_AT.get(dtype)
+            limit = _OVERFLOWS_AT.get(datatype)
             if limit is not None:
                 low, high = _bounds(data, parsed, scan)
                 if high >= limit or low <= -limit:

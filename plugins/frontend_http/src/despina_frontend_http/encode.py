@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import orjson
 from despina import (
@@ -20,7 +19,6 @@ from despina import (
     serialize_bytes,
 )
 
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -97,6 +95,6 @@ def json_data(array: np.ndarray, datatype: str) -> Any:
             v.decode(errors="replace") if isinstance(v, bytes) else str(v)
             for v in array.reshape(-1).tolist()
         ]
-    if array.dtype == _BF16:
+    if datatype == "BF16":
         return array.astype(np.float32).reshape(-1)
     return np.ascontiguousarray(array).reshape(-1)

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import orjson
 from despina import (
-    DATATYPE_TO_DTYPE,
     InferenceRequest,
     InferenceResponse,
     InvalidArgument,
     datatype_of,
+    dtype_of,
     repeated_tensor,
 )
 
@@ -131,9 +131,7 @@ def _take(request: InferenceRequest, key: str, value: Any, inputs: InputShapes) 
     datatype, dims = known
     count = len(value) if isinstance(value, list) else 1
     shape = generate_shape(key, count, dims)
-    request.inputs[key] = tensor_from_json(
-        value, DATATYPE_TO_DTYPE[datatype], datatype, shape, count, key
-    )
+    request.inputs[key] = tensor_from_json(value, dtype_of(datatype), datatype, shape, count, key)
 
 
 def generate_shape(name: str, count: int, dims: list[int]) -> list[int]:

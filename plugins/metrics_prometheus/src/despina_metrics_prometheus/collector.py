@@ -1,4 +1,4 @@
-"""A prometheus-client Collector that reads the server's statistics at scrape time.
+"""A collector that reads the server's statistics at scrape time.
 
 Names, help texts and labels are Triton's (``model``, ``version``; ``reason`` on
 failures). Counters and gauges come from ``ModelStats`` (and ``host.custom_metrics``)
@@ -13,11 +13,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from despina import FAILURE_REASONS, HISTOGRAM, MetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from despina_metrics_prometheus.cpu import CpuSampler, memory
-from despina_metrics_prometheus.exposition import format_number
+from despina_metrics_prometheus.exposition import Family, format_number
 from despina_metrics_prometheus.gpu import FAMILIES as GPU_FAMILIES, GpuSampler
 from despina_metrics_prometheus.latency import FIRST_RESPONSE, Histogram, LatencyRecorder
 from despina_metrics_prometheus.options import MetricsOptions
@@ -76,14 +74,14 @@ def _counter_values(version: ModelVersion) -> dict[str, float]:
     }
 
 
-def _cache_counters(versions: list[ModelVersion]) -> Iterator[Metric]:
+def _cache_counters(versions: list[ModelVersion]) -> Iterator[Family]:
     """Triton's ``nv_cache_*_per_model`` of the versions the response cache serves."""
     cached = [
         v for v in versions if v.scheduler is not None and v.scheduler.model.cache is not None
     ]
     if not cached:
         return
-    families = {name: Metric(name, doc, "counter") for name, doc in CACHE_COUNTERS.items()}
+    families = {name: Family(name, doc, "counter") for name, doc in CACHE_COUNTERS.items()}
     for version in cached:
         labels = {"model": version.name, "version": str(version.version)}
         hit, miss = version.stats.cache_hit, version.stats.cache_miss
@@ -93,8 +91,8 @@ def _cache_counters(versions: list[ModelVersion]) -> Iterator[Metric]:
     yield from families.values()
 
 
-class StatsCollector(Collector):
-    """Triton's metric families for one server (register it in any CollectorRegistry)."""
+class StatsCollector:
+    """Triton's metric families for one server, read at scrape time."""
 
     def __init__(
         self,
@@ -108,23 +106,23 @@ class StatsCollector(Collector):
         self.cpu = cpu
         self.gpu = gpu
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[Family]:
         versions = self.host.ready_versions()
         names = dict(COUNTERS)
         if self.options.counter_latencies:
             names.update(LATENCIES)
-        families = {name: Metric(name, doc, "counter") for name, doc in names.items()}
-        failure = Metric(
+        families = {name: Family(name, doc, "counter") for name, doc in names.items()}
+        failure = Family(
             "nv_inference_request_failure",
             "Number of failed inference requests, all batch sizes",
             "counter",
         )
-        pending = Metric(
+        pending = Family(
             "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.",
             "gauge",
         )
-        load = Metric("nv_model_load_duration_secs", "Model load time in seconds", "gauge")
+        load = Family("nv_model_load_duration_secs", "Model load time in seconds", "gauge")
         for version in versions:
             labels = {"model": version.name, "version": str(version.version)}
             values = _counter_values(version)
@@ -153,7 +151,7 @@ class StatsCollector(Collector):
             if (exposed := _custom(custom)) is not None:
                 yield exposed
 
-    def _latencies(self, versions: list[ModelVersion]) -> Iterator[Metric]:
+    def _latencies(self, versions: list[ModelVersion]) -> Iterator[Family]:
         """The first-response histogram and the summaries of the versions that record
         them (none unless ``--metrics-config`` turned them on)."""
         recorders = [
@@ -162,7 +160,7 @@ class StatsCollector(Collector):
             if isinstance(v.stats.latency, LatencyRecorder)
         ]
         if self.options.histogram_latencies:
-            histogram = Metric(
+            histogram = Family(
                 FIRST_RESPONSE,
                 "Duration from request to first response in milliseconds",
                 "histogram",
@@ -172,7 +170,7 @@ class StatsCollector(Collector):
                     _histogram_samples(histogram, labels, recorder.first)
             yield histogram
         if self.options.summary_latencies:
-            summaries = {name: Metric(name, doc, "summary") for name, doc in SUMMARIES.items()}
+            summaries = {name: Family(name, doc, "summary") for name, doc in SUMMARIES.items()}
             quantiles = self.options.summary_quantiles
             for labels, recorder in recorders:
                 if recorder.summaries is None:
@@ -189,18 +187,18 @@ class StatsCollector(Collector):
                         )
             yield from summaries.values()
 
-    def _gpu(self) -> Iterator[Metric]:
+    def _gpu(self) -> Iterator[Family]:
         assert self.gpu is not None
         for name, doc, kind in GPU_FAMILIES:
-            metric = Metric(name, doc, kind)
+            metric = Family(name, doc, kind)
             for reading in self.gpu.readings:
                 if name in reading.values:
                     metric.add_sample(name, {"gpu_uuid": reading.uuid}, reading.values[name])
             yield metric
 
-    def _cpu(self) -> Iterator[Metric]:
+    def _cpu(self) -> Iterator[Family]:
         assert self.cpu is not None
-        utilization = Metric("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
+        utilization = Family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
         utilization.add_sample(utilization.name, {}, self.cpu.utilization)
         yield utilization
         ram = memory()
@@ -209,18 +207,18 @@ class StatsCollector(Collector):
                 ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", ram[0]),
                 ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", ram[1]),
             ):
-                metric = Metric(name, doc, "gauge")
+                metric = Family(name, doc, "gauge")
                 metric.add_sample(name, {}, value)
                 yield metric
 
 
-def _custom(family: MetricFamily) -> Metric | None:
+def _custom(family: MetricFamily) -> Family | None:
     """A model-defined family (pb_utils.MetricFamily) as Triton exposes it, or None while
     it has no series: a histogram's ``_count``, ``_sum``, then its buckets by bound."""
     samples = family.samples()
     if not samples:
         return None
-    metric = Metric(family.name, family.description, family.kind)
+    metric = Family(family.name, family.description, family.kind)
     for sample in samples:
         if family.kind != HISTOGRAM:
             metric.add_sample(family.name, sample.labels, sample.value)
@@ -233,7 +231,7 @@ def _custom(family: MetricFamily) -> Metric | None:
     return metric
 
 
-def _histogram_samples(metric: Metric, labels: dict[str, str], histogram: Histogram) -> None:
+def _histogram_samples(metric: Family, labels: dict[str, str], histogram: Histogram) -> None:
     cumulative, total, count = histogram.cumulative()
     name = metric.name
     metric.add_sample(f"{name}_count", labels, count)

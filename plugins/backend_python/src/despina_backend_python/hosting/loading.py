@@ -6,8 +6,8 @@ Server-independent: used in the server process (in-process mode) and in child pr
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
-import sysconfig
 import traceback
 import types
 from pathlib import Path
@@ -22,7 +22,7 @@ def _server_files() -> tuple[str, ...]:
     the standard library (threads, asyncio) and, where installed, the despina core."""
     core = importlib.util.find_spec("despina")
     origins = [] if core is None or core.origin is None else [str(Path(core.origin).parent)]
-    return (*_OWN_FILES, sysconfig.get_paths()["stdlib"], *origins)
+    return (*_OWN_FILES, os.path.dirname(os.__file__), *origins)
 
 
 #: The outermost frames, up to the model's own, are the server's way in: left out.

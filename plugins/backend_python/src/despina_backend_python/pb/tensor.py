@@ -10,7 +10,7 @@ import numpy as np
 
 from despina_backend_python.pb import bf16_dlpack, device
 from despina_backend_python.pb.errors import TritonModelException, require
-from despina_backend_python.pb.types import BF16, wire_datatype
+from despina_backend_python.pb.types import bf16, is_bf16, wire_datatype
 
 
 class _Capsule:
@@ -46,7 +46,7 @@ class Tensor:
     def as_numpy(self) -> np.ndarray:
         """The data as a numpy array (BYTES: an object array of ``bytes``); raises
         TritonModelException for BF16, as Triton (use :meth:`to_dlpack`)."""
-        if self._array.dtype == BF16:
+        if is_bf16(self._array.dtype):
             raise TritonModelException(
                 "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and "
                 "from_dlpack() instead."
@@ -75,7 +75,7 @@ class Tensor:
         read-only (a request's tensor in-process); not for BYTES tensors."""
         if self._array.dtype == np.object_:
             raise TypeError("DLPack does not support BYTES tensors")
-        if self._array.dtype == BF16:
+        if is_bf16(self._array.dtype):
             return bf16_dlpack.to_dlpack(self._array)
         if not self._array.flags.writeable:  # DLPack 0.x cannot mark memory read-only
             return self._array.copy().__dlpack__()
@@ -96,10 +96,11 @@ class Tensor:
         try:
             array = np.from_dlpack(source)
         except (BufferError, RuntimeError, TypeError):  # numpy has no BF16 DLPack type
-            bf16 = None if BF16 is None else bf16_dlpack.from_dlpack(dlpack, BF16)
-            if bf16 is None:
+            dtype = bf16()
+            bf16_array = None if dtype is None else bf16_dlpack.from_dlpack(dlpack, dtype)
+            if bf16_array is None:
                 raise
-            array = bf16
+            array = bf16_array
         if not array.flags.c_contiguous:
             raise ValueError(f"Tensor '{name}': DLPack tensor must be C-contiguous")
         return Tensor(name, array)

@@ -2,6 +2,9 @@
 
 Wire names ("FP32", "BYTES"), config names ("TYPE_FP32", "TYPE_STRING"), Triton's
 ``TRITONSERVER_DataType`` numbers and numpy dtypes. BYTES tensors are numpy object arrays.
+BF16's dtype comes from ml_dtypes, imported the first time BF16 is asked for (:func:`bf16`):
+it holds about 2.5 MB of a model process's resident memory that models without BF16
+tensors never need.
 """
 
 from __future__ import annotations
@@ -12,16 +15,7 @@ from typing import Any
 
 import numpy as np
 
-try:  # BF16 needs ml_dtypes (installed with the server; optional in foreign envs)
-    import ml_dtypes
-
-    _BF16: Any = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - only in execution environments without it
-    _BF16 = None
-#: The numpy dtype of BF16 tensors (None where ml_dtypes is not installed).
-BF16: Any = _BF16
-
-#: Wire datatype -> numpy dtype.
+#: Wire datatype -> numpy dtype; BF16 joins on first use (:func:`wire_dtype`).
 WIRE_TO_DTYPE: dict[str, Any] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
@@ -37,9 +31,6 @@ WIRE_TO_DTYPE: dict[str, Any] = {
     "FP64": np.dtype(np.float64),
     "BYTES": np.dtype(np.object_),
 }
-if _BF16 is not None:
-    WIRE_TO_DTYPE["BF16"] = _BF16
-
 _DTYPE_TO_WIRE = {dtype: name for name, dtype in WIRE_TO_DTYPE.items()}
 #: Numpy dtype (native byte order) -> wire datatype, for every datatype but BYTES.
 FIXED_DTYPE_TO_WIRE = {dtype: name for dtype, name in _DTYPE_TO_WIRE.items() if name != "BYTES"}
@@ -77,8 +68,38 @@ TRITON_STRING_TO_NUMPY: dict[str, Any] = {
     "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
 }
-if _BF16 is not None:
-    TRITON_STRING_TO_NUMPY["TYPE_BF16"] = _BF16.type
+
+
+def bf16() -> Any:
+    """The numpy dtype of BF16 tensors, None where ml_dtypes is not installed (an
+    execution environment without it). The first call imports ml_dtypes and enters BF16 in
+    this module's tables."""
+    dtype = WIRE_TO_DTYPE.get("BF16")
+    if dtype is None:
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - only in execution environments without it
+            return None
+        dtype = np.dtype(ml_dtypes.bfloat16)
+        WIRE_TO_DTYPE["BF16"] = dtype
+        _DTYPE_TO_WIRE[dtype] = FIXED_DTYPE_TO_WIRE[dtype] = "BF16"
+        TRITON_STRING_TO_NUMPY["TYPE_BF16"] = dtype.type
+    return dtype
+
+
+def is_bf16(dtype: np.dtype[Any]) -> bool:
+    """Whether ``dtype`` is ml_dtypes' bfloat16 (a cheap test for every other dtype)."""
+    return dtype.kind == "V" and dtype == bf16()
+
+
+def wire_dtype(datatype: str) -> Any:
+    """The numpy dtype of a wire datatype; KeyError when there is none."""
+    dtype = WIRE_TO_DTYPE.get(datatype)
+    if dtype is None:
+        dtype = bf16() if datatype == "BF16" else None
+        if dtype is None:
+            raise KeyError(datatype)
+    return dtype
 
 
 def wire_datatype(array: np.ndarray) -> str:
@@ -88,19 +109,25 @@ def wire_datatype(array: np.ndarray) -> str:
     try:
         return _DTYPE_TO_WIRE[array.dtype]
     except KeyError:
+        if is_bf16(array.dtype):  # made by the model before BF16 was asked for here
+            return "BF16"
         raise TypeError(f"unsupported numpy dtype {array.dtype}") from None
 
 
 def triton_string_to_numpy(triton_type_string: str) -> Any:
     """``"TYPE_FP32"`` -> ``numpy.float32`` (as Triton's helper)."""
+    if triton_type_string == "TYPE_BF16":
+        bf16()
     return TRITON_STRING_TO_NUMPY[triton_type_string]
 
 
 def triton_to_numpy_type(data_type: int) -> Any:
     """A ``TRITONSERVER_DataType`` number -> numpy type (None when unknown)."""
     if 1 <= data_type <= len(_TRITON_NUMBERS):
-        dtype = WIRE_TO_DTYPE.get(_TRITON_NUMBERS[data_type - 1])
-        return None if dtype is None else dtype.type
+        try:
+            return wire_dtype(_TRITON_NUMBERS[data_type - 1]).type
+        except KeyError:
+            return None
     return None
 
 
@@ -108,7 +135,8 @@ def numpy_to_triton_type(data_type: Any) -> int | None:
     """A numpy type -> ``TRITONSERVER_DataType`` number (None when unsupported)."""
     if data_type in (np.object_, np.bytes_):
         return _TRITON_NUMBERS.index("BYTES") + 1
-    name = _DTYPE_TO_WIRE.get(np.dtype(data_type))
+    dtype = np.dtype(data_type)
+    name = _DTYPE_TO_WIRE.get(dtype) or ("BF16" if is_bf16(dtype) else None)
     return None if name is None else _TRITON_NUMBERS.index(name) + 1
 
 

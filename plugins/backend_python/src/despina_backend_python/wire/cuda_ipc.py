@@ -20,7 +20,7 @@ import itertools
 from typing import Any
 
 from despina_backend_python.pb import device
-from despina_backend_python.pb.types import WIRE_TO_DTYPE, wire_datatype
+from despina_backend_python.pb.types import wire_datatype, wire_dtype
 
 #: (position in the message's tensors, name, datatype, shape, device id, IPC handle or
 #: None for an empty tensor)
@@ -103,7 +103,7 @@ def import_tensors(descriptors: list[DeviceDescriptor]) -> list[tuple[int, str, 
     out = []
     for position, name, datatype, shape, device_id, handle in descriptors:
         with cp.cuda.Device(device_id) as gpu:
-            array = cp.empty(tuple(shape), WIRE_TO_DTYPE[datatype])
+            array = cp.empty(tuple(shape), wire_dtype(datatype))
             if handle is not None:
                 pointer = runtime.ipcOpenMemHandle(handle)
                 try:

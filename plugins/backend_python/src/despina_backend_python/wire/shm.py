@@ -31,10 +31,10 @@ import numpy as np
 from despina_backend_python.pb.errors import TritonModelException
 from despina_backend_python.pb.types import (
     FIXED_DTYPE_TO_WIRE,
-    WIRE_TO_DTYPE,
     bytes_from_parts,
     bytes_payload,
     wire_datatype,
+    wire_dtype,
 )
 from despina_backend_python.wire import cuda_ipc
 
@@ -303,7 +303,7 @@ def unpack(fields: dict[str, Any], ring: Ring | None = None) -> list[tuple[str, 
     inline = fields.get("inline")
     if inline is not None:  # writable arrays of their own, as those copied from the ring
         return [
-            (name, np.frombuffer(bytearray(data), WIRE_TO_DTYPE[datatype]).reshape(shape))
+            (name, np.frombuffer(bytearray(data), wire_dtype(datatype)).reshape(shape))
             for name, datatype, shape, data in inline
         ]
     if fields.get("cuda"):
@@ -339,7 +339,7 @@ def _read(mapping: Any, desc: Descriptor, copy: bool) -> np.ndarray:
             return np.empty(shape, dtype=np.object_)
         lengths = np.frombuffer(mapping, dtype=np.uint32, count=count, offset=desc[5])
         return bytes_from_parts(lengths, mapping[offset : offset + nbytes], shape)
-    dtype = WIRE_TO_DTYPE[datatype]
+    dtype = wire_dtype(datatype)
     if count == 0:
         return np.empty(shape, dtype=dtype)
     array = np.frombuffer(mapping, dtype=dtype, count=count, offset=offset).reshape(shape)
