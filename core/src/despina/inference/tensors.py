@@ -51,7 +51,7 @@ def _add_bf16() -> np.dtype[Any]:
     """Import ml_dtypes and enter BF16 in both tables; return its dtype."""
     import ml_dtypes
 
-    dtype = np.dtype(ml_dtypes.bfloat16)
+    dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
     DATATYPE_TO_DTYPE["BF16"] = dtype
     _DTYPE_TO_DATATYPE[dtype] = "BF16"
     return dtype
