@@ -21,6 +21,7 @@ from despina.inference.request import InferenceRequest, InferenceResponse, Respo
 from despina.inference.request_bodies import BodyBudget
 from despina.inference.response_cache import ResponseCache, parse_cache_config
 from despina.memory.gpus import GpuInventory, discover
+from despina.memory.heap import release_free_heap
 from despina.memory.shared_memory import SharedMemoryRegistry
 from despina.models.manager import ModelManager
 from despina.models.versions import ModelVersion
@@ -264,6 +265,7 @@ class Server:
             self.poller.remember_loaded()
             self.poller.start()
         self.plugins.hook.despina_server_started(server=self.dataplane)
+        release_free_heap()
 
     async def _load_startup_models(self) -> None:
         """Load the start-up models; StartupError when one fails and ``--exit-on-error``

@@ -1,6 +1,7 @@
 """Importing a ``model.py`` and the pieces of Triton's calling convention around it.
 
-Server-independent: used in the server process (in-process mode) and in child processes.
+Server-independent: used in the server process (in-process mode) and in child processes
+(paths with ``os.path``: a model process imports no more than its model needs).
 """
 
 from __future__ import annotations
@@ -10,18 +11,17 @@ import os
 import sys
 import traceback
 import types
-from pathlib import Path
 from typing import Any
 
 #: Frames left out of a model's traceback: this package's and the import system's.
-_OWN_FILES = (str(Path(__file__).parents[1]), "<frozen ")
+_OWN_FILES = (os.path.dirname(os.path.dirname(__file__)), "<frozen ")
 
 
 def _server_files() -> tuple[str, ...]:
     """Where the code that calls into a model lives: this package, the import system,
     the standard library (threads, asyncio) and, where installed, the despina core."""
     core = importlib.util.find_spec("despina")
-    origins = [] if core is None or core.origin is None else [str(Path(core.origin).parent)]
+    origins = [] if core is None or core.origin is None else [os.path.dirname(core.origin)]
     return (*_OWN_FILES, os.path.dirname(os.__file__), *origins)
 
 
@@ -39,10 +39,10 @@ def _shown(filename: str) -> str:
     for folder in _MODEL_FOLDERS:
         if filename.startswith(folder):
             return filename[len(folder) :]
-    return Path(filename).name
+    return os.path.basename(filename)
 
 
-def load_model_class(model_file: Path, package: str | None = None) -> type[Any]:
+def load_model_class(model_file: str | os.PathLike[str], package: str | None = None) -> type[Any]:
     """Import ``model_file`` as a module of its version folder and return its
     ``TritonPythonModel``.
 
@@ -51,18 +51,22 @@ def load_model_class(model_file: Path, package: str | None = None) -> type[Any]:
     package, so ``from . import helper`` works. ``package`` names that package instead of
     the version folder's name (a process serving several models gives each its own).
     """
-    if not model_file.is_file():
+    model_file = os.fspath(model_file)
+    if not os.path.isfile(model_file):
         raise FileNotFoundError(f"Python model file not found in '{model_file}'")
-    _MODEL_FOLDERS.add(f"{model_file.parent.parent}/")
-    for folder in (model_file.parent, model_file.parent.parent):
-        if str(folder) not in sys.path:
-            sys.path.append(str(folder))
-    package = package or model_file.parent.name
+    version_dir = os.path.dirname(model_file)
+    model_dir = os.path.dirname(version_dir)
+    stem = os.path.splitext(os.path.basename(model_file))[0]
+    _MODEL_FOLDERS.add(f"{model_dir}/")
+    for folder in (version_dir, model_dir):
+        if folder not in sys.path:
+            sys.path.append(folder)
+    package = package or os.path.basename(version_dir)
     holder = types.ModuleType(package)
-    holder.__path__ = [str(model_file.parent)]
+    holder.__path__ = [version_dir]
     holder.__package__ = package
     sys.modules[package] = holder
-    module_name = f"{package}.{model_file.stem}"
+    module_name = f"{package}.{stem}"
     spec = importlib.util.spec_from_file_location(module_name, model_file)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import '{model_file}'")
@@ -71,14 +75,14 @@ def load_model_class(model_file: Path, package: str | None = None) -> type[Any]:
     spec.loader.exec_module(module)
     model_class = getattr(module, "TritonPythonModel", None)
     if not isinstance(model_class, type):
-        where = f"{model_file.parent.name}.{model_file.stem}"  # Triton's module name
+        where = f"{os.path.basename(version_dir)}.{stem}"  # Triton's module name
         raise AttributeError(f"module '{where}' has no attribute 'TritonPythonModel'")
     return model_class
 
 
 def initialize_args(
     model_config_json: str,
-    model_dir: Path,
+    model_dir: str | os.PathLike[str],
     name: str,
     version: int,
     instance_name: str,
@@ -91,7 +95,7 @@ def initialize_args(
         "model_instance_kind": kind.removeprefix("KIND_"),
         "model_instance_name": instance_name,
         "model_instance_device_id": str(device_id),
-        "model_repository": str(model_dir),
+        "model_repository": os.fspath(model_dir),
         "model_version": str(version),
         "model_name": name,
     }

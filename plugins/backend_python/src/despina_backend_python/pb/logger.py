@@ -1,13 +1,13 @@
-"""``pb_utils.Logger``: model log lines written into the server's log."""
+"""``pb_utils.Logger``: model log lines written into the server's log.
+
+Python's ``logging`` (~0.7 MB resident) is imported only for a line logged outside a
+server (a model's module run on its own); in a model process lines go to the server.
+"""
 
 from __future__ import annotations
 
-import logging
-
 from despina_backend_python.pb import runtime
 from despina_backend_python.pb.errors import require
-
-_LOCAL = logging.getLogger("despina.python")
 
 
 class Logger:
@@ -26,7 +26,9 @@ class Logger:
             raise TypeError(f"Logger.log(): unknown log level {level!r}")
         host = runtime.current_or_none()
         if host is None:
-            _LOCAL.log(_LEVELS[level], "%s", message)
+            import logging
+
+            logging.getLogger("despina.python").log(_LEVELS[level], "%s", message)
         else:
             host.log(level, str(message))
 
@@ -47,14 +49,10 @@ class Logger:
         cls.log(message, cls.VERBOSE)
 
 
-#: Logger level -> Python logging level (VERBOSE shows with ``--log-verbose``).
-_LEVELS = {
-    "INFO": logging.INFO,
-    "WARNING": logging.WARNING,
-    "ERROR": logging.ERROR,
-    "VERBOSE": logging.DEBUG,
-}
+#: Logger level -> Python logging level: ``logging``'s INFO, WARNING, ERROR and DEBUG
+#: (VERBOSE shows with ``--log-verbose``).
+_LEVELS = {"INFO": 20, "WARNING": 30, "ERROR": 40, "VERBOSE": 10}
 
 
 def python_level(level: str) -> int:
-    return _LEVELS.get(level, logging.INFO)
+    return _LEVELS.get(level, _LEVELS["INFO"])
