@@ -1,8 +1,9 @@
 """``despina serve --serving-processes 2``: a supervisor and two serving processes sharing
 the HTTP and gRPC ports, with real clients: requests reach both processes, statistics
 (HTTP and gRPC) and metrics are their sums, what one process cannot serve alone is
-refused naming the flag, SIGTERM stops everything cleanly, and a serving process that
-dies stops the supervisor with a failure."""
+refused naming the flag, client shared-memory registrations reach every process, SIGTERM
+stops everything cleanly, and a serving process that dies stops the supervisor with a
+failure."""
 
 from __future__ import annotations
 
@@ -260,19 +261,82 @@ def test_sequence_batched_model_is_refused_at_load(supervised: Supervised) -> No
     assert "sequence batching, which --serving-processes 2 does not support" in row["reason"]
 
 
-def test_shared_memory_registration_is_refused(supervised: Supervised) -> None:
+def shm_infer(supervised: Supervised, use_grpc: bool) -> int:
+    """One request over a new connection, INPUT0 read from region ``sp_in`` and OUTPUT0
+    written to ``sp_out``; the serving process that ran it."""
+    module = tritonclient_grpc if use_grpc else tritonclient_http
+    if use_grpc:
+        client: Any = tritonclient_grpc.InferenceServerClient(
+            f"127.0.0.1:{supervised.grpc}", channel_args=[("grpc.use_local_subchannel_pool", 1)]
+        )
+    else:
+        client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+    try:
+        tensor = module.InferInput("INPUT0", [4], "FP32")
+        tensor.set_shared_memory("sp_in", 16)
+        output = module.InferRequestedOutput("OUTPUT0")
+        output.set_shared_memory("sp_out", 16)
+        result = client.infer(
+            "add_sub", [tensor], outputs=[output, module.InferRequestedOutput("PID")]
+        )
+        return int(result.as_numpy("PID")[0])
+    finally:
+        client.close()
+
+
+def shm_status(supervised: Supervised) -> list[list[str]]:
+    """The registered system regions' names, asked over new connections of both
+    protocols (both serving processes answer some)."""
+    names = []
+    for _ in range(4):
+        http = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+        names.append(sorted(r["name"] for r in http.get_system_shared_memory_status()))
+        http.close()
+        grpc = tritonclient_grpc.InferenceServerClient(
+            f"127.0.0.1:{supervised.grpc}", channel_args=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        names.append(sorted(grpc.get_system_shared_memory_status(as_json=True).get("regions", {})))
+        grpc.close()
+    return names
+
+
+def test_shared_memory_registrations_reach_every_serving_process(supervised: Supervised) -> None:
+    """A region registered over one connection serves requests that reach either process;
+    one unregistered over one connection is gone from both; a registration that fails
+    leaves it in neither."""
+    shm = pytest.importorskip("tritonclient.utils.shared_memory")
+    key = f"/despina_sp_{os.getpid()}"
+    inputs = shm.create_shared_memory_region("sp_in", f"{key}_in", 16)
+    outputs = shm.create_shared_memory_region("sp_out", f"{key}_out", 16)
     http = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
     grpc = tritonclient_grpc.InferenceServerClient(f"127.0.0.1:{supervised.grpc}")
     try:
-        with pytest.raises(InferenceServerException, match="--serving-processes 2") as caught:
-            http.register_system_shared_memory("region", "/despina_sp_test", 64)
-        assert caught.value.status() == "501"
-        with pytest.raises(InferenceServerException, match="--serving-processes 2") as caught:
-            grpc.register_system_shared_memory("region", "/despina_sp_test", 64)
-        assert caught.value.status() == "StatusCode.UNIMPLEMENTED"
+        with pytest.raises(InferenceServerException, match="Unable to open shared memory"):
+            http.register_system_shared_memory("sp_bad", f"{key}_missing", 16)
+        assert shm_status(supervised) == [[]] * 8
+        http.register_system_shared_memory("sp_in", f"{key}_in", 16)
+        grpc.register_system_shared_memory("sp_out", f"{key}_out", 16)
+        assert shm_status(supervised) == [["sp_in", "sp_out"]] * 8
+        pids = set()
+        for step in range(12):
+            values = np.arange(4, dtype=np.float32) * step
+            shm.set_shared_memory_region(inputs, [values])
+            pids.add(shm_infer(supervised, use_grpc=step % 2 == 1))
+            got = shm.get_contents_as_numpy(outputs, np.float32, [4])
+            assert got.tolist() == (values + 1).tolist()
+        assert pids == set(supervised.child_pids())
+        grpc.unregister_system_shared_memory("sp_in")
+        http.unregister_system_shared_memory("sp_out")
+        assert shm_status(supervised) == [[]] * 8
+        for use_grpc in (False, True, False, True):
+            with pytest.raises(InferenceServerException, match="sp_in"):
+                shm_infer(supervised, use_grpc)
     finally:
+        http.unregister_system_shared_memory()
         http.close()
         grpc.close()
+        shm.destroy_shared_memory_region(inputs)
+        shm.destroy_shared_memory_region(outputs)
 
 
 def test_a_process_that_does_not_answer_fails_statistics_and_metrics(

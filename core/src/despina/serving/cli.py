@@ -26,7 +26,7 @@ from despina.serving.flags import (
     plugin_modules,
     serving_processes_asked,
 )
-from despina.serving.peer_statistics import PeerStatistics
+from despina.serving.peers import Peers
 from despina.serving.serving_processes import ServingProcess
 from despina.version import __version__
 
@@ -114,8 +114,8 @@ def cmd_serve(argv: Sequence[str]) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        peers = None if place is None else PeerStatistics(place, server.dataplane.statistics)
-        server.statistics_peers = peers
+        peers = None if place is None else Peers(place, server.peer_operations)
+        server.peers = peers
         try:
             if not await start_unless_stopped(server, stop):
                 return 0

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from base64 import b64decode, b64encode
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,7 +25,6 @@ from despina.inference.tensors import config_to_datatype
 from despina.models.versions import ModelState
 from despina.repository.config import mc
 from despina.repository.signatures import backend_setting, default_max_batch_size
-from despina.serving.serving_processes import refuse_shared_memory
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from despina.plugin.manager import Plugins
     from despina.plugin.ports import FrontendHost
     from despina.serving.custom_metrics import CustomMetrics
-    from despina.serving.peer_statistics import PeerStatistics
+    from despina.serving.peers import Operation, Peers
     from despina.serving.runtime_settings import LogSettings
     from despina.serving.settings import CoreSettings, Stash
     from despina.tracing.tracer import Tracer
@@ -63,8 +63,8 @@ class Core(Protocol):
     plugins: Plugins
     id: str
     version: str
-    #: The peers statistics are summed over (``--serving-processes`` above 1), else None.
-    statistics_peers: PeerStatistics | None
+    #: The other serving processes (``--serving-processes`` above 1), else None.
+    peers: Peers | None
 
     @property
     def live(self) -> bool: ...
@@ -216,8 +216,8 @@ class DataPlane:
     async def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         """What a client's statistics call answers: :meth:`statistics`, summed over every
         serving process under ``--serving-processes`` (Unavailable when one does not
-        answer: :mod:`despina.serving.peer_statistics`)."""
-        peers = self._server.statistics_peers
+        answer: :mod:`despina.serving.peers`)."""
+        peers = self._server.peers
         if peers is None:
             return self.statistics(name, version)
         return await peers.summed(name, version)
@@ -270,33 +270,78 @@ class DataPlane:
         """Registered system shared-memory regions (one, when ``name`` is given)."""
         return self.shared_memory.status(name)
 
-    def system_shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Register a region (refused unless client shared memory is allowed, and with
-        ``--serving-processes`` above 1)."""
-        refuse_shared_memory(self._server.settings.serving_processes)
+    async def system_shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register a region (refused unless client shared memory is allowed); under
+        ``--serving-processes`` in every serving process or, when one fails, in none."""
         self.shared_memory.register(name, key, offset, byte_size)
+        arguments = {"name": name, "key": key, "offset": offset, "byte_size": byte_size}
+        await self._fan_out_registration("system_shm", arguments, "system")
 
-    def system_shm_unregister(self, name: str = "") -> None:
-        """Unregister one system region, or every one when ``name`` is empty."""
+    async def system_shm_unregister(self, name: str = "") -> None:
+        """Unregister one system region, or every one when ``name`` is empty (in every
+        serving process under ``--serving-processes``)."""
         self.shared_memory.unregister(name)
+        if self._server.peers is not None:
+            await self._server.peers.ask_all("system_shm_unregister", {"name": name})
 
     def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
         """Registered CUDA shared-memory regions (one, when ``name`` is given)."""
         return self.shared_memory.status(name, kind="cuda")
 
-    def cuda_shm_register(
+    async def cuda_shm_register(
         self, name: str, raw_handle: bytes, device_id: int, byte_size: int
     ) -> None:
         """Register a CUDA region from its IPC handle (refused unless client shared memory
         is allowed; InvalidArgument, one text for both protocols, where the server cannot
-        open CUDA memory: no cupy, or no device; Unsupported with ``--serving-processes``
-        above 1)."""
-        refuse_shared_memory(self._server.settings.serving_processes)
+        open CUDA memory: no cupy, or no device); under ``--serving-processes`` in every
+        serving process (each opens the handle) or, when one fails, in none."""
         self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
+        arguments = {
+            "name": name,
+            "raw_handle": b64encode(raw_handle).decode(),
+            "device_id": device_id,
+            "byte_size": byte_size,
+        }
+        await self._fan_out_registration("cuda_shm", arguments, "cuda")
 
-    def cuda_shm_unregister(self, name: str = "") -> None:
-        """Unregister one CUDA region, or every one when ``name`` is empty."""
+    async def cuda_shm_unregister(self, name: str = "") -> None:
+        """Unregister one CUDA region, or every one when ``name`` is empty (in every
+        serving process under ``--serving-processes``)."""
         self.shared_memory.unregister(name, kind="cuda")
+        if self._server.peers is not None:
+            await self._server.peers.ask_all("cuda_shm_unregister", {"name": name})
+
+    async def _fan_out_registration(
+        self, kind: str, arguments: dict[str, Any], registry_kind: str
+    ) -> None:
+        """Register a region this process registered in every peer too; when one fails,
+        unregister it here (and :meth:`Peers.fan_out` in the peers that took it)."""
+        peers = self._server.peers
+        if peers is None:
+            return
+        name = arguments["name"]
+        undo = (f"{kind}_unregister", {"name": name})
+        try:
+            await peers.fan_out(f"{kind}_register", arguments, undo)
+        except DespinaError:
+            self.shared_memory.unregister(name, kind=registry_kind)
+            raise
+
+    def peer_operations(self) -> dict[str, Operation]:
+        """What another serving process may ask of this one (:mod:`despina.serving.peers`):
+        its own statistics, and this process's share of a registration a peer received."""
+        registry = self.shared_memory
+        return {
+            "statistics": lambda a: self.statistics(a["name"], a["version"]),
+            "system_shm_register": lambda a: registry.register(
+                a["name"], a["key"], a["offset"], a["byte_size"]
+            ),
+            "system_shm_unregister": lambda a: registry.unregister(a["name"]),
+            "cuda_shm_register": lambda a: registry.register_cuda(
+                a["name"], b64decode(a["raw_handle"]), a["device_id"], a["byte_size"]
+            ),
+            "cuda_shm_unregister": lambda a: registry.unregister(a["name"], kind="cuda"),
+        }
 
     # plugins' contributions to frontends
     def plugin_contributions(self, hook_name: str, **kwargs: Any) -> list[tuple[Any, str]]:

@@ -49,7 +49,7 @@ from despina.serving.dataplane import (
 )
 from despina.serving.exit_timeout import ExitTimeout
 from despina.serving.flags import build_serve_parser, parse_settings, plugin_modules
-from despina.serving.peer_statistics import PeerStatistics
+from despina.serving.peers import Peers
 from despina.serving.runtime_settings import LogSettings, TraceSettings
 from despina.serving.settings import CORE, CoreSettings, Stash
 from despina.tracing.config import TraceConfig
@@ -140,6 +140,8 @@ class Server:
         self.dataplane: FrontendHost = plane
         #: What metrics exporters read (the data plane, seen through the MetricsHost port).
         self.metrics_host: MetricsHost = plane
+        #: What the other serving processes may ask of this one (``--serving-processes``).
+        self.peer_operations = plane.peer_operations()
         #: What backends and their models use (:class:`despina.plugin.ports.BackendHost`).
         self.backend_host: BackendHost = BackendServices(self)
         #: What schedulers use: the other models (:class:`despina.plugin.ports.SchedulerHost`).
@@ -156,9 +158,9 @@ class Server:
         #: Set by :meth:`shutdown`: not ready any more, still serving (the grace period).
         self.draining = False
         self.poller: RepositoryPoller | None = None
-        #: Under ``--serving-processes`` above 1: the peers statistics are summed over
-        #: (set by ``despina serve`` once this server serves).
-        self.statistics_peers: PeerStatistics | None = None
+        #: Under ``--serving-processes`` above 1: the other serving processes, which
+        #: statistics are summed over and changes fanned out to (set by ``despina serve``).
+        self.peers: Peers | None = None
 
     @classmethod
     def from_args(cls, argv: Sequence[str], plugins: Sequence[object] = ()) -> Server:

@@ -3,10 +3,10 @@
 The supervising process (:mod:`despina.serving.supervisor`) starts N servers with the
 command line it was given, the flags the plugins' parts add (``despina_serving_processes``)
 and :data:`SERVING_PROCESS_ENV` set to ``<index>:<count>:<folder>``: which one of the N it
-is, and the private folder (0700) where each serves its statistics to its peers
-(:mod:`despina.serving.peer_statistics`). Each serving process refuses what it could
-only do alone (explicit model control, sequence-batched models, client shared memory);
-every refusal names ``--serving-processes``.
+is, and the private folder (0700) where each answers its peers (:mod:`despina.serving.peers`:
+statistics, shared-memory registrations). Each serving process refuses what it could
+only do alone (explicit model control, sequence-batched models); every refusal names
+``--serving-processes``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class ServingProcess:
         return f"{self.index}:{self.count}:{self.folder}"
 
     def socket_path(self, index: int) -> Path:
-        """Where serving process ``index`` answers its statistics."""
+        """Where serving process ``index`` answers its peers."""
         return self.folder / f"{index}.sock"
 
     @property
@@ -77,17 +77,6 @@ def refuse_model(config: cfg.ModelConfig, serving_processes: int) -> None:
             f"model '{config.name}' uses sequence batching, which --serving-processes "
             f"{serving_processes} does not support (a sequence's requests may reach any "
             "serving process); serve it with --serving-processes 1"
-        )
-
-
-def refuse_shared_memory(serving_processes: int) -> None:
-    """Unsupported for a client's shared-memory registration among several serving
-    processes (it would reach one of them only)."""
-    if serving_processes > 1:
-        raise Unsupported(
-            f"shared-memory registration is not supported with --serving-processes "
-            f"{serving_processes} (a region registered over one connection would be known "
-            "to one serving process only)"
         )
 
 

@@ -138,12 +138,14 @@ class InferenceServicer:
 
     @guarded
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        self.host.system_shm_register(request.name, request.key, request.offset, request.byte_size)
+        await self.host.system_shm_register(
+            request.name, request.key, request.offset, request.byte_size
+        )
         return pb.SystemSharedMemoryRegisterResponse()
 
     @guarded
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        self.host.system_shm_unregister(request.name)
+        await self.host.system_shm_unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @guarded
@@ -157,14 +159,14 @@ class InferenceServicer:
 
     @guarded
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        self.host.cuda_shm_register(
+        await self.host.cuda_shm_register(
             request.name, request.raw_handle, request.device_id, request.byte_size
         )
         return pb.CudaSharedMemoryRegisterResponse()
 
     @guarded
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        self.host.cuda_shm_unregister(request.name)
+        await self.host.cuda_shm_unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # trace and log settings

@@ -33,11 +33,11 @@ def routes(ctx: Context) -> list[Route]:
                 "Unable to parse the shared memory registration: expected 'key' (string), "
                 "'offset' and 'byte_size' (integers)"
             )
-        host.system_shm_register(region, key, offset, size)
+        await host.system_shm_register(region, key, offset, size)
         return OK
 
     async def unregister(request: Request) -> Response:
-        host.system_shm_unregister(request.params.get("region", ""))
+        await host.system_shm_unregister(request.params.get("region", ""))
         return OK
 
     async def cuda_status(request: Request) -> Response:
@@ -63,11 +63,11 @@ def routes(ctx: Context) -> list[Route]:
             raise InvalidArgument(
                 "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
             ) from None
-        host.cuda_shm_register(region, raw_handle, device, size)
+        await host.cuda_shm_register(region, raw_handle, device, size)
         return OK
 
     async def cuda_unregister(request: Request) -> Response:
-        host.cuda_shm_unregister(request.params.get("region", ""))
+        await host.cuda_shm_unregister(request.params.get("region", ""))
         return OK
 
     group = "shared-memory"
