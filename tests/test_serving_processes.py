@@ -1,9 +1,9 @@
 """``despina serve --serving-processes 2``: a supervisor and two serving processes sharing
 the HTTP and gRPC ports, with real clients: requests reach both processes, statistics
 (HTTP and gRPC) and metrics are their sums, what one process cannot serve alone is
-refused naming the flag, client shared-memory registrations reach every process, SIGTERM
-stops everything cleanly, and a serving process that dies stops the supervisor with a
-failure."""
+refused naming the flag, client shared-memory registrations and log and trace settings
+reach every process, SIGTERM stops everything cleanly, and a serving process that dies
+stops the supervisor with a failure."""
 
 from __future__ import annotations
 
@@ -337,6 +337,41 @@ def test_shared_memory_registrations_reach_every_serving_process(supervised: Sup
         grpc.close()
         shm.destroy_shared_memory_region(inputs)
         shm.destroy_shared_memory_region(outputs)
+
+
+def test_log_and_trace_settings_reach_every_serving_process(supervised: Supervised) -> None:
+    """Log and trace settings changed over one connection read back the same over new
+    connections of both protocols (both processes answer some)."""
+    http = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+    try:
+        before_log = http.get_log_settings()
+        before_rate = http.get_trace_settings()["trace_rate"]
+        http.update_log_settings({"log_verbose_level": 3})
+        http.update_trace_settings(settings={"trace_rate": "7"})
+        seen = []
+        for _ in range(4):
+            one = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+            seen.append(
+                (
+                    one.get_log_settings()["log_verbose_level"],
+                    one.get_trace_settings()["trace_rate"],
+                )
+            )
+            one.close()
+            channel = tritonclient_grpc.InferenceServerClient(
+                f"127.0.0.1:{supervised.grpc}", channel_args=[("grpc.use_local_subchannel_pool", 1)]
+            )
+            log_settings = channel.get_log_settings(as_json=True)["settings"]
+            trace = channel.get_trace_settings(as_json=True)["settings"]
+            seen.append(
+                (log_settings["log_verbose_level"]["uint32_param"], trace["trace_rate"]["value"][0])
+            )
+            channel.close()
+        assert seen == [(3, "7")] * 8
+    finally:
+        http.update_log_settings({"log_verbose_level": before_log["log_verbose_level"]})
+        http.update_trace_settings(settings={"trace_rate": before_rate})
+        http.close()
 
 
 def test_a_process_that_does_not_answer_fails_statistics_and_metrics(

@@ -341,6 +341,8 @@ class DataPlane:
                 a["name"], b64decode(a["raw_handle"]), a["device_id"], a["byte_size"]
             ),
             "cuda_shm_unregister": lambda a: registry.unregister(a["name"], kind="cuda"),
+            "log_settings": self._update_log_settings,
+            "trace_settings": self._update_trace_settings,
         }
 
     # plugins' contributions to frontends
@@ -353,22 +355,44 @@ class DataPlane:
         ]
 
     # runtime settings
-    def log_settings(self, changes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    async def log_settings(self, changes: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Apply ``changes`` (InvalidArgument for a bad key or value) and return every
-        log setting."""
+        log setting; under ``--serving-processes`` the changes reach every process."""
         if changes:
-            self._server.log_settings.update(dict(changes))
+            self._update_log_settings({"changes": dict(changes)})
+            await self._tell_peers("log_settings", {"changes": dict(changes)})
         return self._server.log_settings.as_dict()
 
-    def trace_settings(
+    async def trace_settings(
         self, model: str = "", changes: Mapping[str, Any] | None = None
     ) -> dict[str, list[str]]:
         """Apply ``changes`` to the global or ``model``'s trace settings and return them;
-        InvalidArgument (Triton's text) for a model that is not loaded."""
+        InvalidArgument (Triton's text) for a model that is not loaded. Under
+        ``--serving-processes`` the changes reach every process."""
+        if not changes:
+            self._check_traced(model)
+            return self._server.tracer.get(model)
+        arguments = {"model": model, "changes": dict(changes)}
+        current = self._update_trace_settings(arguments)
+        await self._tell_peers("trace_settings", arguments)
+        return current
+
+    def _check_traced(self, model: str) -> None:
         if model and model not in self._models.entries:
             raise InvalidArgument(f"Request for unknown model : {model}")
-        tracer = self._server.tracer
-        return tracer.update(changes, model) if changes else tracer.get(model)
+
+    def _update_log_settings(self, arguments: dict[str, Any]) -> None:
+        self._server.log_settings.update(arguments["changes"])
+
+    def _update_trace_settings(self, arguments: dict[str, Any]) -> dict[str, list[str]]:
+        self._check_traced(arguments["model"])
+        return self._server.tracer.update(arguments["changes"], arguments["model"])
+
+    async def _tell_peers(self, op: str, arguments: dict[str, Any]) -> None:
+        """Make a change this process made (and checked) in every peer as well; the same
+        checks pass there, so only a peer that does not answer fails it (Unavailable)."""
+        if self._server.peers is not None:
+            await self._server.peers.ask_all(op, arguments)
 
 
 class BackendServices:

@@ -173,7 +173,7 @@ class InferenceServicer:
     @guarded
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         changes = {key: (list(s.value) or None) for key, s in request.settings.items()}
-        current = self.host.trace_settings(request.model_name, changes)
+        current = await self.host.trace_settings(request.model_name, changes)
         response = pb.TraceSettingResponse()
         for key, values in current.items():
             response.settings[key].value.extend(values)
@@ -183,7 +183,7 @@ class InferenceServicer:
     async def LogSettings(self, request: Any, context: Any) -> Any:
         changes = {key: params.value_of(s) for key, s in request.settings.items()}
         response = pb.LogSettingsResponse()
-        for key, value in self.host.log_settings(changes).items():
+        for key, value in (await self.host.log_settings(changes)).items():
             setting = response.settings[key]
             if isinstance(value, bool):
                 setting.bool_param = value

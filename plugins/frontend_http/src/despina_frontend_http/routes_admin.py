@@ -50,18 +50,18 @@ def routes(ctx: Context) -> list[Route]:
         return OK
 
     async def logging_get(request: Request) -> Response:
-        return json_response(host.log_settings())
+        return json_response(await host.log_settings())
 
     async def logging_set(request: Request) -> Response:
-        return json_response(host.log_settings(body_of(request)))
+        return json_response(await host.log_settings(body_of(request)))
 
     async def trace_get(request: Request) -> Response:
-        return json_response(trace_json(host.trace_settings(request.params.get("model", ""))))
+        return json_response(trace_json(await host.trace_settings(request.params.get("model", ""))))
 
     async def trace_set(request: Request) -> Response:
         model = request.params.get("model", "")
         changes = body_of(request)
-        return json_response(trace_json(host.trace_settings(model, changes)))
+        return json_response(trace_json(await host.trace_settings(model, changes)))
 
     return [
         Route("POST", "/v2/repository/index", index, "model-repository"),
