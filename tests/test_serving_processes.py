@@ -7,6 +7,7 @@ stops the supervisor with a failure."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -416,6 +417,31 @@ def test_sigterm_stops_every_process_with_status_0(supervised: Supervised) -> No
     for pid in children:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_each_serving_process_writes_its_own_trace_file(repository: Path, tmp_path: Path) -> None:
+    """``--trace-config triton,file=PATH``: serving process i writes ``PATH.process-i``
+    (one file would interleave two processes' JSON); together they hold every request."""
+    trace = tmp_path / "trace.json"
+    flags = [
+        f"--trace-config=triton,file={trace}",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+    ]
+    running = start(repository, tmp_path / "serve.log", "--exit-on-error=false", *flags)
+    try:
+        wait_serving(running)
+        served = {http_infer(running.http) for _ in range(12)}
+        assert served == set(running.child_pids())
+    finally:
+        assert running.stop() == 0, running.output()
+    assert not trace.exists()
+    traced = {
+        index: json.loads((tmp_path / f"trace.json.process-{index}").read_text())
+        for index in (0, 1)
+    }
+    per_process = [sum(e.get("model_name") == "add_sub" for e in t) for t in traced.values()]
+    assert all(count > 0 for count in per_process) and sum(per_process) == 12
 
 
 def test_a_dying_serving_process_stops_the_supervisor(repository: Path, tmp_path: Path) -> None:

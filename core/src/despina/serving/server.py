@@ -13,6 +13,7 @@ import copy
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from despina.errors import DespinaError, Internal, InvalidArgument, Unavailable
@@ -51,6 +52,7 @@ from despina.serving.exit_timeout import ExitTimeout
 from despina.serving.flags import build_serve_parser, parse_settings, plugin_modules
 from despina.serving.peers import Peers
 from despina.serving.runtime_settings import LogSettings, TraceSettings
+from despina.serving.serving_processes import per_process_file
 from despina.serving.settings import CORE, CoreSettings, Stash
 from despina.tracing.config import TraceConfig
 from despina.tracing.tracer import Tracer
@@ -131,7 +133,8 @@ class Server:
             self.rate_limiter = RateLimiter(limits)
         self.log_settings = LogSettings.from_settings(self.settings)
         try:
-            trace_config = TraceConfig.parse(self.settings.trace_config)
+            parsed = TraceConfig.parse(self.settings.trace_config)
+            trace_config = replace(parsed, file=per_process_file(parsed.file))
             self.tracer = Tracer(trace_config, TraceSettings(trace_config.extension_values()))
         except ValueError as exc:
             raise StartupError(str(exc)) from None

@@ -58,6 +58,14 @@ class ServingProcess:
         return [i for i in range(self.count) if i != self.index]
 
 
+def per_process_file(path: str) -> str:
+    """``path`` as this process writes it: ``<path>.process-<index>`` in a serving process
+    of several (N processes writing one trace file would interleave their JSON), ``path``
+    itself otherwise."""
+    place = ServingProcess.from_env()
+    return f"{path}.process-{place.index}" if place is not None and path else path
+
+
 def refuse_flags(flags: argparse.Namespace) -> None:
     """ValueError for core flags that cannot work with ``--serving-processes`` above 1."""
     count = flags.serving_processes
