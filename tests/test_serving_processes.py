@@ -82,9 +82,9 @@ class Supervised:
         return self.log.read_text(errors="replace")
 
     def child_pids(self) -> list[int]:
-        found = re.search(r"started 2 serving processes: pids (\d+), (\d+)", self.output())
+        found = re.search(r"started \d+ serving processes: pids ([\d, ]+)", self.output())
         assert found, self.output()
-        return [int(found.group(1)), int(found.group(2))]
+        return [int(pid) for pid in found.group(1).split(", ")]
 
     def stop(self) -> int:
         if self.process.poll() is None:
@@ -92,8 +92,8 @@ class Supervised:
         return self.process.wait(STOP_S)
 
 
-def start(repository: Path, log: Path, *flags: str) -> Supervised:
-    """Start a supervisor of two serving processes on free ports of 127.0.0.1."""
+def start(repository: Path, log: Path, *flags: str, count: int = 2) -> Supervised:
+    """Start a supervisor of ``count`` serving processes on free ports of 127.0.0.1."""
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = [
         sys.executable,
@@ -101,7 +101,7 @@ def start(repository: Path, log: Path, *flags: str) -> Supervised:
         "despina",
         "serve",
         f"--model-repository={repository}",
-        "--serving-processes=2",
+        f"--serving-processes={count}",
         f"--http-port={http}",
         f"--grpc-port={grpc}",
         f"--metrics-port={metrics}",
@@ -476,10 +476,140 @@ def test_a_model_refused_at_load_fails_the_start_with_exit_on_error(
     assert "exited (status 1): stopping the others" in running.output()
 
 
+#: PID_CONFIG as a load's config override.
+PID_CONFIG_JSON = json.dumps(
+    {
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+        "output": [
+            {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+            {"name": "PID", "data_type": "TYPE_INT64", "dims": [1]},
+        ],
+    }
+)
+#: add_sub's PID model as a reload changes it: OUTPUT0 = INPUT0 + 2.
+PLUS_TWO = PID_MODEL.replace("a + 1", "a + 2")
+#: A model whose initialize fails in serving process 1 only.
+FAILS_IN_PROCESS_1 = PID_MODEL.replace(
+    "class TritonPythonModel:\n",
+    "class TritonPythonModel:\n"
+    "    def initialize(self, args):\n"
+    "        if os.environ['DESPINA_SERVING_PROCESS'].startswith('1:'):\n"
+    "            raise RuntimeError('initialize fails in serving process 1')\n\n",
+)
+
+
+@pytest.fixture(scope="module")
+def explicit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervised]:
+    """Three serving processes in explicit model control (so that a load failing in one
+    finds another prepared, which must drop it), add_sub loaded at start, ``late`` and
+    ``fails_in_1`` in the repository."""
+    root = tmp_path_factory.mktemp("explicit")
+    builder = RepositoryBuilder(root / "models")
+    builder.add("add_sub", PID_CONFIG, {"1/model.py": PID_MODEL})
+    builder.add("late", PID_CONFIG, {"1/model.py": PID_MODEL})
+    builder.add("fails_in_1", PID_CONFIG, {"1/model.py": FAILS_IN_PROCESS_1})
+    flags = ("--model-control-mode=explicit", "--load-model=add_sub", "--exit-on-error=false")
+    running = start(builder.root, root / "serve.log", *flags, count=3)
+    try:
+        wait_serving(running)
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.wait(STOP_S)
+
+
+def answers(supervised: Supervised, model: str) -> tuple[set[float], set[int]]:
+    """OUTPUT0[0] for an input of ones and the serving process, over 24 new connections of
+    both protocols (every process answers some)."""
+    outputs, pids = set(), set()
+    for step in range(24):
+        if step % 2:
+            client: Any = tritonclient_grpc.InferenceServerClient(
+                f"127.0.0.1:{supervised.grpc}",
+                channel_args=[("grpc.use_local_subchannel_pool", 1)],
+            )
+            module: Any = tritonclient_grpc
+        else:
+            client, module = (
+                tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}"),
+                tritonclient_http,
+            )
+        try:
+            tensor = module.InferInput("INPUT0", [4], "FP32")
+            tensor.set_data_from_numpy(np.ones(4, np.float32))
+            result = client.infer(model, [tensor])
+            outputs.add(float(result.as_numpy("OUTPUT0")[0]))
+            pids.add(int(result.as_numpy("PID")[0]))
+        finally:
+            client.close()
+    return outputs, pids
+
+
+def refusals(supervised: Supervised, model: str) -> list[str]:
+    """The error texts of a request to ``model`` over 8 new HTTP connections."""
+    texts = []
+    for _ in range(8):
+        client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+        tensor = tritonclient_http.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.ones(4, np.float32))
+        try:
+            with pytest.raises(InferenceServerException) as caught:
+                client.infer(model, [tensor])
+            texts.append(str(caught.value))
+        finally:
+            client.close()
+    return texts
+
+
+def test_explicit_loads_reloads_and_unloads_reach_every_serving_process(
+    explicit: Supervised,
+) -> None:
+    processes = set(explicit.child_pids())
+    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{explicit.http}")
+    try:
+        assert all("unknown model" in t or "not found" in t for t in refusals(explicit, "late"))
+        client.load_model("late")
+        assert answers(explicit, "late") == ({2.0}, processes)
+        files = {"file:1/model.py": PLUS_TWO.encode()}
+        client.load_model("late", config=PID_CONFIG_JSON, files=files)
+        assert answers(explicit, "late") == ({3.0}, processes)
+        client.unload_model("late")
+        assert len(refusals(explicit, "late")) == 8
+    finally:
+        client.close()
+
+
+def test_a_load_that_fails_in_one_serving_process_changes_none(explicit: Supervised) -> None:
+    """A new model whose load fails in process 1 serves nowhere; a reload that fails in
+    process 1 leaves the old version serving in all three (a process that prepared it
+    dropped it)."""
+    processes = set(explicit.child_pids())
+    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{explicit.http}")
+    try:
+        with pytest.raises(InferenceServerException, match=r"serving process 1|another serving"):
+            client.load_model("fails_in_1")
+        assert len(refusals(explicit, "fails_in_1")) == 8
+    finally:
+        client.close()
+    failing = {"file:1/model.py": FAILS_IN_PROCESS_1.replace("a + 1", "a + 5").encode()}
+    for _ in range(10):  # new connections: some reach process 0 or 2, whose peers prepare
+        client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{explicit.http}")
+        try:
+            with pytest.raises(InferenceServerException, match="serving process 1"):
+                client.load_model("add_sub", config=PID_CONFIG_JSON, files=failing)
+        finally:
+            client.close()
+    assert answers(explicit, "add_sub") == ({2.0}, processes)
+    # a process that had prepared the new version was told to drop it
+    assert "loading 'add_sub' failed in another serving process" in explicit.output()
+
+
 @pytest.mark.parametrize(
     ("flags", "refusal"),
     [
-        (["--model-control-mode=explicit"], "--model-control-mode=explicit is not supported"),
         (["--http-port=0"], "--http-port=0 is not supported"),
         (["--grpc-port=0"], "--grpc-port=0 is not supported"),
         (["--metrics-port=0"], "--metrics-port=0 (give it a port number) is not supported"),

@@ -23,7 +23,7 @@ import functools
 import logging
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,17 +139,27 @@ class ModelManager:
         await asyncio.gather(*(one(n) for n in names if n not in ensembles))
         await asyncio.gather(*(one(n) for n in ensembles))  # after the models they compose
 
+    def loading(self, name: str) -> bool:
+        """Whether a load or unload of ``name`` is under way in this process."""
+        return self._lock(name).locked()
+
     async def load(
         self,
         name: str,
         config_json: str | bytes | None = None,
         files: Mapping[str, bytes] | None = None,
+        before_switch: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Load or reload ``name``; raise the reason if any version fails to load.
 
         ``config_json`` overrides config.pbtxt; ``files`` (``"1/model.onnx": bytes``)
         replace the model folder with a temporary one (a config is then required).
         A name that cannot be one folder name is refused before anything is read.
+
+        ``before_switch`` (a load every serving process makes together) is awaited once
+        the new versions loaded, before they replace the old ones; when it raises, the new
+        versions are unloaded, the old ones serve on and its error is the load's. A reload
+        is then always a full one (no instance update in place, which could not be undone).
         """
         check_model_name(name)
         async with self._lock(name):
@@ -162,14 +172,23 @@ class ModelManager:
             keep_old = old is not None and old.ready
             if old is not None and keep_old and not (config_json or files) and self._unchanged(old):
                 log.info("'%s' is unchanged since it was loaded: nothing to reload", name)
+                if before_switch is not None:
+                    await before_switch()
                 return
             try:
                 entry.model_dir = self._model_dir(name, config_json, files, entry)
-                if await self._load_entry(entry, config_json, old if keep_old else None):
+                updatable_old = old if keep_old and before_switch is None else None
+                if await self._load_entry(entry, config_json, updatable_old):
                     return  # an instance update: ``old`` serves on, updated
                 failed = [v for v in entry.versions.values() if v.state is not ModelState.READY]
                 if failed:
                     raise InvalidArgument(load_failure_text(name, failed))
+                if before_switch is not None:
+                    try:
+                        await before_switch()
+                    except DespinaError:
+                        await self._retire(entry, drain=False)  # no request reached them
+                        raise
             except DespinaError as exc:
                 log.error("failed to load '%s': %s", name, exc.status_text)
                 roots = self.repository.roots

@@ -25,6 +25,7 @@ from despina.inference.tensors import config_to_datatype
 from despina.models.versions import ModelState
 from despina.repository.config import mc
 from despina.repository.signatures import backend_setting, default_max_batch_size
+from despina.serving.joint_loads import JointLoads
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ class DataPlane:
     def __init__(self, server: Core) -> None:
         self._server = server
         self._models = server.models
+        #: Loads and unloads every serving process makes together (``--serving-processes``).
+        self._joint = JointLoads(server.models)
         #: Registered system shared-memory regions (decoders read inputs from them).
         self.shared_memory: SharedMemoryRegistry = server.shared_memory
         #: Which requests are traced: frontends check ``tracer.active`` per request.
@@ -233,14 +236,24 @@ class DataPlane:
         self, name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
     ) -> None:
         """Load or reload ``name`` (explicit control mode only), optionally with a config
-        (JSON) and file overrides (``{"1/model.py": bytes}``)."""
+        (JSON) and file overrides (``{"1/model.py": bytes}``); under ``--serving-processes``
+        in every serving process or, when one fails, in none (:mod:`despina.serving.joint_loads`)."""
         self._models.check_control()
-        await self._models.load(name, config, files or None)
+        peers = self._server.peers
+        if peers is None:
+            await self._models.load(name, config, files or None)
+        else:
+            await self._joint.load(peers, name, config, files or None)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
-        """Unload ``name`` (explicit control mode only); unloading one not loaded is OK."""
+        """Unload ``name`` (explicit control mode only); unloading one not loaded is OK.
+        Under ``--serving-processes`` in every serving process."""
         self._models.check_control()
-        await self._models.unload(name, unload_dependents=unload_dependents)
+        peers = self._server.peers
+        if peers is None:
+            await self._models.unload(name, unload_dependents=unload_dependents)
+        else:
+            await self._joint.unload(peers, name, unload_dependents)
 
     def register_model_repository(
         self, repository: str, mapping: Mapping[str, str] | None = None
@@ -343,6 +356,7 @@ class DataPlane:
             "cuda_shm_unregister": lambda a: registry.unregister(a["name"], kind="cuda"),
             "log_settings": self._update_log_settings,
             "trace_settings": self._update_trace_settings,
+            **self._joint.operations(),
         }
 
     # plugins' contributions to frontends

@@ -122,11 +122,11 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         help="serving processes, each a full server loading every model, sharing the HTTP "
         "and gRPC ports (SO_REUSEPORT; the kernel spreads connections, not requests); above "
         "1 this process only supervises them (signals, their logs prefixed [index]) and "
-        "serves the metrics summed over them; statistics calls answer the sum too. Refused "
-        "above 1: --model-control-mode=explicit, port 0, --metrics-on-http-port, summary "
-        "latencies, the SageMaker, Vertex AI and (on its own port) OpenAI frontends, "
-        "sequence-batched models (at load), client shared-memory registration (Despina; "
-        "default: 1)",
+        "serves the metrics summed over them; statistics calls answer the sum too; model "
+        "loads and unloads, shared-memory registrations and log and trace settings reach "
+        "every process. Refused above 1: port 0, --metrics-on-http-port, summary latencies, "
+        "the SageMaker, Vertex AI and (on its own port) OpenAI frontends, sequence-batched "
+        "models (at load) (Despina; default: 1)",
     )
     budget = default_budget()
     server.add_argument(

@@ -4,15 +4,17 @@ Each serving process answers its peers on a Unix socket in the supervisor's priv
 (0700): one JSON line asked (``{"op": ..., ...arguments}``), one answered (``{"result":
 ...}`` or ``{"error": {"class": ..., "message": ...}}``), then the connection closes. What a
 peer may ask is the table of operations the process was given (its dataplane's
-``peer_operations``). Two uses:
+``peer_operations``; an operation may be a coroutine function). Uses:
 
 - **sums**: the process that receives a client's statistics call asks every peer at once
   and answers the sum (:meth:`Peers.summed`, :mod:`despina.inference.stats_sum`);
-- **fan-outs**: a change a client made over one connection (a shared-memory registration)
-  is made in every peer as well, or in none (:meth:`Peers.fan_out`).
+- **fan-outs**: a change a client made over one connection (a shared-memory registration,
+  log and trace settings) is made in every peer as well, or in none (:meth:`Peers.fan_out`);
+- **joint loads**: explicit model control, in two phases (:mod:`despina.serving.joint_loads`).
 
 A peer that does not answer within :data:`PEER_TIMEOUT_S` (not started yet, stopping,
-gone) makes the call fail with Unavailable naming it: a sum that silently missed a process
+gone; loads and unloads wait as long as they take) makes the call fail with Unavailable
+naming it: a sum that silently missed a process
 would be wrong, and so would a change one process silently lacks.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -37,7 +40,8 @@ PEER_TIMEOUT_S = 5.0
 #: The largest answer read from a peer (a line of JSON).
 ANSWER_LIMIT = 64 * 1024 * 1024
 
-#: One operation a peer may ask for: its arguments -> its result (JSON), or a DespinaError.
+#: One operation a peer may ask for: its arguments -> its result (JSON, or an awaitable of
+#: it), or a DespinaError.
 Operation = Callable[[dict[str, Any]], Any]
 
 
@@ -75,40 +79,49 @@ class Peers:
         theirs = await self.ask_all("statistics", asked)
         return sum_model_stats([own, *theirs])
 
-    async def ask_all(self, op: str, arguments: dict[str, Any]) -> list[Any]:
+    async def ask_all(
+        self, op: str, arguments: dict[str, Any], timeout: float | None = PEER_TIMEOUT_S
+    ) -> list[Any]:
         """Every peer's result of ``op``; the first failure raised (a peer's error as it
-        raised it, Unavailable for one that does not answer)."""
+        raised it, Unavailable for one that does not answer within ``timeout`` seconds,
+        None: as long as it takes)."""
         return list(
-            await asyncio.gather(*(self._ask(peer, op, arguments) for peer in self.place.peers))
+            await asyncio.gather(
+                *(self._ask(peer, op, arguments, timeout) for peer in self.place.peers)
+            )
         )
 
     async def fan_out(
-        self, op: str, arguments: dict[str, Any], undo: tuple[str, dict[str, Any]]
+        self,
+        op: str,
+        arguments: dict[str, Any],
+        undo: tuple[str, dict[str, Any]],
+        timeout: float | None = PEER_TIMEOUT_S,
     ) -> None:
         """Have every peer do ``op`` (this process did it already). When one fails, the
         peers that did it are asked to ``undo`` it (``(op, arguments)``) and the failure
         is raised: the caller undoes its own share, so that no process keeps the change."""
         peers = self.place.peers
         results = await asyncio.gather(
-            *(self._ask(peer, op, arguments) for peer in peers), return_exceptions=True
+            *(self._ask(peer, op, arguments, timeout) for peer in peers), return_exceptions=True
         )
         failures = [r for r in results if isinstance(r, BaseException)]
         if not failures:
             return
         done = [p for p, r in zip(peers, results, strict=True) if not isinstance(r, BaseException)]
         undone = await asyncio.gather(
-            *(self._ask(peer, *undo) for peer in done), return_exceptions=True
+            *(self._ask(peer, *undo, timeout) for peer in done), return_exceptions=True
         )
         for peer, outcome in zip(done, undone, strict=True):
             if isinstance(outcome, BaseException):
                 log.error("%s: serving process %d kept it (%s)", op, peer, outcome)
         raise failures[0]
 
-    async def _ask(self, peer: int, op: str, arguments: dict[str, Any]) -> Any:
+    async def _ask(
+        self, peer: int, op: str, arguments: dict[str, Any], timeout: float | None
+    ) -> Any:
         try:
-            answer = await asyncio.wait_for(
-                self._exchange(peer, {"op": op, **arguments}), PEER_TIMEOUT_S
-            )
+            answer = await asyncio.wait_for(self._exchange(peer, {"op": op, **arguments}), timeout)
         except (OSError, TimeoutError, ValueError) as exc:
             reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
             raise Unavailable(
@@ -142,7 +155,10 @@ class Peers:
             try:
                 if operation is None:
                     raise Unavailable("unknown operation between serving processes")
-                answer: dict[str, Any] = {"result": operation(asked)}
+                result = operation(asked)
+                if inspect.isawaitable(result):
+                    result = await result
+                answer: dict[str, Any] = {"result": result}
             except DespinaError as exc:
                 answer = {"error": {"class": type(exc).__name__, "message": str(exc)}}
             writer.write(json.dumps(answer).encode() + b"\n")

@@ -4,14 +4,13 @@ The supervising process (:mod:`despina.serving.supervisor`) starts N servers wit
 command line it was given, the flags the plugins' parts add (``despina_serving_processes``)
 and :data:`SERVING_PROCESS_ENV` set to ``<index>:<count>:<folder>``: which one of the N it
 is, and the private folder (0700) where each answers its peers (:mod:`despina.serving.peers`:
-statistics, shared-memory registrations). Each serving process refuses what it could
-only do alone (explicit model control, sequence-batched models); every refusal names
+statistics, shared-memory registrations, settings, explicit model control). Each serving
+process refuses what it could only do alone (sequence-batched models), naming
 ``--serving-processes``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,17 +63,6 @@ def per_process_file(path: str) -> str:
     itself otherwise."""
     place = ServingProcess.from_env()
     return f"{path}.process-{place.index}" if place is not None and path else path
-
-
-def refuse_flags(flags: argparse.Namespace) -> None:
-    """ValueError for core flags that cannot work with ``--serving-processes`` above 1."""
-    count = flags.serving_processes
-    if flags.model_control_mode == "explicit":
-        raise ValueError(
-            f"--serving-processes {count}: --model-control-mode=explicit is not supported "
-            "(a load or unload would reach one serving process only); use none or poll, "
-            "or --serving-processes 1"
-        )
 
 
 def refuse_model(config: cfg.ModelConfig, serving_processes: int) -> None:

@@ -1,10 +1,10 @@
 """``despina serve --serving-processes N`` (N > 1): the supervising process.
 
 It loads no model and serves no protocol. It refuses at once what N processes cannot
-serve (:func:`~despina.serving.serving_processes.refuse_flags` and each plugin's
-``despina_serving_processes``), starts the plugins' services (one metrics port), then N
-serving processes: ``python -m despina serve`` with the same command line, the flags the
-plugins' parts add (the port-reuse flags) and :data:`SERVING_PROCESS_ENV`. Their stdout
+serve (each plugin's ``despina_serving_processes``), starts the plugins' services (one
+metrics port), then N serving processes: ``python -m despina serve`` with the same
+command line, the flags the plugins' parts add (the port-reuse flags) and
+:data:`SERVING_PROCESS_ENV`. Their stdout
 and stderr lines come out of its own, each prefixed with ``[<index>] ``. SIGINT and
 SIGTERM are forwarded to every serving process, and it exits with their outcome (0 when
 all stopped cleanly). When one exits on its own (it failed to start, or died), it stops
@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 
 from despina.plugin.manager import Plugins
 from despina.plugin.ports import ServingProcessesPart
-from despina.serving.serving_processes import SERVING_PROCESS_ENV, ServingProcess, refuse_flags
+from despina.serving.serving_processes import SERVING_PROCESS_ENV, ServingProcess
 
 log = logging.getLogger("despina.supervisor")
 
@@ -45,7 +45,6 @@ _LINE_LIMIT = 1024 * 1024
 def parts_of(flags: argparse.Namespace, plugins: Plugins) -> list[ServingProcessesPart]:
     """The plugins' parts for ``flags.serving_processes`` processes; ValueError (the
     user's message) for a flag that cannot work with them."""
-    refuse_flags(flags)
     parts = plugins.hook.despina_serving_processes(flags=flags, count=flags.serving_processes)
     return [part for part in parts if part is not None]
 
