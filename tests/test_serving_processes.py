@@ -7,6 +7,7 @@ stops the supervisor with a failure."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -134,6 +135,19 @@ def wait_serving(supervised: Supervised) -> None:
     raise AssertionError(f"not serving after {START_S} s:\n{supervised.output()}")
 
 
+@contextlib.contextmanager
+def serving(repository: Path, log: Path, *flags: str, count: int = 2) -> Iterator[Supervised]:
+    """A supervisor of ``count`` serving processes, serving; killed if it still runs after."""
+    running = start(repository, log, *flags, count=count)
+    try:
+        wait_serving(running)
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.wait(STOP_S)
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     builder = RepositoryBuilder(tmp_path_factory.mktemp("serving_processes") / "models")
@@ -145,14 +159,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def supervised(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervised]:
     log = tmp_path_factory.mktemp("supervised") / "serve.log"
-    running = start(repository, log, "--exit-on-error=false", "--allow-client-shm=true")
-    try:
-        wait_serving(running)
+    with serving(repository, log, "--exit-on-error=false", "--allow-client-shm=true") as running:
         yield running
-    finally:
-        if running.process.poll() is None:
-            running.process.kill()
-            running.process.wait(STOP_S)
 
 
 def http_infer(port: int) -> int:
@@ -511,14 +519,8 @@ def explicit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervised]:
     builder.add("late", PID_CONFIG, {"1/model.py": PID_MODEL})
     builder.add("fails_in_1", PID_CONFIG, {"1/model.py": FAILS_IN_PROCESS_1})
     flags = ("--model-control-mode=explicit", "--load-model=add_sub", "--exit-on-error=false")
-    running = start(builder.root, root / "serve.log", *flags, count=3)
-    try:
-        wait_serving(running)
+    with serving(builder.root, root / "serve.log", *flags, count=3) as running:
         yield running
-    finally:
-        if running.process.poll() is None:
-            running.process.kill()
-            running.process.wait(STOP_S)
 
 
 def answers(supervised: Supervised, model: str) -> tuple[set[float], set[int]]:
