@@ -294,8 +294,7 @@ class DataPlane:
         """Unregister one system region, or every one when ``name`` is empty (in every
         serving process under ``--serving-processes``)."""
         self.shared_memory.unregister(name)
-        if self._server.peers is not None:
-            await self._server.peers.ask_all("system_shm_unregister", {"name": name})
+        await self._tell_peers("system_shm_unregister", {"name": name})
 
     def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
         """Registered CUDA shared-memory regions (one, when ``name`` is given)."""
@@ -321,8 +320,7 @@ class DataPlane:
         """Unregister one CUDA region, or every one when ``name`` is empty (in every
         serving process under ``--serving-processes``)."""
         self.shared_memory.unregister(name, kind="cuda")
-        if self._server.peers is not None:
-            await self._server.peers.ask_all("cuda_shm_unregister", {"name": name})
+        await self._tell_peers("cuda_shm_unregister", {"name": name})
 
     async def _fan_out_registration(
         self, kind: str, arguments: dict[str, Any], registry_kind: str
@@ -342,7 +340,8 @@ class DataPlane:
 
     def peer_operations(self) -> dict[str, Operation]:
         """What another serving process may ask of this one (:mod:`despina.serving.peers`):
-        its own statistics, and this process's share of a registration a peer received."""
+        its own statistics, and its share of a change a peer received (registrations,
+        settings, loads and unloads)."""
         registry = self.shared_memory
         return {
             "statistics": lambda a: self.statistics(a["name"], a["version"]),
@@ -403,8 +402,9 @@ class DataPlane:
         return self._server.tracer.update(arguments["changes"], arguments["model"])
 
     async def _tell_peers(self, op: str, arguments: dict[str, Any]) -> None:
-        """Make a change this process made (and checked) in every peer as well; the same
-        checks pass there, so only a peer that does not answer fails it (Unavailable)."""
+        """Make a change this process made (and checked) in every peer as well (under
+        ``--serving-processes``): the same checks pass there, so only a peer that does not
+        answer fails it (Unavailable)."""
         if self._server.peers is not None:
             await self._server.peers.ask_all(op, arguments)
 
