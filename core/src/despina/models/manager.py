@@ -141,7 +141,8 @@ class ModelManager:
 
     def loading(self, name: str) -> bool:
         """Whether a load or unload of ``name`` is under way in this process."""
-        return self._lock(name).locked()
+        lock = self._locks.get(name)
+        return lock is not None and lock.locked()
 
     async def load(
         self,
