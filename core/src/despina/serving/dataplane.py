@@ -237,7 +237,8 @@ class DataPlane:
     ) -> None:
         """Load or reload ``name`` (explicit control mode only), optionally with a config
         (JSON) and file overrides (``{"1/model.py": bytes}``); under ``--serving-processes``
-        in every serving process or, when one fails, in none (:mod:`despina.serving.joint_loads`)."""
+        in every serving process or, when one fails, in none
+        (:mod:`despina.serving.joint_loads`)."""
         self._models.check_control()
         peers = self._server.peers
         if peers is None:

@@ -8,11 +8,11 @@ than sending them). Otherwise each direction of a channel has a persistent :clas
 by the reader as soon as it reads the message, which frees the space. A message too
 large for the ring gets a fresh segment of its own that the reader maps without copying
 (the name is unlinked at once; the memory goes with the last array). BYTES tensors
-travel as a ``uint32`` length array plus the joined data. Every name lies in the server's private directory of
-``/dev/shm`` and holds a secret token; every segment is created mode 0600, never over an
-existing one. A reader that finds a segment still named elsewhere once it unlinked its own
-name (a hard link) reports its identity to :func:`set_link_handler`'s handler, so the
-server refuses it to clients forever. Tensors in GPU memory (cupy arrays, or DeviceArrays)
+travel as a ``uint32`` length array plus the joined data. Every name lies in the server's
+private directory of ``/dev/shm`` and holds a secret token; every segment is created mode
+0600, never over an existing one. A reader that finds a segment still named elsewhere once
+it unlinked its own name (a hard link) reports its identity to :func:`set_link_handler`'s
+handler, so the server refuses it to clients forever. Tensors in GPU memory (cupy arrays, or DeviceArrays)
 cross by CUDA IPC instead (:mod:`.cuda_ipc`). Server-independent.
 """
 
