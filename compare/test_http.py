@@ -531,15 +531,7 @@ def test_system_shared_memory(pair: Pair) -> None:
             region, [np.arange(4, dtype=np.float32), np.ones(4, np.float32)]
         )
         register = {"key": key, "offset": 0, "byte_size": 64}
-        missing = {"key": f"{key}_missing", "offset": 0, "byte_size": 64}
         steps = [
-            Case(
-                "register a key that opens nothing",
-                "POST",
-                "/v2/systemsharedmemory/region/r0/register",
-                missing,
-                statuses=(400, 500),
-            ),
             Case("register", "POST", "/v2/systemsharedmemory/region/r1/register", register),
             Case("register again", "POST", "/v2/systemsharedmemory/region/r1/register", register),
             Case("status", "GET", "/v2/systemsharedmemory/region/r1/status"),
@@ -599,12 +591,8 @@ def test_system_shared_memory(pair: Pair) -> None:
             Case("status after unregister", "GET", "/v2/systemsharedmemory/status"),
         ]
         for step in steps:
-            (ours, our_body), (theirs, their_body) = (
-                _call(pair.despina, step),
-                _call(pair.triton, step),
-            )
-            assert our_body == their_body, step.name
-            assert (ours, theirs) == (step.statuses or (theirs, theirs)), step.name
+            ours, theirs = _call(pair.despina, step), _call(pair.triton, step)
+            assert ours == theirs, step.name
         np.testing.assert_array_equal(
             shm.get_contents_as_numpy(region, np.float32, [4], offset=32), np.arange(4) + 1
         )

@@ -173,7 +173,7 @@ class SharedMemoryRegistry:
             try:
                 fd = os.open(os.path.join(SHM_DIR, bare), os.O_RDWR)
             except OSError:
-                raise InvalidArgument(f"Unable to open shared memory region: '{key}'") from None
+                raise InvalidArgument(f"Unable to open shared memory region: '{name}'") from None
             try:
                 st = os.fstat(fd)
                 if is_own(st):
