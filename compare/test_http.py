@@ -593,6 +593,11 @@ def test_system_shared_memory(pair: Pair) -> None:
         for step in steps:
             ours, theirs = _call(pair.despina, step), _call(pair.triton, step)
             assert ours == theirs, step.name
+        missing = {"key": f"{key}_missing", "offset": 0, "byte_size": 64}
+        step = Case("no such key", "POST", "/v2/systemsharedmemory/region/r0/register", missing)
+        ours, theirs = _call(pair.despina, step), _call(pair.triton, step)
+        assert ours == (400, {"error": "Unable to open shared memory region: 'r0'"})
+        assert theirs == (500, {"error": f"Unable to open shared memory region: '{key}_missing'"})
         np.testing.assert_array_equal(
             shm.get_contents_as_numpy(region, np.float32, [4], offset=32), np.arange(4) + 1
         )
