@@ -1,15 +1,16 @@
 """``despina serve --serving-processes 2``: a supervisor and two serving processes sharing
 the HTTP and gRPC ports, with real clients: requests reach both processes, statistics
-(HTTP and gRPC) and metrics are their sums, what one process cannot serve alone is
-refused naming the flag, client shared-memory registrations and log and trace settings
-reach every process, SIGTERM stops everything cleanly, and a serving process that dies
-stops the supervisor with a failure."""
+(HTTP and gRPC) and metrics are their sums, each sequence runs in the process that owns
+its correlation ID, whichever receives its requests, client shared-memory registrations,
+log and trace settings and explicit model control reach every process, SIGTERM stops
+everything cleanly, and a serving process that dies stops the supervisor with a failure."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from despina.serving.sequence_routing import owner_of
 from despina.testing import RepositoryBuilder, free_port
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
@@ -59,14 +61,68 @@ input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
          { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
 """
+#: A sequence's running sum (OUTPUT0: INPUT0 summed over the sequence so far, kept in the
+#: model process of the serving process that runs the sequence), and PID as above. Four
+#: sequences may be open at once in each serving process (one instance of four slots).
+SEQUENCE_MODEL = """
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        pid = pb_utils.Tensor("PID", np.array([[os.getppid()]], np.int64))
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            key = request.correlation_id()
+            total = a + (0 if request.flags() & 1 else self.sums.get(key, 0))
+            self.sums[key] = total
+            out = pb_utils.Tensor("OUTPUT0", total.astype(np.float32))
+            responses.append(pb_utils.InferenceResponse([out, pid]))
+        return responses
+"""
 SEQUENCE_CONFIG = """
 backend: "python"
-max_batch_size: 0
-sequence_batching { }
+max_batch_size: 4
+instance_group [ { kind: KIND_CPU count: 1 } ]
+sequence_batching { max_sequence_idle_microseconds: 60000000 }
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
          { name: "PID" data_type: TYPE_INT64 dims: [ 1 ] } ]
 """
+#: A decoupled sequence model: for INPUT0 of value n, n responses (INPUT0 + k for k < n,
+#: and PID), then the final flag alone.
+DECOUPLED_SEQUENCE_MODEL = """
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        pid = pb_utils.Tensor("PID", np.array([[os.getppid()]], np.int64))
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            sender = request.get_response_sender()
+            for k in range(int(a[0, 0])):
+                out = pb_utils.Tensor("OUTPUT0", (a + k).astype(np.float32))
+                sender.send(pb_utils.InferenceResponse([out, pid]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+DECOUPLED_SEQUENCE_CONFIG = SEQUENCE_CONFIG + "model_transaction_policy { decoupled: true }\n"
+#: A model that fails to load in every serving process.
+BROKEN_MODEL = PID_MODEL.replace(
+    "class TritonPythonModel:\n",
+    "class TritonPythonModel:\n"
+    "    def initialize(self, args):\n"
+    "        raise RuntimeError('this model never loads')\n\n",
+)
 
 
 @dataclass
@@ -152,7 +208,9 @@ def serving(repository: Path, log: Path, *flags: str, count: int = 2) -> Iterato
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     builder = RepositoryBuilder(tmp_path_factory.mktemp("serving_processes") / "models")
     builder.add("add_sub", PID_CONFIG, {"1/model.py": PID_MODEL})
-    builder.add("sequence", SEQUENCE_CONFIG, {"1/model.py": PID_MODEL})
+    builder.add("sequence", SEQUENCE_CONFIG, {"1/model.py": SEQUENCE_MODEL})
+    builder.add("streams", DECOUPLED_SEQUENCE_CONFIG, {"1/model.py": DECOUPLED_SEQUENCE_MODEL})
+    builder.add("broken", PID_CONFIG, {"1/model.py": BROKEN_MODEL})
     return builder.root
 
 
@@ -260,14 +318,125 @@ def test_unknown_model_statistics_keep_their_error(supervised: Supervised) -> No
         client.close()
 
 
-def test_sequence_batched_model_is_refused_at_load(supervised: Supervised) -> None:
-    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+def sequence_step(supervised: Supervised, corrid: int | str, step: int, use_grpc: bool) -> Any:
+    """Step ``step`` (0, 1, 2: START, middle, END) of sequence ``corrid``, input ``step +
+    1``, over a new connection; the output and the serving process that ran it."""
+    data = np.full((1, 4), step + 1, np.float32)
+    start, end = step == 0, step == 2
+    if use_grpc:
+        client: Any = tritonclient_grpc.InferenceServerClient(
+            f"127.0.0.1:{supervised.grpc}", channel_args=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        tensor: Any = tritonclient_grpc.InferInput("INPUT0", [1, 4], "FP32")
+    else:
+        client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+        tensor = tritonclient_http.InferInput("INPUT0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(data)
     try:
-        (row,) = [r for r in client.get_model_repository_index() if r["name"] == "sequence"]
+        result = client.infer(
+            "sequence", [tensor], sequence_id=corrid, sequence_start=start, sequence_end=end
+        )
+        return result.as_numpy("OUTPUT0")[0].tolist(), int(result.as_numpy("PID")[0, 0])
     finally:
         client.close()
-    assert row["state"] == "UNAVAILABLE"
-    assert "sequence batching, which --serving-processes 2 does not support" in row["reason"]
+
+
+def test_each_sequence_runs_in_the_serving_process_that_owns_it(supervised: Supervised) -> None:
+    """Sequences of integer (HTTP) and string (gRPC) correlation IDs, their requests
+    interleaved, each over a new connection that may reach either process: every
+    sequence's running sum is right (its state stayed in one process), the same owner
+    runs the same IDs, both processes own some, and each request is counted once."""
+    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{supervised.http}")
+    before = client.get_inference_statistics("sequence")["model_stats"][0]["inference_count"]
+    names = (f"session-{n}" for n in range(8))
+    sequences: list[int | str] = [
+        c for pair in zip(range(101, 109), names, strict=True) for c in pair
+    ]
+    ran: dict[int | str, set[int]] = {corrid: set() for corrid in sequences}
+    for first in range(0, len(sequences), 4):  # four open at once: a process has 4 slots
+        for step in range(3):
+            for corrid in sequences[first : first + 4]:
+                output, pid = sequence_step(supervised, corrid, step, isinstance(corrid, str))
+                assert output == [float(sum(range(1, step + 2)))] * 4, (corrid, step)
+                ran[corrid].add(pid)
+    assert all(len(pids) == 1 for pids in ran.values()), ran
+    children = supervised.child_pids()
+    owners = {corrid: next(iter(pids)) for corrid, pids in ran.items()}
+    assert owners == {corrid: children[owner_of(corrid, 2) or 0] for corrid in sequences}
+    assert set(owners.values()) == set(children)
+    after = client.get_inference_statistics("sequence")["model_stats"][0]["inference_count"]
+    client.close()
+    assert after - before == 3 * len(sequences)
+
+
+def test_a_forwarded_request_keeps_its_error(supervised: Supervised) -> None:
+    """A sequence's next request without its START, over new connections (forwarded or
+    not): Triton's 400 / INVALID_ARGUMENT text, and the server serves on."""
+    for attempt in range(6):
+        corrid = 9001 + attempt
+        with pytest.raises(InferenceServerException) as raised:
+            sequence_step(supervised, corrid, 1, use_grpc=attempt % 2 == 1)
+        assert (
+            f"inference request for sequence {corrid} to model 'sequence' must specify the START"
+            in str(raised.value)
+        )
+        assert raised.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+    assert sequence_step(supervised, 9100, 0, use_grpc=False)[0] == [1.0] * 4
+    assert sequence_step(supervised, 9100, 2, use_grpc=True)[0] == [4.0] * 4
+
+
+def stream_step(supervised: Supervised, corrid: int, step: int) -> list[tuple[float, int, bool]]:
+    """Step ``step`` of sequence ``corrid`` of the decoupled model, input ``step + 1``, over
+    a new gRPC stream: (OUTPUT0[0], PID, final) of every response, the empty final one
+    included."""
+    client = tritonclient_grpc.InferenceServerClient(
+        f"127.0.0.1:{supervised.grpc}", channel_args=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    received: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: received.put(error or result))
+    tensor = tritonclient_grpc.InferInput("INPUT0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.full((1, 4), step + 1, np.float32))
+    answers: list[tuple[float, int, bool]] = []
+    try:
+        client.async_stream_infer(
+            "streams",
+            [tensor],
+            sequence_id=corrid,
+            sequence_start=step == 0,
+            sequence_end=step == 2,
+            enable_empty_final_response=True,
+        )
+        while not answers or not answers[-1][2]:
+            result = received.get(timeout=60)
+            assert not isinstance(result, InferenceServerException), result
+            response = result.get_response()
+            final = response.parameters["triton_final_response"].bool_param
+            if final and not response.outputs:
+                answers.append((0.0, 0, True))
+                continue
+            output = result.as_numpy("OUTPUT0")
+            answers.append((float(output[0, 0]), int(result.as_numpy("PID")[0, 0]), final))
+    finally:
+        client.stop_stream()
+        client.close()
+    return answers
+
+
+def test_a_forwarded_decoupled_sequence_streams_every_response(supervised: Supervised) -> None:
+    """A decoupled sequence model over new gRPC streams: every response of a forwarded
+    request comes back in order, then the final flag alone; one process runs each
+    sequence."""
+    ran: dict[int, set[int]] = {}
+    for step in range(3):
+        for corrid in (301, 302, 303, 304):
+            answers = stream_step(supervised, corrid, step)
+            values = [value for value, _, _ in answers[:-1]]
+            assert values == [float(step + 1 + k) for k in range(step + 1)], answers
+            assert answers[-1] == (0.0, 0, True)
+            assert not any(final for _, _, final in answers[:-1])
+            ran.setdefault(corrid, set()).update(pid for _, pid, _ in answers[:-1])
+    children = supervised.child_pids()
+    assert ran == {corrid: {children[corrid % 2]} for corrid in (301, 302, 303, 304)}
 
 
 def shm_infer(supervised: Supervised, use_grpc: bool) -> int:
@@ -471,8 +640,8 @@ def test_a_dying_serving_process_stops_the_supervisor(repository: Path, tmp_path
 def test_a_model_refused_at_load_fails_the_start_with_exit_on_error(
     repository: Path, tmp_path: Path
 ) -> None:
-    """The sequence-batched model fails to load in both processes; with
-    ``--exit-on-error=true`` (the default) they exit, and the supervisor with status 1."""
+    """The broken model fails to load in both processes; with ``--exit-on-error=true``
+    (the default) they exit, and the supervisor with status 1."""
     running = start(repository, tmp_path / "serve.log")
     try:
         assert running.process.wait(START_S) == 1
@@ -480,7 +649,7 @@ def test_a_model_refused_at_load_fails_the_start_with_exit_on_error(
         if running.process.poll() is None:
             running.process.kill()
             running.process.wait(STOP_S)
-    assert "sequence batching, which --serving-processes 2 does not support" in running.output()
+    assert "this model never loads" in running.output()
     assert "exited (status 1): stopping the others" in running.output()
 
 

@@ -118,3 +118,12 @@ class Internal(DespinaError):
 
 class ConfigError(InvalidArgument):
     """A model configuration is invalid; the message names the file, line and field."""
+
+
+def error_named(name: str, message: str) -> DespinaError:
+    """The error class called ``name`` (one of this module's) with ``message``, as another
+    serving process raised it; Unavailable for a name that is none of them."""
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, DespinaError)):
+        cls = Unavailable
+    return cls(message)

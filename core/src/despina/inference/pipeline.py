@@ -4,8 +4,9 @@
 decides which requests run together, when, and on which instance; it answers each request
 it accepted through this module and nothing else: :func:`execute_on` / :func:`run_batch`
 (:func:`run_batch_now`) run a batch on an instance and answer every request of it,
-:func:`reject` answers one it will not run, and a scheduler that answers without a backend
-execution (the ensemble) uses :func:`respond`, :func:`conclude` and :func:`fail`. So every
+:func:`reject` answers one it will not run, a scheduler that answers without a backend
+execution (the ensemble) uses :func:`respond`, :func:`conclude` and :func:`fail`, and one
+whose request another serving process ran (a forwarded sequence's) :func:`relay`. So every
 scheduler, third-party ones included, gets the same validation, response cache,
 classification, statistics and trace, and each request gets exactly one final response.
 """
@@ -319,6 +320,13 @@ def respond(request: InferenceRequest, response: InferenceResponse) -> None:
     of outputs); :func:`conclude` sends its final flag."""
     if request.stream is not None:
         request.stream.send(response, final=False)
+
+
+def relay(request: InferenceRequest, response: InferenceResponse | None, final: bool) -> None:
+    """Send a response another serving process answered ``request`` with (a forwarded
+    sequence's, :mod:`despina.scheduling.routed_sequences`): as it came, counted there."""
+    if request.stream is not None:
+        request.stream.send(response, final)
 
 
 def conclude(

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from despina.repository.folders import ModelRepository
     from despina.scheduling.base import SchedulerHost
     from despina.scheduling.rate_limiter import RateLimiter
+    from despina.scheduling.routed_sequences import SequenceForwarding
     from despina.serving.settings import CoreSettings
 
 
@@ -46,6 +47,11 @@ class LoadHost(Protocol):
 
     @property
     def plugins(self) -> _PluginFailures: ...
+
+    @property
+    def sequence_router(self) -> SequenceForwarding | None:
+        """Under ``--serving-processes`` above 1: where each sequence runs."""
+        ...
 
     @property
     def models(self) -> _Repositories: ...

@@ -22,7 +22,7 @@ from despina.repository import config as cfg, instance_groups
 from despina.repository.redact import without_paths
 from despina.scheduling.base import ScheduledModel, Scheduler
 from despina.scheduling.rate_limiter import Needs
-from despina.serving.serving_processes import refuse_model
+from despina.scheduling.routed_sequences import RoutedSequences
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -85,7 +85,9 @@ def make_scheduler(
     server: LoadHost, version: ModelVersion, model_dir: Path, specs: list[InstanceSpec]
 ) -> Scheduler:
     """The scheduler of ``version``, whose instances (made from ``specs``) exist, not
-    started yet; sets the version's signature and its latency observers."""
+    started yet (a sequence-batched model's, in one of several serving processes,
+    wrapped to run each sequence in its owner); sets the version's signature and its
+    latency observers."""
     scheduler_cls = pick_scheduler(server, version.config)
     version.signature = ModelSignature(version.name, version.config)
     model = ScheduledModel(
@@ -106,7 +108,11 @@ def make_scheduler(
         version.stats.latency = stash[LATENCY_OBSERVERS].for_model(
             version.name, str(version.version), version.config
         )
-    return scheduler_cls(model)
+    scheduler = scheduler_cls(model)
+    router = server.sequence_router
+    if router is not None and version.config.HasField("sequence_batching"):
+        return RoutedSequences(scheduler, router)
+    return scheduler
 
 
 async def load_version(server: LoadHost, prepared: PreparedConfig, version: ModelVersion) -> None:
@@ -129,7 +135,6 @@ async def _load_once(server: LoadHost, prepared: PreparedConfig, version: ModelV
     started = time.monotonic_ns()
     specs: list[InstanceSpec] = []
     try:
-        refuse_model(version.config, server.settings.serving_processes)
         if prepared.backend is not None:
             context = ModelContext(
                 version.name,

@@ -27,6 +27,7 @@ from despina.serving.flags import (
     serving_processes_asked,
 )
 from despina.serving.peers import Peers
+from despina.serving.sequence_routing import SequenceRouter
 from despina.serving.serving_processes import ServingProcess
 from despina.version import __version__
 
@@ -114,8 +115,10 @@ def cmd_serve(argv: Sequence[str]) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        peers = None if place is None else Peers(place, server.peer_operations)
-        server.peers = peers
+        peers = router = None
+        if place is not None:
+            peers = server.peers = Peers(place, server.peer_operations)
+            router = server.sequence_router = SequenceRouter(place, server.submit_forwarded)
         try:
             if not await start_unless_stopped(server, stop):
                 return 0
@@ -123,15 +126,17 @@ def cmd_serve(argv: Sequence[str]) -> int:
             log.error("%s", exc)
             return 1
         print_model_table(server)
-        if peers is not None:
+        if peers is not None and router is not None:
             await peers.start()
+            await router.start()
         try:
             await stop.wait()
         finally:
             log.info("shutting down")
             await server.shutdown()
-            if peers is not None:
+            if peers is not None and router is not None:
                 await peers.stop()
+                await router.stop()
         return 0
 
     with asyncio.Runner(loop_factory=loop_factory(settings.busy_poll_us)) as runner:

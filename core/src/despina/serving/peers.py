@@ -28,8 +28,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from despina import errors
-from despina.errors import DespinaError, Unavailable
+from despina.errors import DespinaError, Unavailable, error_named
 from despina.inference.stats_sum import sum_model_stats
 from despina.serving.serving_processes import ServingProcess
 
@@ -129,7 +128,8 @@ class Peers:
                 f"did not answer ({reason}); it cannot be left out"
             ) from None
         if "error" in answer:
-            raise _error_of(answer["error"])
+            error = answer["error"]
+            raise error_named(str(error.get("class", "")), str(error.get("message", "")))
         return answer["result"]
 
     async def _exchange(self, peer: int, asked: dict[str, Any]) -> dict[str, Any]:
@@ -169,11 +169,3 @@ class Peers:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
-
-
-def _error_of(error: dict[str, str]) -> DespinaError:
-    """A peer's error as the class it raised (one of :mod:`despina.errors`)."""
-    cls = getattr(errors, error.get("class", ""), None)
-    if not (isinstance(cls, type) and issubclass(cls, DespinaError)):
-        cls = Unavailable
-    return cls(error.get("message", ""))

@@ -52,6 +52,7 @@ from despina.serving.exit_timeout import ExitTimeout
 from despina.serving.flags import build_serve_parser, parse_settings, plugin_modules
 from despina.serving.peers import Peers
 from despina.serving.runtime_settings import LogSettings, TraceSettings
+from despina.serving.sequence_routing import SequenceRouter
 from despina.serving.serving_processes import per_process_file
 from despina.serving.settings import CORE, CoreSettings, Stash
 from despina.tracing.config import TraceConfig
@@ -164,6 +165,9 @@ class Server:
         #: Under ``--serving-processes`` above 1: the other serving processes, which
         #: statistics are summed over and changes fanned out to (set by ``despina serve``).
         self.peers: Peers | None = None
+        #: Under ``--serving-processes`` above 1: where each sequence runs (set by
+        #: ``despina serve`` before :meth:`start`).
+        self.sequence_router: SequenceRouter | None = None
 
     @classmethod
     def from_args(cls, argv: Sequence[str], plugins: Sequence[object] = ()) -> Server:
@@ -485,6 +489,11 @@ class Server:
             assert model.scheduler is not None
             model.scheduler.admit_while_stopping(request)
         return model, admit(model, request, self.shared_memory, streaming)
+
+    def submit_forwarded(self, request: InferenceRequest) -> ResponseStream:
+        """:meth:`submit` a request another serving process forwarded (a sequence this one
+        owns), as a client's request received when that process received it."""
+        return self.submit(request, received_ns=request.received_ns)[1]
 
     async def infer(
         self, request: InferenceRequest, model: ModelVersion | None = None, inner: bool = False

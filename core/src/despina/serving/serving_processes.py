@@ -4,9 +4,8 @@ The supervising process (:mod:`despina.serving.supervisor`) starts N servers wit
 command line it was given, the flags the plugins' parts add (``despina_serving_processes``)
 and :data:`SERVING_PROCESS_ENV` set to ``<index>:<count>:<folder>``: which one of the N it
 is, and the private folder (0700) where each answers its peers (:mod:`despina.serving.peers`:
-statistics, shared-memory registrations, settings, explicit model control). Each serving
-process refuses what it could only do alone (sequence-batched models), naming
-``--serving-processes``.
+statistics, shared-memory registrations, settings, explicit model control) and runs the
+sequences it owns for them (:mod:`despina.serving.sequence_routing`).
 """
 
 from __future__ import annotations
@@ -14,12 +13,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from despina.errors import Unsupported
-
-if TYPE_CHECKING:
-    from despina.repository import config as cfg
 
 #: Set by the supervisor in each serving process's environment: ``<index>:<count>:<folder>``.
 SERVING_PROCESS_ENV = "DESPINA_SERVING_PROCESS"
@@ -63,17 +56,6 @@ def per_process_file(path: str) -> str:
     itself otherwise."""
     place = ServingProcess.from_env()
     return f"{path}.process-{place.index}" if place is not None and path else path
-
-
-def refuse_model(config: cfg.ModelConfig, serving_processes: int) -> None:
-    """Unsupported for a model one of several serving processes cannot serve alone: a
-    sequence-batched model (a sequence's requests may reach any process)."""
-    if serving_processes > 1 and config.HasField("sequence_batching"):
-        raise Unsupported(
-            f"model '{config.name}' uses sequence batching, which --serving-processes "
-            f"{serving_processes} does not support (a sequence's requests may reach any "
-            "serving process); serve it with --serving-processes 1"
-        )
 
 
 def refuse_unshared_port(allowed: bool, allow_flag: str, count: int, instead: str) -> None:

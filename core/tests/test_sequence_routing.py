@@ -1,0 +1,208 @@
+"""The relay between serving processes: frames round-trip every datatype, and a
+forwarded request over a real Unix socket is answered, cancelled and failed as its owner
+says (the routing through real serving processes: tests/test_serving_processes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from despina.errors import Cancelled, InvalidArgument, Unavailable
+from despina.inference.request import (
+    InferenceRequest,
+    InferenceResponse,
+    RequestedOutput,
+    ResponseStream,
+    SequenceFlags,
+)
+from despina.serving.relay_frames import (
+    read_request,
+    read_response,
+    request_frame,
+    response_frame,
+)
+from despina.serving.sequence_routing import SequenceRouter, owner_of
+from despina.serving.serving_processes import ServingProcess
+
+
+def synchronous(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """``test`` run in a fresh event loop (its fixtures passed through)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def _reader_of(frames: list[list[bytes | memoryview]]) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    for frame in frames:
+        reader.feed_data(b"".join(bytes(part) for part in frame))
+    reader.feed_eof()
+    return reader
+
+
+@synchronous
+async def test_a_request_round_trips_with_every_field() -> None:
+    inputs = {
+        "F": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "B": np.array([[b"a", b""], [b"\x00xyz", b"text"]], dtype=np.object_),
+        "Z": np.array(True),
+        "E": np.zeros((0, 4), np.int64),
+        "T": np.arange(8, dtype=np.int16)[::2],  # not contiguous
+    }
+    outputs = [RequestedOutput("F", {"binary_data": True, "shared_memory_region": "r"})]
+    request = InferenceRequest(
+        "m",
+        inputs,
+        model_version="2",
+        id="req-1",
+        outputs=outputs,
+        parameters={"custom": 3, "text": "x"},
+        priority=2,
+        timeout_us=500,
+        correlation_id="session-1",
+        flags=SequenceFlags.START | SequenceFlags.END,
+    )
+    back = await read_request(_reader_of([request_frame(request)]))
+    assert (back.model_name, back.model_version, back.id) == ("m", "2", "req-1")
+    assert (back.priority, back.timeout_us, back.received_ns) == (2, 500, request.received_ns)
+    assert back.correlation_id == "session-1"
+    assert back.flags == SequenceFlags.START | SequenceFlags.END
+    assert back.parameters == {"custom": 3, "text": "x"}
+    # the region binding stays with the forwarding process's frontend
+    assert back.outputs == [RequestedOutput("F", {"binary_data": True})]
+    assert back.inputs.keys() == inputs.keys()
+    for name, array in inputs.items():
+        assert back.inputs[name].shape == array.shape
+        assert back.inputs[name].dtype == array.dtype
+        assert back.inputs[name].tolist() == array.tolist()
+
+
+@synchronous
+async def test_responses_round_trip_with_errors_and_the_final_flag_alone() -> None:
+    ok = InferenceResponse(
+        id="r", outputs={"O": np.array([1.5, 2.5], np.float64)}, parameters={"p": True}
+    )
+    failed = InferenceResponse(id="r", error=InvalidArgument("bad input"))
+    reader = _reader_of(
+        [response_frame(ok, False), response_frame(failed, False), response_frame(None, True)]
+    )
+    first, final = await read_response(reader)
+    assert not final and first is not None
+    assert first.outputs["O"].tolist() == [1.5, 2.5] and first.parameters == {"p": True}
+    second, final = await read_response(reader)
+    assert not final and second is not None
+    assert isinstance(second.error, InvalidArgument) and str(second.error) == "bad input"
+    assert await read_response(reader) == (None, True)
+
+
+@synchronous
+async def test_a_truncated_frame_is_an_incomplete_read() -> None:
+    frame = b"".join(bytes(p) for p in response_frame(InferenceResponse(id="x"), True))
+    reader = asyncio.StreamReader()
+    reader.feed_data(frame[:-3])
+    reader.feed_eof()
+    with pytest.raises(asyncio.IncompleteReadError):
+        await read_response(reader)
+
+
+def test_owners_are_the_same_rule_everywhere() -> None:
+    assert [owner_of(c, 3) for c in (1, 2, 3, 2**64 - 1)] == [1, 2, 0, (2**64 - 1) % 3]
+    assert owner_of(0, 3) is None and owner_of("", 3) is None
+    names = [f"s-{n}" for n in range(64)]
+    assert {owner_of(n, 2) for n in names} == {0, 1}
+    assert [owner_of(n, 2) for n in names] == [owner_of(n, 2) for n in names]
+
+
+class Owner:
+    """The owning process's submit: answers what each test says, keeps the requests."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.requests: list[InferenceRequest] = []
+
+    def __call__(self, request: InferenceRequest) -> ResponseStream:
+        if self.answer == "refuse":
+            raise InvalidArgument("must specify the START flag")
+        self.requests.append(request)
+        stream = ResponseStream()
+        request.stream = stream
+        if self.answer == "two":
+            for value in (1.0, 2.0):
+                out = {"O": np.full(2, value, np.float32)}
+                request.respond(InferenceResponse(id=request.id, outputs=out), final=False)
+            stream.send(None, final=True)
+        else:  # "hold": answers only once cancelled
+            asyncio.get_running_loop().create_task(self._answer_when_cancelled(request))
+        return stream
+
+    @staticmethod
+    async def _answer_when_cancelled(request: InferenceRequest) -> None:
+        while not request.cancelled:
+            await asyncio.sleep(0.01)
+        request.fail(Cancelled("the request was cancelled"))
+
+
+async def _forwarded(
+    folder: Path, owner: Owner, request: InferenceRequest, cancel_after: float = 0
+) -> list[tuple[InferenceResponse | None, bool]]:
+    """``request`` forwarded from serving process 0 to process 1, which runs ``owner``."""
+    theirs = SequenceRouter(ServingProcess(1, 2, folder), owner)
+    ours = SequenceRouter(ServingProcess(0, 2, folder), Owner("refuse"))
+    await theirs.start()
+    try:
+        if cancel_after:
+            asyncio.get_running_loop().call_later(cancel_after, request.cancel)
+        return [answer async for answer in ours.forward(1, request)]
+    finally:
+        await theirs.stop()
+
+
+def _request() -> InferenceRequest:
+    return InferenceRequest("seq", {"I": np.ones(2, np.float32)}, id="q", correlation_id=7)
+
+
+@synchronous
+async def test_a_forwarded_request_gets_every_response_then_the_final_flag(
+    tmp_path: Path,
+) -> None:
+    owner = Owner("two")
+    answers = await _forwarded(tmp_path, owner, _request())
+    assert [(r.outputs["O"].tolist() if r else None, f) for r, f in answers] == [
+        ([1.0, 1.0], False),
+        ([2.0, 2.0], False),
+        (None, True),
+    ]
+    assert owner.requests[0].correlation_id == 7
+    assert not (tmp_path / "1.relay.sock").exists()  # removed at stop
+
+
+@synchronous
+async def test_the_owners_refusal_comes_back_as_a_final_error(tmp_path: Path) -> None:
+    ((response, final),) = await _forwarded(tmp_path, Owner("refuse"), _request())
+    assert final and response is not None
+    assert isinstance(response.error, InvalidArgument)
+    assert str(response.error) == "must specify the START flag"
+
+
+@synchronous
+async def test_a_cancelled_client_cancels_the_owners_request(tmp_path: Path) -> None:
+    owner = Owner("hold")
+    ((response, final),) = await _forwarded(tmp_path, owner, _request(), cancel_after=0.2)
+    assert owner.requests[0].cancelled
+    assert final and response is not None and isinstance(response.error, Cancelled)
+
+
+@synchronous
+async def test_an_owner_that_does_not_serve_is_unavailable(tmp_path: Path) -> None:
+    ours = SequenceRouter(ServingProcess(0, 2, tmp_path), Owner("refuse"))
+    with pytest.raises(Unavailable, match="serving process 1 of --serving-processes 2"):
+        async for _ in ours.forward(1, _request()):
+            pass
