@@ -12,6 +12,12 @@ requests the server counted, read from its summed statistics; throughput is thos
 requests over the run's wall time (so a run perf_analyzer finds unstable still counts)::
 
     flock /tmp/bench.lock .venv/bin/python bench/serving_processes.py --rounds 3
+
+``--model sequence_add_sub`` measures the same on a sequence-batched add_sub
+(``bench/sequence_repository``: 32 slots, perf_analyzer's sequences of
+``--sequence-length`` requests, one sequence per concurrent request): with N = 2 about
+half of the requests reach a process that does not own their sequence and are forwarded,
+so the difference in server CPU per request is the forwarding hop's cost.
 """
 
 from __future__ import annotations
@@ -54,20 +60,21 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def served(http_port: int) -> int:
+def served(http_port: int, model: str) -> int:
     """Requests add_sub has answered, summed over the serving processes."""
-    url = f"http://127.0.0.1:{http_port}/v2/models/add_sub/stats"
+    url = f"http://127.0.0.1:{http_port}/v2/models/{model}/stats"
     with urllib.request.urlopen(url, timeout=30) as response:
         stats = json.load(response)["model_stats"][0]
     return int(stats["inference_stats"]["success"]["count"])
 
 
-def start(processes: int, cpus: str) -> tuple[subprocess.Popen[bytes], int]:
+def start(processes: int, cpus: str, model: str) -> tuple[subprocess.Popen[bytes], int]:
     """``despina serve --serving-processes processes`` on free ports; (process, HTTP port)
     once its statistics answer (every serving process serves)."""
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = ["taskset", "-c", cpus, sys.executable, "-m", "despina", "serve"]
-    command += [f"--model-repository={HERE / 'model_repository'}", "--plugin=bench_backend"]
+    repository = HERE / ("model_repository" if model == "add_sub" else "sequence_repository")
+    command += [f"--model-repository={repository}", "--plugin=bench_backend"]
     command += [f"--serving-processes={processes}", "--busy-poll-us=0"]
     command += [f"--http-port={http}", f"--grpc-port={grpc}", f"--metrics-port={metrics}"]
     command += ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1"]
@@ -79,7 +86,7 @@ def start(processes: int, cpus: str) -> tuple[subprocess.Popen[bytes], int]:
         if process.poll() is not None:
             raise SystemExit(f"despina serve exited with {process.returncode}")
         try:
-            served(http)
+            served(http, model)
             return process, http
         except OSError:
             time.sleep(0.5)
@@ -88,20 +95,23 @@ def start(processes: int, cpus: str) -> tuple[subprocess.Popen[bytes], int]:
 
 def run(processes: int, args: argparse.Namespace) -> dict[str, float]:
     """One perf_analyzer run against a fresh server of ``processes`` serving processes."""
-    process, http = start(processes, args.server_cpus)
+    process, http = start(processes, args.server_cpus, args.model)
     try:
-        first, server_before = served(http), cpu_seconds(process.pid)
+        first, server_before = served(http, args.model), cpu_seconds(process.pid)
         client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
-        command = ["taskset", "-c", args.client_cpus, PERF_ANALYZER, "-m", "add_sub"]
+        command = ["taskset", "-c", args.client_cpus, PERF_ANALYZER, "-m", args.model]
         command += ["-u", f"127.0.0.1:{http}", "-i", "http"]
         command += ["--concurrency-range", str(args.concurrency), "-p", "3000"]
         command += ["--max-trials", "3", "--stability-percentage", "50"]
-        command += ["--shape", "INPUT0:1,16", "--shape", "INPUT1:1,16"]
+        if args.model == "add_sub":
+            command += ["--shape", "INPUT0:1,16", "--shape", "INPUT1:1,16"]
+        else:
+            command += ["--sequence-length", str(args.sequence_length)]
         subprocess.run(command, capture_output=True, timeout=600, check=False)
         wall = time.monotonic() - started
         client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        requests = served(http) - first
+        requests = served(http, args.model) - first
         server = cpu_seconds(process.pid) - server_before
     finally:
         process.send_signal(signal.SIGTERM)
@@ -124,6 +134,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--server-cpus", default="0,1")
     parser.add_argument("--client-cpus", default="0,1")
+    parser.add_argument("--model", choices=("add_sub", "sequence_add_sub"), default="add_sub")
+    parser.add_argument("--sequence-length", type=int, default=20)
     args = parser.parse_args()
     rows: dict[int, list[dict[str, float]]] = {1: [], 2: []}
     for number in range(args.rounds):

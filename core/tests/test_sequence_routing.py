@@ -21,10 +21,11 @@ from despina.inference.request import (
     SequenceFlags,
 )
 from despina.serving.relay_frames import (
-    read_request,
-    read_response,
+    read_frame,
     request_frame,
+    request_of,
     response_frame,
+    response_of,
 )
 from despina.serving.sequence_routing import SequenceRouter, owner_of
 from despina.serving.serving_processes import ServingProcess
@@ -70,7 +71,9 @@ async def test_a_request_round_trips_with_every_field() -> None:
         correlation_id="session-1",
         flags=SequenceFlags.START | SequenceFlags.END,
     )
-    back = await read_request(_reader_of([request_frame(request)]))
+    head, payload = await read_frame(_reader_of([request_frame(5, request)]))
+    assert head["tag"] == 5
+    back = request_of(head, payload)
     assert (back.model_name, back.model_version, back.id) == ("m", "2", "req-1")
     assert (back.priority, back.timeout_us, back.received_ns) == (2, 500, request.received_ns)
     assert back.correlation_id == "session-1"
@@ -92,25 +95,36 @@ async def test_responses_round_trip_with_errors_and_the_final_flag_alone() -> No
     )
     failed = InferenceResponse(id="r", error=InvalidArgument("bad input"))
     reader = _reader_of(
-        [response_frame(ok, False), response_frame(failed, False), response_frame(None, True)]
+        [
+            response_frame(1, ok, False),
+            response_frame(1, failed, False),
+            response_frame(1, None, True),
+        ]
     )
-    first, final = await read_response(reader)
+
+    async def read_response() -> tuple[InferenceResponse | None, bool]:
+        head, payload = await read_frame(reader)
+        assert head["tag"] == 1
+        return response_of(head, payload)
+
+    first, final = await read_response()
     assert not final and first is not None
     assert first.outputs["O"].tolist() == [1.5, 2.5] and first.parameters == {"p": True}
-    second, final = await read_response(reader)
+    second, final = await read_response()
     assert not final and second is not None
     assert isinstance(second.error, InvalidArgument) and str(second.error) == "bad input"
-    assert await read_response(reader) == (None, True)
+    assert await read_response() == (None, True)
 
 
 @synchronous
 async def test_a_truncated_frame_is_an_incomplete_read() -> None:
-    frame = b"".join(bytes(p) for p in response_frame(InferenceResponse(id="x"), True))
+    out = {"O": np.ones(3, np.float32)}
+    frame = b"".join(bytes(p) for p in response_frame(1, InferenceResponse(outputs=out), True))
     reader = asyncio.StreamReader()
     reader.feed_data(frame[:-3])
     reader.feed_eof()
     with pytest.raises(asyncio.IncompleteReadError):
-        await read_response(reader)
+        await read_frame(reader)
 
 
 def test_owners_are_the_same_rule_everywhere() -> None:
@@ -134,7 +148,10 @@ class Owner:
         self.requests.append(request)
         stream = ResponseStream()
         request.stream = stream
-        if self.answer == "two":
+        if self.answer == "echo":  # later requests first
+            delay = 0.2 - 0.01 * len(self.requests)
+            asyncio.get_running_loop().call_later(delay, self._echo, request)
+        elif self.answer == "two":
             for value in (1.0, 2.0):
                 out = {"O": np.full(2, value, np.float32)}
                 request.respond(InferenceResponse(id=request.id, outputs=out), final=False)
@@ -142,6 +159,10 @@ class Owner:
         else:  # "hold": answers only once cancelled
             asyncio.get_running_loop().create_task(self._answer_when_cancelled(request))
         return stream
+
+    @staticmethod
+    def _echo(request: InferenceRequest) -> None:
+        request.respond(InferenceResponse(id=request.id, outputs={"O": request.inputs["I"]}))
 
     @staticmethod
     async def _answer_when_cancelled(request: InferenceRequest) -> None:
@@ -162,6 +183,7 @@ async def _forwarded(
             asyncio.get_running_loop().call_later(cancel_after, request.cancel)
         return [answer async for answer in ours.forward(1, request)]
     finally:
+        await ours.stop()
         await theirs.stop()
 
 
@@ -206,3 +228,37 @@ async def test_an_owner_that_does_not_serve_is_unavailable(tmp_path: Path) -> No
     with pytest.raises(Unavailable, match="serving process 1 of --serving-processes 2"):
         async for _ in ours.forward(1, _request()):
             pass
+
+
+@synchronous
+async def test_requests_forwarded_at_once_share_one_connection_and_get_their_own_answers(
+    tmp_path: Path,
+) -> None:
+    owner = Owner("echo")
+    theirs = SequenceRouter(ServingProcess(1, 2, tmp_path), owner)
+    ours = SequenceRouter(ServingProcess(0, 2, tmp_path), Owner("refuse"))
+    accepted = 0
+    serve_link = theirs._serve_link
+
+    async def counting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        await serve_link(reader, writer)
+
+    theirs._serve_link = counting  # type: ignore[method-assign]  # counts its connections
+    await theirs.start()
+
+    async def one(value: int) -> list[float]:
+        request = InferenceRequest("seq", {"I": np.full(2, value, np.float32)}, correlation_id=1)
+        answers = [answer async for answer in ours.forward(1, request)]
+        ((response, final),) = answers
+        assert final and response is not None
+        return list(response.outputs["O"].tolist())
+
+    try:
+        results = await asyncio.gather(*(one(value) for value in range(16)))
+    finally:
+        await ours.stop()
+        await theirs.stop()
+    assert results == [[float(v)] * 2 for v in range(16)]
+    assert accepted == 1

@@ -1,13 +1,17 @@
-"""How an inference request and its responses travel between two serving processes.
+"""How inference requests and their responses travel between two serving processes.
 
 One frame: a 12-byte prefix (the JSON head's length, ``<I``; the payload's, ``<Q``), the
 head (JSON), then the payload: every tensor's bytes one after the other, in the order
 the head lists them (``[name, datatype, shape, nbytes]``), BYTES tensors in Triton's
-length-prefixed layout. A request is one frame (:func:`request_frame`,
-:func:`read_request`); its answer is frames of one response each (:func:`response_frame`,
-:func:`read_response`), the last one flagged final (its response may be None: a decoupled
-model's final flag alone). Device arrays travel as host copies. Both ends are processes of
-one server, started by one supervisor: a frame that does not parse is a ValueError.
+length-prefixed layout. Every frame names the forwarded request it belongs to (``tag``,
+unique on its connection), so one connection carries many requests at once: a request is
+one frame (:func:`request_frame`), its answer frames of one response each
+(:func:`response_frame`), the last one flagged final (its response may be None: a
+decoupled model's final flag alone), and a client's cancellation one frame
+(:func:`cancel_frame`). :func:`read_frame` reads any of them; :func:`request_of` and
+:func:`response_of` decode its head and payload. Device arrays travel as host copies.
+Both ends are processes of one server, started by one supervisor: a frame that does not
+parse is a ValueError (or a KeyError / TypeError of its head).
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ _REGION_KEYS = ("shared_memory_region", "shared_memory_offset", "shared_memory_b
 Tensors = list[list[Any]]
 
 
-def request_frame(request: InferenceRequest) -> list[bytes | memoryview]:
-    """``request`` as one frame: its buffers, to write in order."""
+def request_frame(tag: int, request: InferenceRequest) -> list[bytes | memoryview]:
+    """``request`` as frame ``tag``: its buffers, to write in order."""
     outputs = None
     if request.outputs is not None:
         outputs = [
@@ -49,6 +53,7 @@ def request_frame(request: InferenceRequest) -> list[bytes | memoryview]:
         ]
     tensors, payload = _tensors(request.inputs)
     head = {
+        "tag": tag,
         "model": request.model_name,
         "version": request.model_version,
         "id": request.id,
@@ -64,10 +69,8 @@ def request_frame(request: InferenceRequest) -> list[bytes | memoryview]:
     return _frame(head, payload)
 
 
-async def read_request(reader: asyncio.StreamReader) -> InferenceRequest:
-    """The request of the frame ``reader`` holds; IncompleteReadError when it closed
-    first, ValueError (or KeyError / TypeError) for a frame that does not parse."""
-    head, payload = await _read(reader)
+def request_of(head: dict[str, Any], payload: bytes) -> InferenceRequest:
+    """The request a frame of :func:`request_frame` holds."""
     outputs = head["outputs"]
     return InferenceRequest(
         model_name=str(head["model"]),
@@ -84,10 +87,17 @@ async def read_request(reader: asyncio.StreamReader) -> InferenceRequest:
     )
 
 
-def response_frame(response: InferenceResponse | None, final: bool) -> list[bytes | memoryview]:
-    """One response (None: the final flag alone) as one frame."""
+def cancel_frame(tag: int) -> list[bytes | memoryview]:
+    """Frame ``tag``'s request was cancelled by its client."""
+    return _frame({"tag": tag, "cancel": True}, [])
+
+
+def response_frame(
+    tag: int, response: InferenceResponse | None, final: bool
+) -> list[bytes | memoryview]:
+    """One response to frame ``tag``'s request (None: the final flag alone)."""
     if response is None:
-        return _frame({"final": final, "response": None}, [])
+        return _frame({"tag": tag, "final": final, "response": None}, [])
     tensors, payload = _tensors(response.outputs)
     error = response.error
     described = {
@@ -96,13 +106,11 @@ def response_frame(response: InferenceResponse | None, final: bool) -> list[byte
         "error": None if error is None else [type(error).__name__, str(error)],
         "outputs": tensors,
     }
-    return _frame({"final": final, "response": described}, payload)
+    return _frame({"tag": tag, "final": final, "response": described}, payload)
 
 
-async def read_response(reader: asyncio.StreamReader) -> tuple[InferenceResponse | None, bool]:
-    """The response of the frame ``reader`` holds and whether it is the final one;
-    IncompleteReadError / ValueError as :func:`read_request`."""
-    head, payload = await _read(reader)
+def response_of(head: dict[str, Any], payload: bytes) -> tuple[InferenceResponse | None, bool]:
+    """The response a frame of :func:`response_frame` holds, and whether it is final."""
     described = head["response"]
     if described is None:
         return None, bool(head["final"])
@@ -124,7 +132,9 @@ def _frame(head: dict[str, Any], payload: list[bytes | memoryview]) -> list[byte
     return [_PREFIX.pack(len(text), size), text, *payload]
 
 
-async def _read(reader: asyncio.StreamReader) -> tuple[dict[str, Any], bytes]:
+async def read_frame(reader: asyncio.StreamReader) -> tuple[dict[str, Any], bytes]:
+    """The next frame's head and payload; IncompleteReadError when the connection closed
+    first, ValueError for a frame that does not parse."""
     head_size, payload_size = _PREFIX.unpack(await reader.readexactly(_PREFIX.size))
     if head_size > MAX_HEAD:
         raise ValueError(f"a relayed frame's head of {head_size} bytes")
