@@ -181,10 +181,27 @@ async def _forwarded(
     try:
         if cancel_after:
             asyncio.get_running_loop().call_later(cancel_after, request.cancel)
-        return [answer async for answer in ours.forward(1, request)]
+        return await _answers(ours, 1, request)
     finally:
         await ours.stop()
         await theirs.stop()
+
+
+async def _answers(
+    router: SequenceRouter, owner: int, request: InferenceRequest
+) -> list[tuple[InferenceResponse | None, bool]]:
+    """Every answer ``router`` forwards to ``request`` from ``owner``, the failure raised."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    answers: list[tuple[InferenceResponse | None, bool]] = []
+
+    def answer(response: InferenceResponse | None, final: bool) -> None:
+        answers.append((response, final))
+        if final:
+            done.set_result(None)
+
+    router.forward(owner, request, answer, done.set_exception)
+    await done
+    return answers
 
 
 def _request() -> InferenceRequest:
@@ -226,8 +243,7 @@ async def test_a_cancelled_client_cancels_the_owners_request(tmp_path: Path) -> 
 async def test_an_owner_that_does_not_serve_is_unavailable(tmp_path: Path) -> None:
     ours = SequenceRouter(ServingProcess(0, 2, tmp_path), Owner("refuse"))
     with pytest.raises(Unavailable, match="serving process 1 of --serving-processes 2"):
-        async for _ in ours.forward(1, _request()):
-            pass
+        await _answers(ours, 1, _request())
 
 
 @synchronous
@@ -250,7 +266,7 @@ async def test_requests_forwarded_at_once_share_one_connection_and_get_their_own
 
     async def one(value: int) -> list[float]:
         request = InferenceRequest("seq", {"I": np.full(2, value, np.float32)}, correlation_id=1)
-        answers = [answer async for answer in ours.forward(1, request)]
+        answers = await _answers(ours, 1, request)
         ((response, final),) = answers
         assert final and response is not None
         return list(response.outputs["O"].tolist())
@@ -262,3 +278,32 @@ async def test_requests_forwarded_at_once_share_one_connection_and_get_their_own
         await theirs.stop()
     assert results == [[float(v)] * 2 for v in range(16)]
     assert accepted == 1
+
+
+@synchronous
+async def test_a_lost_connection_fails_its_requests_and_the_next_forward_reconnects(
+    tmp_path: Path,
+) -> None:
+    ours = SequenceRouter(ServingProcess(0, 2, tmp_path), Owner("refuse"))
+    held = Owner("hold")
+    theirs = SequenceRouter(ServingProcess(1, 2, tmp_path), held)
+    await theirs.start()
+    waiting = asyncio.ensure_future(_answers(ours, 1, _request()))
+    while not held.requests:
+        await asyncio.sleep(0.01)
+    await theirs.stop()  # the owner stops: the connection closes under the request
+    with pytest.raises(Unavailable, match=r"serving process 1 .* did not answer"):
+        await waiting
+    for _ in range(100):  # the owner reads the end of its connection: cancels what ran
+        if held.requests[0].cancelled:
+            break
+        await asyncio.sleep(0.01)
+    assert held.requests[0].cancelled
+    again = SequenceRouter(ServingProcess(1, 2, tmp_path), Owner("two"))
+    await again.start()
+    try:
+        answers = await _answers(ours, 1, _request())
+    finally:
+        await ours.stop()
+        await again.stop()
+    assert [final for _, final in answers] == [False, False, True]

@@ -10,18 +10,14 @@ Unavailable, counted here as rejected.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from collections.abc import AsyncGenerator
+import functools
+from collections.abc import Callable
 from typing import Protocol
 
-from despina.errors import DespinaError, Internal
+from despina.errors import DespinaError
 from despina.inference.pipeline import reject, relay
 from despina.inference.request import InferenceRequest, InferenceResponse
 from despina.scheduling.base import Scheduler, stopping_error
-
-log = logging.getLogger("despina.scheduling")
 
 
 class SequenceForwarding(Protocol):
@@ -32,9 +28,14 @@ class SequenceForwarding(Protocol):
         ...
 
     def forward(
-        self, owner: int, request: InferenceRequest
-    ) -> AsyncGenerator[tuple[InferenceResponse | None, bool], None]:
-        """Run ``request`` in ``owner``; each response and whether it is the final one."""
+        self,
+        owner: int,
+        request: InferenceRequest,
+        answer: Callable[[InferenceResponse | None, bool], None],
+        fail: Callable[[DespinaError], None],
+    ) -> None:
+        """Run ``request`` in ``owner``: ``answer`` gets each response and whether it is
+        the final one, or ``fail`` why it got no (more) answers."""
         ...
 
 
@@ -49,7 +50,8 @@ class RoutedSequences(Scheduler):
         super().__init__(inner.model)
         self.inner = inner
         self._forwarding = forwarding
-        self._forwarded: set[asyncio.Task[None]] = set()
+        #: Requests forwarded and not answered in full, by ``id()``.
+        self._forwarded: dict[int, InferenceRequest] = {}
         self._stopping = False
 
     async def start(self) -> None:
@@ -62,34 +64,28 @@ class RoutedSequences(Scheduler):
             return
         if self._stopping:
             raise self.refusal()
-        task = asyncio.get_running_loop().create_task(self._forward(owner, request))
-        self._forwarded.add(task)
-        task.add_done_callback(self._forwarded.discard)
+        self._forwarded[id(request)] = request
+        answer = functools.partial(self._answered, request)
+        self._forwarding.forward(owner, request, answer, functools.partial(self._failed, request))
 
-    async def _forward(self, owner: int, request: InferenceRequest) -> None:
-        """Relay the owner's responses to ``request``; never raises but for cancellation,
-        which answers the request with the stopping error."""
-        try:
-            answers = self._forwarding.forward(owner, request)
-            async with contextlib.aclosing(answers):
-                async for response, final in answers:
-                    relay(request, response, final)
-        except DespinaError as exc:
-            reject(self.model, request, exc)
-        except asyncio.CancelledError:
-            reject(self.model, request, stopping_error(self.model))
-            raise
-        except Exception as exc:
-            log.error("model '%s': a request could not be forwarded", self.model.name, exc_info=exc)
-            reject(self.model, request, Internal(f"{type(exc).__name__}: {exc}"))
+    def _answered(
+        self, request: InferenceRequest, response: InferenceResponse | None, final: bool
+    ) -> None:
+        if final:
+            self._forwarded.pop(id(request), None)
+        relay(request, response, final)
+
+    def _failed(self, request: InferenceRequest, error: DespinaError) -> None:
+        if self._forwarded.pop(id(request), None) is not None:
+            reject(self.model, request, error)
 
     async def stop(self) -> None:
         """Stop the inner scheduler; forwarded requests still waiting for their owner are
-        answered with the stopping error."""
+        cancelled there and answered here with the stopping error."""
         self._stopping = True
-        for task in list(self._forwarded):
-            task.cancel()
-        await asyncio.gather(*self._forwarded, return_exceptions=True)
+        for request in list(self._forwarded.values()):
+            request.cancel()
+            self._failed(request, stopping_error(self.model))
         await self.inner.stop()
 
     @property

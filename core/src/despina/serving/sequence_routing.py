@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
 import zlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import Any
 
-from despina.errors import DespinaError, Unavailable
+from despina.errors import DespinaError, Internal, Unavailable
 from despina.inference.request import InferenceRequest, InferenceResponse, ResponseStream
 from despina.serving.relay_frames import (
     cancel_frame,
@@ -52,9 +53,11 @@ log = logging.getLogger("despina.server")
 CANCEL_POLL_S = 0.1
 #: The stream limit of a relay connection (frames are read with ``readexactly``).
 _LIMIT = 1 << 20
-#: What the connection's reader hands a forwarded request: a response and whether it is
-#: the final one, or why the connection failed.
-_Answer = tuple[InferenceResponse | None, bool] | BaseException
+#: Takes a forwarded request's response (None: the final flag alone) and whether it is
+#: the final one.
+Answer = Callable[[InferenceResponse | None, bool], None]
+#: Takes why a forwarded request got no (more) answers.
+Fail = Callable[[DespinaError], None]
 
 #: Submit a request a peer forwarded (received when its ``received_ns`` says); its stream.
 Submit = Callable[[InferenceRequest], ResponseStream]
@@ -72,40 +75,81 @@ def owner_of(correlation_id: int | str, count: int) -> int | None:
     return int(correlation_id) % count if correlation_id else None
 
 
+class _Frames:
+    """A connection's outgoing frames: those written within one turn of the event loop
+    leave in one system call (under load, several requests' frames share it)."""
+
+    __slots__ = ("_parts", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._parts: list[bytes | memoryview] = []
+
+    def write(self, frame: list[bytes | memoryview]) -> None:
+        if not self._parts:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._parts += frame
+
+    def _flush(self) -> None:
+        parts, self._parts = self._parts, []
+        if not self.writer.is_closing():
+            self.writer.writelines(parts)
+
+
 class _Forwarded:
     """A request forwarded over a link, waiting for its answers."""
 
-    __slots__ = ("answers", "request", "told")
+    __slots__ = ("answer", "fail", "request", "told")
 
-    def __init__(self, request: InferenceRequest) -> None:
+    def __init__(self, request: InferenceRequest, answer: Answer, fail: Fail) -> None:
         self.request = request
-        self.answers: asyncio.Queue[_Answer] = asyncio.Queue()
+        self.answer = answer
+        self.fail = fail
         #: Whether the owner was told that the client cancelled.
         self.told = False
 
 
 class _Link:
-    """This process's connection to one owner, carrying every request forwarded there."""
+    """This process's connection to one owner, carrying every request forwarded there:
+    frames sent before it is open wait for it; each response read goes to its request's
+    ``answer``; a failure (it does not open, or breaks) goes to every waiting request's
+    ``fail``, as ``unreachable`` words it."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self, path: str, unreachable: Callable[[BaseException], DespinaError]) -> None:
         self.waiting: dict[int, _Forwarded] = {}
         self.tags = itertools.count(1)
         self.failure: BaseException | None = None
-        self._tasks = (
-            asyncio.create_task(self._read(reader)),
-            asyncio.create_task(self._tell_cancellations()),
-        )
+        self._unreachable = unreachable
+        self._frames: _Frames | None = None
+        self._unsent: list[bytes | memoryview] = []
+        self._tasks = [asyncio.create_task(self._run(path))]
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        """Hand each response to its request; at the end, every request waiting the
-        connection's failure."""
+    def send(self, frame: list[bytes | memoryview]) -> None:
+        """Write ``frame`` (once the connection is open); nothing once it failed."""
+        if self.failure is not None:
+            return
+        if self._frames is None:
+            self._unsent += frame
+        else:
+            self._frames.write(frame)
+
+    async def _run(self, path: str) -> None:
+        """Open the connection, then hand each response to its request."""
         try:
+            reader, writer = await asyncio.open_unix_connection(path, limit=_LIMIT)
+            self._frames = _Frames(writer)
+            self._frames.write(self._unsent)
+            self._unsent.clear()
+            self._tasks.append(asyncio.create_task(self._tell_cancellations()))
             while True:
                 head, payload = await read_frame(reader)
-                forwarded = self.waiting.get(int(head["tag"]))
+                tag = int(head["tag"])
+                forwarded = self.waiting.get(tag)
                 if forwarded is not None:
-                    forwarded.answers.put_nowait(response_of(head, payload))
+                    response, final = response_of(head, payload)
+                    if final:
+                        del self.waiting[tag]
+                    forwarded.answer(response, final)
         except _READ_ERRORS as exc:
             self.close(exc)
 
@@ -115,18 +159,22 @@ class _Link:
             for tag, forwarded in list(self.waiting.items()):
                 if forwarded.request.cancelled and not forwarded.told:
                     forwarded.told = True
-                    self.writer.writelines(cancel_frame(tag))
+                    self.send(cancel_frame(tag))
 
     def close(self, failure: BaseException) -> None:
-        """Fail every request waiting with ``failure``; close the connection."""
-        if self.failure is None:
-            self.failure = failure
-            for forwarded in self.waiting.values():
-                forwarded.answers.put_nowait(failure)
-            self.writer.close()
-            for task in self._tasks:
-                if task is not asyncio.current_task():
-                    task.cancel()
+        """Fail every request waiting; close the connection."""
+        if self.failure is not None:
+            return
+        self.failure = failure
+        waiting, self.waiting = self.waiting, {}
+        error = self._unreachable(failure)
+        for forwarded in waiting.values():
+            forwarded.fail(error)
+        if self._frames is not None:
+            self._frames.writer.close()
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
 
 
 class SequenceRouter:
@@ -138,9 +186,10 @@ class SequenceRouter:
         self._submit = submit
         self._server: asyncio.AbstractServer | None = None
         self._links: dict[int, _Link] = {}
-        self._linking: dict[int, asyncio.Lock] = {}
         #: The forwarded requests this process runs for its peers.
         self._running: set[asyncio.Task[None]] = set()
+        #: The connections peers forward over.
+        self._served: set[asyncio.StreamWriter] = set()
 
     def relay_path(self, index: int) -> str:
         """Where serving process ``index`` takes forwarded requests."""
@@ -159,8 +208,9 @@ class SequenceRouter:
         )
 
     async def stop(self) -> None:
-        """Stop taking forwarded requests (a peer's forward fails with Unavailable) and
-        close the links to the peers."""
+        """Stop taking forwarded requests and close the connections peers forward over
+        (their forwards fail with Unavailable), and the links to the peers (what still
+        waits on them fails so)."""
         for link in self._links.values():
             link.close(ConnectionAbortedError("this serving process stopped"))
         self._links.clear()
@@ -168,54 +218,33 @@ class SequenceRouter:
             self._server.close()
             for task in self._running:
                 task.cancel()
+            for writer in self._served:
+                writer.close()
             await self._server.wait_closed()
             self._server = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.relay_path(self.place.index))
 
-    async def forward(
-        self, owner: int, request: InferenceRequest
-    ) -> AsyncGenerator[tuple[InferenceResponse | None, bool], None]:
-        """Run ``request`` in serving process ``owner``; yield each response it answers
-        and whether it is the final one (the last yielded is). Unavailable when the
-        owner cannot be reached or the connection to it fails."""
-        link = await self._link(owner)
-        tag = next(link.tags)
-        forwarded = link.waiting[tag] = _Forwarded(request)
-        final = False
-        try:
-            link.writer.writelines(request_frame(tag, request))
-            await link.writer.drain()
-            while not final:
-                answer = await forwarded.answers.get()
-                if isinstance(answer, BaseException):
-                    raise self._unreachable(owner, answer)
-                response, final = answer
-                yield response, final
-        except OSError as exc:
-            link.close(exc)
-            raise self._unreachable(owner, exc) from None
-        finally:
-            del link.waiting[tag]
-            if not final and link.failure is None and not forwarded.told:
-                link.writer.writelines(cancel_frame(tag))  # the forward itself was stopped
-
-    async def _link(self, owner: int) -> _Link:
-        """The open connection to ``owner``, opened now when there is none."""
+    def forward(self, owner: int, request: InferenceRequest, answer: Answer, fail: Fail) -> None:
+        """Run ``request`` in serving process ``owner``: ``answer`` gets each response and
+        whether it is the final one (the last call's is), or ``fail`` once Unavailable
+        when the owner cannot be reached or the connection to it fails. A client's
+        cancellation of ``request`` reaches the owner. Internal for a request a frame
+        cannot hold (a parameter that is no JSON value)."""
         link = self._links.get(owner)
-        if link is not None and link.failure is None:
-            return link
-        async with self._linking.setdefault(owner, asyncio.Lock()):
-            link = self._links.get(owner)
-            if link is None or link.failure is not None:
-                try:
-                    opened = await asyncio.open_unix_connection(
-                        self.relay_path(owner), limit=_LIMIT
-                    )
-                except OSError as exc:
-                    raise self._unreachable(owner, exc) from None
-                link = self._links[owner] = _Link(*opened)
-            return link
+        if link is None or link.failure is not None:
+            link = self._links[owner] = _Link(
+                self.relay_path(owner), functools.partial(self._unreachable, owner)
+            )
+        tag = next(link.tags)
+        try:
+            frame = request_frame(tag, request)
+        except (TypeError, ValueError) as exc:  # a parameter JSON cannot hold
+            raise Internal(
+                f"the request cannot be forwarded to its sequence's owner: {exc}"
+            ) from None
+        link.waiting[tag] = _Forwarded(request, answer, fail)
+        link.send(frame)
 
     def _unreachable(self, owner: int, exc: BaseException) -> Unavailable:
         reason = "the connection closed" if isinstance(exc, asyncio.IncompleteReadError) else exc
@@ -228,6 +257,8 @@ class SequenceRouter:
         """Run every request a peer forwards over one connection; when it closes, cancel
         those still running."""
         running: dict[int, InferenceRequest] = {}
+        frames = _Frames(writer)
+        self._served.add(writer)
         try:
             while True:
                 head, payload = await read_frame(reader)
@@ -238,7 +269,7 @@ class SequenceRouter:
                     continue
                 request = request_of(head, payload)
                 running[tag] = request
-                task = asyncio.create_task(self._run(tag, request, writer, running))
+                task = asyncio.create_task(self._run(tag, request, frames, running))
                 self._running.add(task)
                 task.add_done_callback(self._running.discard)
         except _READ_ERRORS as exc:
@@ -246,13 +277,14 @@ class SequenceRouter:
         finally:
             for request in running.values():
                 request.cancel()
+            self._served.discard(writer)
             writer.close()
 
     async def _run(
         self,
         tag: int,
         request: InferenceRequest,
-        writer: asyncio.StreamWriter,
+        frames: _Frames,
         running: dict[int, Any],
     ) -> None:
         """Run one forwarded request; answer each response in a frame of its tag."""
@@ -260,21 +292,21 @@ class SequenceRouter:
             try:
                 stream = self._submit(request)
             except DespinaError as exc:
-                writer.writelines(
-                    response_frame(tag, InferenceResponse(id=request.id, error=exc), True)
-                )
+                frames.write(response_frame(tag, InferenceResponse(id=request.id, error=exc), True))
                 return
             final = False
             async for response in stream:
                 final = response.final
-                writer.writelines(response_frame(tag, response, final))
-                await writer.drain()
+                frames.write(response_frame(tag, response, final))
+                await frames.writer.drain()  # a peer that reads slowly holds the answers back
             if not final:
-                writer.writelines(response_frame(tag, None, True))
-            await writer.drain()
+                frames.write(response_frame(tag, None, True))
         except OSError as exc:  # the forwarding process is gone
             log.debug("a forwarded request's answer was not sent: %s", exc)
             request.cancel()
+        except asyncio.CancelledError:  # this process stops taking forwarded requests
+            request.cancel()
+            raise
         finally:
             running.pop(tag, None)
             request.release_regions()
