@@ -8,6 +8,7 @@ everything cleanly, and a serving process that dies stops the supervisor with a 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import queue
@@ -594,6 +595,50 @@ def test_sigterm_stops_every_process_with_status_0(supervised: Supervised) -> No
     for pid in children:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _post(connection: http.client.HTTPConnection, model: str, body: dict[str, Any]) -> Any:
+    connection.request("POST", f"/v2/models/{model}/infer", json.dumps(body))
+    response = connection.getresponse()
+    answer = json.loads(response.read())
+    assert response.status == 200, answer
+    return {output["name"]: output["data"] for output in answer["outputs"]}
+
+
+def test_sigterm_runs_a_forwarded_sequence_to_its_end(repository: Path, tmp_path: Path) -> None:
+    """A sequence whose owner is the other process, its requests over one keep-alive HTTP
+    connection: after SIGTERM its next requests are still forwarded and answered (the
+    owner waits for the open sequence, the receiving process for its connection), then
+    everything exits with status 0."""
+    running = start(repository, tmp_path / "serve.log", "--exit-on-error=false")
+    try:
+        wait_serving(running)
+        children = running.child_pids()
+        connection = http.client.HTTPConnection("127.0.0.1", running.http, timeout=60)
+        ones = {"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1] * 4}
+        here = children.index(_post(connection, "add_sub", {"inputs": [ones]})["PID"][0])
+        corrid = next(c for c in range(501, 510) if owner_of(c, 2) != here)
+        totals, pids = [], set()
+        for step in range(3):
+            parameters = {"sequence_id": corrid, "sequence_start": step == 0}
+            parameters["sequence_end"] = step == 2
+            data = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [step + 1] * 4}
+            body = {"parameters": parameters, "inputs": [data]}
+            outputs = _post(connection, "sequence", body)
+            totals.append(outputs["OUTPUT0"][0])
+            pids.add(outputs["PID"][0])
+            if step == 0:
+                running.process.send_signal(signal.SIGTERM)
+                time.sleep(1)  # both processes are stopping before the next request
+        connection.close()
+        assert running.process.wait(STOP_S) == 0, running.output()
+    finally:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.wait(STOP_S)
+    assert totals == [1.0, 3.0, 6.0]
+    assert pids == {children[1 - here]}
+    assert "Waiting for in-flight requests to complete." in running.output()
 
 
 def test_each_serving_process_writes_its_own_trace_file(repository: Path, tmp_path: Path) -> None:
