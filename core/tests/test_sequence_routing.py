@@ -20,6 +20,7 @@ from despina.inference.request import (
     ResponseStream,
     SequenceFlags,
 )
+from despina.serving import sequence_routing
 from despina.serving.relay_frames import (
     read_frame,
     request_frame,
@@ -239,11 +240,31 @@ async def test_a_cancelled_client_cancels_the_owners_request(tmp_path: Path) -> 
     assert final and response is not None and isinstance(response.error, Cancelled)
 
 
+def test_an_owner_that_does_not_serve_is_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sequence_routing, "OWNER_START_S", 0.3)
+
+    async def scenario() -> None:
+        ours = SequenceRouter(ServingProcess(0, 2, tmp_path), Owner("refuse"))
+        with pytest.raises(Unavailable, match="serving process 1 of --serving-processes 2"):
+            await _answers(ours, 1, _request())
+        await ours.stop()
+
+    asyncio.run(scenario())
+
+
 @synchronous
-async def test_an_owner_that_does_not_serve_is_unavailable(tmp_path: Path) -> None:
+async def test_a_forward_waits_for_an_owner_still_starting(tmp_path: Path) -> None:
     ours = SequenceRouter(ServingProcess(0, 2, tmp_path), Owner("refuse"))
-    with pytest.raises(Unavailable, match="serving process 1 of --serving-processes 2"):
-        await _answers(ours, 1, _request())
+    theirs = SequenceRouter(ServingProcess(1, 2, tmp_path), Owner("two"))
+    asyncio.get_running_loop().call_later(0.3, lambda: asyncio.ensure_future(theirs.start()))
+    try:
+        answers = await _answers(ours, 1, _request())
+    finally:
+        await ours.stop()
+        await theirs.stop()
+    assert [final for _, final in answers] == [False, False, True]
 
 
 @synchronous

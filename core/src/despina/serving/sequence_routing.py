@@ -51,6 +51,9 @@ log = logging.getLogger("despina.server")
 
 #: How often a forwarding process looks whether clients cancelled requests it forwarded.
 CANCEL_POLL_S = 0.1
+#: Seconds a forward waits for an owner that is still starting (each serving process
+#: answers its own readiness, so a client may reach one before the others serve).
+OWNER_START_S = 60.0
 #: The stream limit of a relay connection (frames are read with ``readexactly``).
 _LIMIT = 1 << 20
 #: Takes a forwarded request's response (None: the final flag alone) and whether it is
@@ -73,6 +76,19 @@ def owner_of(correlation_id: int | str, count: int) -> int | None:
             return None
         return zlib.crc32(correlation_id.encode()) % count
     return int(correlation_id) % count if correlation_id else None
+
+
+async def _connect(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the owner answering at ``path``; while it is still starting (its
+    socket not there yet, or not listening) tried again for up to :data:`OWNER_START_S`."""
+    deadline = asyncio.get_running_loop().time() + OWNER_START_S
+    while True:
+        try:
+            return await asyncio.open_unix_connection(path, limit=_LIMIT)
+        except (FileNotFoundError, ConnectionRefusedError):
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+            await asyncio.sleep(0.05)
 
 
 class _Frames:
@@ -136,7 +152,7 @@ class _Link:
     async def _run(self, path: str) -> None:
         """Open the connection, then hand each response to its request."""
         try:
-            reader, writer = await asyncio.open_unix_connection(path, limit=_LIMIT)
+            reader, writer = await _connect(path)
             self._frames = _Frames(writer)
             self._frames.write(self._unsent)
             self._unsent.clear()
