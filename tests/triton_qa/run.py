@@ -129,24 +129,37 @@ def _port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (/proc), e.g. a supervisor's serving processes."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(child) for child in task.read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
 def _listens(pid: int, port: int) -> bool:
-    """Whether process ``pid`` holds a listening TCP socket of ``port`` (/proc)."""
+    """Whether process ``pid``, or one it started (``despina serve --serving-processes N``
+    serves from its children), holds a listening TCP socket of ``port`` (/proc)."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for row in Path(table).read_text().splitlines()[1:]:
             fields = row.split()
             if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
                 inodes.add(f"socket:[{fields[9]}]")
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
+    for holder in (pid, *_children(pid)):
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                return True
+            fds = os.listdir(f"/proc/{holder}/fd")
         except OSError:
             continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{holder}/fd/{fd}") in inodes:
+                    return True
+            except OSError:
+                continue
     return False
 
 
