@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from despina.errors import Cancelled, InvalidArgument, Unavailable
+from despina.errors import Cancelled, Internal, InvalidArgument, Unavailable
 from despina.inference.request import (
     InferenceRequest,
     InferenceResponse,
@@ -146,6 +146,8 @@ class Owner:
     def __call__(self, request: InferenceRequest) -> ResponseStream:
         if self.answer == "refuse":
             raise InvalidArgument("must specify the START flag")
+        if self.answer == "crash":
+            raise RuntimeError("a scheduler's bug")
         self.requests.append(request)
         stream = ResponseStream()
         request.stream = stream
@@ -230,6 +232,14 @@ async def test_the_owners_refusal_comes_back_as_a_final_error(tmp_path: Path) ->
     assert final and response is not None
     assert isinstance(response.error, InvalidArgument)
     assert str(response.error) == "must specify the START flag"
+
+
+@synchronous
+async def test_an_owners_failure_comes_back_as_an_internal_error(tmp_path: Path) -> None:
+    ((response, final),) = await _forwarded(tmp_path, Owner("crash"), _request())
+    assert final and response is not None
+    assert isinstance(response.error, Internal)
+    assert str(response.error) == "RuntimeError: a scheduler's bug"
 
 
 @synchronous

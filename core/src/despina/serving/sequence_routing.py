@@ -65,7 +65,15 @@ Fail = Callable[[DespinaError], None]
 #: Submit a request a peer forwarded (received when its ``received_ns`` says); its stream.
 Submit = Callable[[InferenceRequest], ResponseStream]
 
-_READ_ERRORS = (OSError, asyncio.IncompleteReadError, ValueError, KeyError, TypeError)
+#: What a connection that broke, or a frame that does not parse, raises on reading.
+_READ_ERRORS = (
+    OSError,
+    asyncio.IncompleteReadError,
+    ValueError,
+    KeyError,
+    TypeError,
+    DespinaError,  # BYTES elements past their tensor
+)
 
 
 def owner_of(correlation_id: int | str, count: int) -> int | None:
@@ -167,6 +175,9 @@ class _Link:
                         del self.waiting[tag]
                     forwarded.answer(response, final)
         except _READ_ERRORS as exc:
+            self.close(exc)
+        except Exception as exc:  # a bug: never leave the requests waiting
+            log.exception("the connection to a sequence's owner failed")
             self.close(exc)
 
     async def _tell_cancellations(self) -> None:
@@ -323,6 +334,10 @@ class SequenceRouter:
         except asyncio.CancelledError:  # this process stops taking forwarded requests
             request.cancel()
             raise
+        except Exception as exc:  # answered: the forwarding process must not wait
+            log.exception("model '%s': a forwarded request failed", request.model_name)
+            error = Internal(f"{type(exc).__name__}: {exc}")
+            frames.write(response_frame(tag, InferenceResponse(id=request.id, error=error), True))
         finally:
             running.pop(tag, None)
             request.release_regions()
