@@ -207,6 +207,16 @@ async def _answers(
     return answers
 
 
+async def _finals_then_stop(ours: SequenceRouter, theirs: SequenceRouter) -> list[bool]:
+    """The final flags of a request ``ours`` forwards to ``theirs`` (process 1); both
+    routers stopped after."""
+    try:
+        return [final for _, final in await _answers(ours, 1, _request())]
+    finally:
+        await ours.stop()
+        await theirs.stop()
+
+
 def _request() -> InferenceRequest:
     return InferenceRequest("seq", {"I": np.ones(2, np.float32)}, id="q", correlation_id=7)
 
@@ -226,20 +236,21 @@ async def test_a_forwarded_request_gets_every_response_then_the_final_flag(
     assert not (tmp_path / "1.relay.sock").exists()  # removed at stop
 
 
+@pytest.mark.parametrize(
+    ("answer", "error", "text"),
+    [
+        ("refuse", InvalidArgument, "must specify the START flag"),  # the owner's refusal
+        ("crash", Internal, "RuntimeError: a scheduler's bug"),  # a bug in the owner
+    ],
+)
 @synchronous
-async def test_the_owners_refusal_comes_back_as_a_final_error(tmp_path: Path) -> None:
-    ((response, final),) = await _forwarded(tmp_path, Owner("refuse"), _request())
+async def test_the_owners_failure_comes_back_as_a_final_error(
+    tmp_path: Path, answer: str, error: type[Exception], text: str
+) -> None:
+    ((response, final),) = await _forwarded(tmp_path, Owner(answer), _request())
     assert final and response is not None
-    assert isinstance(response.error, InvalidArgument)
-    assert str(response.error) == "must specify the START flag"
-
-
-@synchronous
-async def test_an_owners_failure_comes_back_as_an_internal_error(tmp_path: Path) -> None:
-    ((response, final),) = await _forwarded(tmp_path, Owner("crash"), _request())
-    assert final and response is not None
-    assert isinstance(response.error, Internal)
-    assert str(response.error) == "RuntimeError: a scheduler's bug"
+    assert isinstance(response.error, error)
+    assert str(response.error) == text
 
 
 @synchronous
@@ -269,12 +280,7 @@ async def test_a_forward_waits_for_an_owner_still_starting(tmp_path: Path) -> No
     ours = SequenceRouter(ServingProcess(0, 2, tmp_path), Owner("refuse"))
     theirs = SequenceRouter(ServingProcess(1, 2, tmp_path), Owner("two"))
     asyncio.get_running_loop().call_later(0.3, lambda: asyncio.ensure_future(theirs.start()))
-    try:
-        answers = await _answers(ours, 1, _request())
-    finally:
-        await ours.stop()
-        await theirs.stop()
-    assert [final for _, final in answers] == [False, False, True]
+    assert await _finals_then_stop(ours, theirs) == [False, False, True]
 
 
 @synchronous
@@ -332,9 +338,4 @@ async def test_a_lost_connection_fails_its_requests_and_the_next_forward_reconne
     assert held.requests[0].cancelled
     again = SequenceRouter(ServingProcess(1, 2, tmp_path), Owner("two"))
     await again.start()
-    try:
-        answers = await _answers(ours, 1, _request())
-    finally:
-        await ours.stop()
-        await again.stop()
-    assert [final for _, final in answers] == [False, False, True]
+    assert await _finals_then_stop(ours, again) == [False, False, True]
