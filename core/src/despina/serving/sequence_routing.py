@@ -33,7 +33,6 @@ import logging
 import os
 import zlib
 from collections.abc import Callable
-from typing import Any
 
 from despina.errors import DespinaError, Internal, Unavailable
 from despina.inference.request import InferenceRequest, InferenceResponse, ResponseStream
@@ -218,9 +217,8 @@ class SequenceRouter:
         #: The connections peers forward over.
         self._served: set[asyncio.StreamWriter] = set()
 
-    def relay_path(self, index: int) -> str:
-        """Where serving process ``index`` takes forwarded requests."""
-        return str(self.place.folder / f"{index}.relay.sock")
+    def _relay_path(self, index: int) -> str:
+        return str(self.place.relay_path(index))
 
     def owner(self, correlation_id: int | str) -> int | None:
         """The owner of ``correlation_id`` when it is another process; None when this
@@ -231,7 +229,7 @@ class SequenceRouter:
     async def start(self) -> None:
         """Run the requests the peers forward (once this process serves)."""
         self._server = await asyncio.start_unix_server(
-            self._serve_link, path=self.relay_path(self.place.index), limit=_LIMIT
+            self._serve_link, path=self._relay_path(self.place.index), limit=_LIMIT
         )
 
     async def stop(self) -> None:
@@ -250,7 +248,7 @@ class SequenceRouter:
             await self._server.wait_closed()
             self._server = None
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.relay_path(self.place.index))
+                os.unlink(self._relay_path(self.place.index))
 
     def forward(self, owner: int, request: InferenceRequest, answer: Answer, fail: Fail) -> None:
         """Run ``request`` in serving process ``owner``: ``answer`` gets each response and
@@ -261,7 +259,7 @@ class SequenceRouter:
         link = self._links.get(owner)
         if link is None or link.failure is not None:
             link = self._links[owner] = _Link(
-                self.relay_path(owner), functools.partial(self._unreachable, owner)
+                self._relay_path(owner), functools.partial(self._unreachable, owner)
             )
         tag = next(link.tags)
         try:
@@ -312,7 +310,7 @@ class SequenceRouter:
         tag: int,
         request: InferenceRequest,
         frames: _Frames,
-        running: dict[int, Any],
+        running: dict[int, InferenceRequest],
     ) -> None:
         """Run one forwarded request; answer each response in a frame of its tag."""
         try:

@@ -44,6 +44,10 @@ class ServingProcess:
         """Where serving process ``index`` answers its peers."""
         return self.folder / f"{index}.sock"
 
+    def relay_path(self, index: int) -> Path:
+        """Where serving process ``index`` takes the requests of the sequences it owns."""
+        return self.folder / f"{index}.relay.sock"
+
     @property
     def peers(self) -> list[int]:
         """The other serving processes' indexes."""
