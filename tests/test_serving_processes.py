@@ -2,7 +2,8 @@
 the HTTP and gRPC ports, with real clients: requests reach both processes, statistics
 (HTTP and gRPC) and metrics are their sums, each sequence runs in the process that owns
 its correlation ID, whichever receives its requests, client shared-memory registrations,
-log and trace settings and explicit model control reach every process, SIGTERM stops
+log and trace settings, explicit model control and poll mode's changes reach every
+process, SIGTERM stops
 everything cleanly, and a serving process that dies stops the supervisor with a failure."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -821,6 +823,48 @@ def test_a_load_that_fails_in_one_serving_process_changes_none(explicit: Supervi
     assert answers(explicit, "add_sub") == ({2.0}, processes)
     # a process that had prepared the new version was told to drop it
     assert "loading 'add_sub' failed in another serving process" in explicit.output()
+
+
+def wait_for(condition: Any, what: str, supervised: Supervised) -> None:
+    """Wait up to :data:`START_S` for ``condition()`` (a poll acting on a change)."""
+    deadline = time.monotonic() + START_S
+    while not condition():
+        assert supervised.process.poll() is None, supervised.output()
+        assert time.monotonic() < deadline, f"{what}:\n{supervised.output()}"
+        time.sleep(0.5)
+
+
+def test_poll_mode_changes_every_serving_process_together(tmp_path: Path) -> None:
+    """Poll mode under ``--serving-processes 2``: process 0 alone polls, and what it finds
+    is loaded and unloaded in both: a changed model reloads in both; a change whose load
+    fails in process 1 leaves the old version serving in both (polling alone, process 0
+    would have switched); a new folder loads in both, a removed one unloads from both."""
+    builder = RepositoryBuilder(tmp_path / "models")
+    model_py = builder.add("add_sub", PID_CONFIG, {"1/model.py": PID_MODEL}) / "1" / "model.py"
+    flags = ("--model-control-mode=poll", "--repository-poll-secs=1", "--exit-on-error=false")
+    with serving(builder.root, tmp_path / "serve.log", *flags) as polled:
+        processes = set(polled.child_pids())
+        assert answers(polled, "add_sub") == ({2.0}, processes)
+
+        model_py.write_text(PLUS_TWO)
+        wait_for(lambda: answers(polled, "add_sub")[0] == {3.0}, "not reloaded", polled)
+        assert answers(polled, "add_sub") == ({3.0}, processes)
+
+        model_py.write_text(FAILS_IN_PROCESS_1.replace("a + 1", "a + 5"))
+        wait_for(
+            lambda: "'add_sub' keeps serving its previous versions" in polled.output(),
+            "the failing change was not polled",
+            polled,
+        )
+        assert answers(polled, "add_sub") == ({3.0}, processes)
+
+        builder.add("late", PID_CONFIG, {"1/model.py": PID_MODEL})
+        wait_for(lambda: "successfully loaded 'late'" in polled.output(), "no load", polled)
+        assert answers(polled, "late") == ({2.0}, processes)
+        shutil.rmtree(builder.root / "late")
+        wait_for(lambda: "unloaded 'late'" in polled.output(), "no unload", polled)
+        assert len(refusals(polled, "late")) == 8
+        assert polled.stop() == 0
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import toy_backend
 from despina.errors import InvalidArgument, NotFound, Unavailable
+from despina.repository.poller import LocalChanges, RepositoryPoller
 from despina.serving.server import StartupError
 from despina.testing import RepositoryBuilder, RunningServer, start_server
 from toy_backend import toy_config, toy_request
@@ -261,3 +262,45 @@ def test_poll_mode_follows_the_repository(
     poll_twice()  # the broken version fails; version 2 keeps serving
     assert running.server.models.get("kept").version == 2
     assert running.call(running.server.infer(toy_request("kept"))).outputs["OUTPUT0"][0] == 2.0
+
+
+class Gate:
+    """Poll mode's changes through the server's own manager, applied only when open
+    (as :class:`~despina.serving.joint_loads.JointChanges` waits for every peer)."""
+
+    def __init__(self, manager: Any) -> None:
+        self.local = LocalChanges(manager)
+        self.open = False
+
+    async def ready(self) -> bool:
+        return self.open
+
+    async def load(self, name: str) -> None:
+        await self.local.load(name)
+
+    async def unload(self, name: str) -> None:
+        await self.local.unload(name)
+
+
+def test_a_poll_waits_until_its_changes_are_ready(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    model_repository.add("kept", toy_config(), {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root,
+        ["--model-control-mode=poll", "--repository-poll-secs=3600"],
+        plugins=[toy_backend],
+    )
+    gate = Gate(running.server.models)
+    poller = RepositoryPoller(running.server.models, 3600, gate)
+    poller.remember_loaded()
+    model_repository.add("added", toy_config(), {"1/model.toy": ""})
+    for _ in range(3):  # closed: nothing is looked at or recorded
+        running.call(poller.poll_once())
+    assert "added" not in running.server.models.entries
+    assert poller.seen == {}
+    gate.open = True
+    running.call(poller.poll_once())
+    assert "added" not in running.server.models.entries  # seen once
+    running.call(poller.poll_once())
+    assert states(running) == {"added": "READY", "kept": "READY"}

@@ -5,6 +5,10 @@ size and modification time of every file). A folder acts only once its fingerpri
 same on two consecutive polls, so half-written files are never picked up. Then: a new
 folder loads, a removed one unloads, a changed one reloads beside the old versions (which
 keep serving if the change fails to load).
+
+What a poll finds is applied through :class:`ModelChanges`: this server's own model
+manager (:class:`LocalChanges`), or under ``--serving-processes`` every serving process
+together (:class:`despina.serving.joint_loads.JointChanges`: one process polls).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from despina.errors import DespinaError
 
@@ -36,11 +40,48 @@ def fingerprint(model_dir: Path) -> Fingerprint:
     return tuple(sorted(entries))
 
 
-class RepositoryPoller:
-    """Background task applying repository changes to a model manager."""
+class ModelChanges(Protocol):
+    """How a poll applies the changes it found."""
 
-    def __init__(self, manager: ModelManager, interval_s: float) -> None:
+    async def ready(self) -> bool:
+        """Whether changes can be applied now; False skips this poll (nothing is
+        recorded, the next poll looks again)."""
+        ...
+
+    async def load(self, name: str) -> None:
+        """Load or reload ``name``; DespinaError when it fails (the old versions serve on)."""
+        ...
+
+    async def unload(self, name: str) -> None:
+        """Unload ``name``."""
+        ...
+
+
+class LocalChanges:
+    """The changes made by this server's own model manager."""
+
+    def __init__(self, manager: ModelManager) -> None:
         self.manager = manager
+
+    async def ready(self) -> bool:
+        return True
+
+    async def load(self, name: str) -> None:
+        await self.manager.load(name)
+
+    async def unload(self, name: str) -> None:
+        await self.manager.unload(name)
+
+
+class RepositoryPoller:
+    """Background task applying repository changes to a model manager, through
+    ``changes`` (default: the manager's own loads and unloads)."""
+
+    def __init__(
+        self, manager: ModelManager, interval_s: float, changes: ModelChanges | None = None
+    ) -> None:
+        self.manager = manager
+        self.changes = changes if changes is not None else LocalChanges(manager)
         self.interval_s = max(interval_s, 0.1)
         #: Fingerprints of the folders as last loaded.
         self.loaded: dict[str, Fingerprint] = {}
@@ -72,7 +113,10 @@ class RepositoryPoller:
                 log.exception("repository poll failed")
 
     async def poll_once(self) -> None:
-        """One poll: load, reload and unload what changed and is stable."""
+        """One poll: load, reload and unload what changed and is stable (nothing while
+        the changes are not :meth:`ModelChanges.ready`)."""
+        if not await self.changes.ready():
+            return
         await self.manager.repository.sync()
         current: dict[str, Fingerprint] = {}
         for name in self.manager.repository.model_names():
@@ -83,10 +127,10 @@ class RepositoryPoller:
         for name in sorted(self.loaded.keys() - current.keys()):
             del self.loaded[name]
             with contextlib.suppress(DespinaError):
-                await self.manager.unload(name)
+                await self.changes.unload(name)
         for name, print_ in sorted(stable.items()):
             if self.loaded.get(name) == print_:
                 continue
             self.loaded[name] = print_
             with contextlib.suppress(DespinaError):
-                await self.manager.load(name)
+                await self.changes.load(name)

@@ -66,6 +66,8 @@ class Core(Protocol):
     version: str
     #: The other serving processes (``--serving-processes`` above 1), else None.
     peers: Peers | None
+    #: This process's part in the loads and unloads all serving processes make together.
+    joint_loads: JointLoads
 
     @property
     def live(self) -> bool: ...
@@ -112,7 +114,7 @@ class DataPlane:
         self._server = server
         self._models = server.models
         #: Loads and unloads every serving process makes together (``--serving-processes``).
-        self._joint = JointLoads(server.models)
+        self._joint = server.joint_loads
         #: Registered system shared-memory regions (decoders read inputs from them).
         self.shared_memory: SharedMemoryRegistry = server.shared_memory
         #: Which requests are traced: frontends check ``tracer.active`` per request.

@@ -15,6 +15,10 @@ other.
 
 An unload is made by the receiving process, then by every peer.
 
+Poll mode: serving process 0 alone polls the repository, and what it finds is loaded and
+unloaded this way (:class:`JointChanges`), so all processes switch versions together; a
+poll waits until every peer answers (they start at their own pace).
+
 What the peers exchange crosses :mod:`despina.serving.peers` as JSON (file overrides in
 base64); loads and unloads wait as long as they take.
 """
@@ -44,6 +48,25 @@ class _Prepared:
     load: asyncio.Task[None]
 
 
+class JointChanges:
+    """Poll mode's changes (:class:`despina.repository.poller.ModelChanges`) made by every
+    serving process together, coordinated by the polling one."""
+
+    def __init__(self, joint: JointLoads, peers: Peers) -> None:
+        self.joint = joint
+        self.peers = peers
+
+    async def ready(self) -> bool:
+        """Whether every peer answers now (a poll before that changes nothing)."""
+        return await self.peers.all_answer()
+
+    async def load(self, name: str) -> None:
+        await self.joint.load(self.peers, name, None, None, sync=True)
+
+    async def unload(self, name: str) -> None:
+        await self.joint.unload(self.peers, name, unload_dependents=False)
+
+
 class JointLoads:
     """One serving process's part in the loads and unloads all of them make together."""
 
@@ -57,14 +80,18 @@ class JointLoads:
         name: str,
         config: str | None,
         files: Mapping[str, bytes] | None,
+        sync: bool = False,
     ) -> None:
-        """Coordinate a client's load of ``name`` (module docstring)."""
+        """Coordinate a load of ``name`` (module docstring); ``sync``: each peer brings
+        its copies of remote repositories up to date first (poll mode's loads: the
+        polling process synced its own)."""
         token = uuid.uuid4().hex
         arguments = {
             "token": token,
             "name": name,
             "config": config,
             "files": {path: b64encode(data).decode() for path, data in (files or {}).items()},
+            "sync": sync,
         }
         abort = ("load_decide", {"token": token, "commit": False})
 
@@ -98,6 +125,8 @@ class JointLoads:
             raise Unavailable(
                 f"a load or unload of '{name}' is under way in another serving process; retry"
             )
+        if arguments.get("sync"):
+            await self.models.repository.sync()
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
         decision: asyncio.Future[bool] = loop.create_future()

@@ -10,7 +10,8 @@ peer may ask is the table of operations the process was given (its dataplane's
   and answers the sum (:meth:`Peers.summed`, :mod:`despina.inference.stats_sum`);
 - **fan-outs**: a change a client made over one connection (a shared-memory registration,
   log and trace settings) is made in every peer as well, or in none (:meth:`Peers.fan_out`);
-- **joint loads**: explicit model control, in two phases (:mod:`despina.serving.joint_loads`).
+- **joint loads**: explicit model control, in two phases, and poll mode's changes
+  (:mod:`despina.serving.joint_loads`).
 
 A peer that does not answer within :data:`PEER_TIMEOUT_S` (not started yet, stopping,
 gone; loads and unloads wait as long as they take) makes the call fail with Unavailable
@@ -50,7 +51,7 @@ class Peers:
 
     def __init__(self, place: ServingProcess, operations: Mapping[str, Operation]) -> None:
         self.place = place
-        self._operations = operations
+        self._operations = {"ping": _pong, **operations}
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -77,6 +78,14 @@ class Peers:
         own = self._operations["statistics"](asked)
         theirs = await self.ask_all("statistics", asked)
         return sum_model_stats([own, *theirs])
+
+    async def all_answer(self) -> bool:
+        """Whether every peer answers now, within :data:`PEER_TIMEOUT_S`."""
+        try:
+            await self.ask_all("ping", {})
+        except DespinaError:
+            return False
+        return True
 
     async def ask_all(
         self, op: str, arguments: dict[str, Any], timeout: float | None = PEER_TIMEOUT_S
@@ -169,3 +178,7 @@ class Peers:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+
+def _pong(arguments: dict[str, Any]) -> None:
+    """The answer to ``ping`` (:meth:`Peers.all_answer`)."""

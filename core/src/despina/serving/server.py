@@ -38,7 +38,7 @@ from despina.plugin.ports import (
 )
 from despina.plugin.registry import Registry
 from despina.repository.folders import ModelRepository
-from despina.repository.poller import RepositoryPoller
+from despina.repository.poller import LocalChanges, ModelChanges, RepositoryPoller
 from despina.scheduling.base import STOPPING
 from despina.scheduling.rate_limiter import RateLimiter, parse_resource_flags
 from despina.serving.custom_metrics import CustomMetrics
@@ -50,6 +50,7 @@ from despina.serving.dataplane import (
 )
 from despina.serving.exit_timeout import ExitTimeout
 from despina.serving.flags import build_serve_parser, parse_settings, plugin_modules
+from despina.serving.joint_loads import JointChanges, JointLoads
 from despina.serving.peers import Peers
 from despina.serving.runtime_settings import LogSettings, TraceSettings
 from despina.serving.sequence_routing import SequenceRouter
@@ -139,6 +140,8 @@ class Server:
             self.tracer = Tracer(trace_config, TraceSettings(trace_config.extension_values()))
         except ValueError as exc:
             raise StartupError(str(exc)) from None
+        #: Loads and unloads every serving process makes together (``--serving-processes``).
+        self.joint_loads = JointLoads(self.models)
         #: What frontends call: every protocol-independent operation (:mod:`despina.serving.dataplane`).
         plane = DataPlane(self)
         self.dataplane: FrontendHost = plane
@@ -269,12 +272,26 @@ class Server:
             frontend = cls(self.dataplane)
             await self._start_or_stop(frontend, "frontend")
             self.frontends.append(frontend)
-        if self.settings.model_control_mode == "poll" and self.live:
-            self.poller = RepositoryPoller(self.models, float(self.settings.repository_poll_secs))
+        changes = self._polled_changes()
+        if changes is not None:
+            interval = float(self.settings.repository_poll_secs)
+            self.poller = RepositoryPoller(self.models, interval, changes)
             self.poller.remember_loaded()
             self.poller.start()
         self.plugins.hook.despina_server_started(server=self.dataplane)
         release_free_heap()
+
+    def _polled_changes(self) -> ModelChanges | None:
+        """How poll mode applies what it finds, None where this process does not poll: its
+        own loads and unloads; under ``--serving-processes`` only serving process 0 polls,
+        and its changes are every process's (:class:`JointChanges`)."""
+        if self.settings.model_control_mode != "poll" or not self.live:
+            return None
+        if self.peers is None:
+            return LocalChanges(self.models)
+        if self.peers.place.index != 0:
+            return None
+        return JointChanges(self.joint_loads, self.peers)
 
     async def _load_startup_models(self) -> None:
         """Load the start-up models; StartupError when one fails and ``--exit-on-error``
