@@ -264,22 +264,14 @@ def test_poll_mode_follows_the_repository(
     assert running.call(running.server.infer(toy_request("kept"))).outputs["OUTPUT0"][0] == 2.0
 
 
-class Gate:
+class Gate(LocalChanges):
     """Poll mode's changes through the server's own manager, applied only when open
     (as :class:`~despina.serving.joint_loads.JointChanges` waits for every peer)."""
 
-    def __init__(self, manager: Any) -> None:
-        self.local = LocalChanges(manager)
-        self.open = False
+    open = False
 
     async def ready(self) -> bool:
         return self.open
-
-    async def load(self, name: str) -> None:
-        await self.local.load(name)
-
-    async def unload(self, name: str) -> None:
-        await self.local.unload(name)
 
 
 def test_a_poll_waits_until_its_changes_are_ready(
