@@ -123,9 +123,10 @@ def add_core_flags(parser: argparse.ArgumentParser) -> None:
         "and gRPC ports (SO_REUSEPORT; the kernel spreads connections, not requests); above "
         "1 this process only supervises them (signals, their logs prefixed [index]) and "
         "serves the metrics summed over them; statistics calls answer the sum too; model "
-        "loads and unloads (explicit, and poll mode's: process 0 alone polls), shared-memory "
-        "registrations and log and trace settings reach every process; each sequence runs in one process (its correlation ID's owner; "
-        "the others forward its requests there). Refused above 1: port 0, "
+        "loads and unloads (explicit, and poll mode's: process 0 alone polls), "
+        "shared-memory registrations and log and trace settings reach every process; each "
+        "sequence runs in one process (its correlation ID's owner; the others forward its "
+        "requests there). Refused above 1: port 0, "
         "--metrics-on-http-port, summary latencies, the SageMaker, Vertex AI and (on its own "
         "port) OpenAI frontends (Despina; default: 1)",
     )
