@@ -252,7 +252,8 @@ def test_poll_mode_follows_the_repository(
     running.call(poller.poll_once())
     assert "added" not in running.server.models.entries  # seen once: maybe still being written
     running.call(poller.poll_once())
-    assert states(running) == {"added": "READY", "kept": "READY", "removed": "UNAVAILABLE"}
+    assert states(running) == {"added": "READY", "kept": "READY"}  # folders, as Triton's
+    assert running.server.models.entries["removed"].reason == "unloaded"
 
     model_repository.add("kept", None, {"2/model.toy": ""})  # a new version folder
     poll_twice()
@@ -296,3 +297,22 @@ def test_a_poll_waits_until_its_changes_are_ready(
     assert "added" not in running.server.models.entries  # seen once
     running.call(poller.poll_once())
     assert states(running) == {"added": "READY", "kept": "READY"}
+
+
+def test_the_index_lists_the_repository_folders(
+    model_repository: RepositoryBuilder, despina_server: Start
+) -> None:
+    """As Triton's: a loaded model whose folder was removed serves on and is not listed."""
+    model_repository.add("kept", toy_config(), {"1/model.toy": ""})
+    model_repository.add("removed", toy_config(), {"1/model.toy": ""})
+    running = despina_server(
+        model_repository.root,
+        ["--model-control-mode=explicit", "--load-model=*"],
+        plugins=[toy_backend],
+    )
+    running.call(running.server.models.unload("kept"))
+    shutil.rmtree(model_repository.root / "removed")
+    assert running.server.models.index() == [
+        {"name": "kept", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+    ]
+    assert running.call(running.server.infer(toy_request("removed"))).outputs["OUTPUT0"][0] == 2.0

@@ -342,9 +342,11 @@ class ModelManager:
         ]
 
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        """The repository index: every model (and version) with state and reason."""
+        """The repository index: every model folder of the repositories (and its versions)
+        with state and reason. As Triton's, it lists folders: a model whose folder was
+        removed is not listed, also while it still serves."""
         rows: list[dict[str, Any]] = []
-        for name in sorted(set(self.repository.model_names()) | set(self.entries)):
+        for name in self.repository.model_names():
             entry = self.entries.get(name)
             if entry is None:
                 if not ready_only:
