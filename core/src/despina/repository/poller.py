@@ -74,14 +74,12 @@ class LocalChanges:
 
 
 class RepositoryPoller:
-    """Background task applying repository changes to a model manager, through
-    ``changes`` (default: the manager's own loads and unloads)."""
+    """Background task finding the changes of ``manager``'s repository and applying them
+    through ``changes``."""
 
-    def __init__(
-        self, manager: ModelManager, interval_s: float, changes: ModelChanges | None = None
-    ) -> None:
+    def __init__(self, manager: ModelManager, interval_s: float, changes: ModelChanges) -> None:
         self.manager = manager
-        self.changes = changes if changes is not None else LocalChanges(manager)
+        self.changes = changes
         self.interval_s = max(interval_s, 0.1)
         #: Fingerprints of the folders as last loaded.
         self.loaded: dict[str, Fingerprint] = {}
